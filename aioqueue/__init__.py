@@ -1,0 +1,59 @@
+"""aioqueue: an asyncio-native job queue for Redis and Valkey."""
+
+from ._app import App as App
+from ._exceptions import AioQueueError as AioQueueError
+from ._exceptions import ClosedError as ClosedError
+from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import ConnectionError as ConnectionError
+from ._exceptions import EmbeddedServerError as EmbeddedServerError
+from ._exceptions import JobCancelled as JobCancelled
+from ._exceptions import JobFailed as JobFailed
+from ._exceptions import JobNotFound as JobNotFound
+from ._exceptions import LeaseLost as LeaseLost
+from ._exceptions import PayloadTooLarge as PayloadTooLarge
+from ._exceptions import ResultTimeout as ResultTimeout
+from ._exceptions import Retry as Retry
+from ._exceptions import SerializationError as SerializationError
+from ._job import Job as Job
+from ._job import JobError as JobError
+from ._job import JobInfo as JobInfo
+from ._job import JobStatus as JobStatus
+from ._queue import Queue as Queue
+from ._queue import Reservation as Reservation
+from ._serialize import JsonSerializer as JsonSerializer
+from ._serialize import PickleSerializer as PickleSerializer
+from ._serialize import Serializer as Serializer
+from ._task import Backoff as Backoff
+from ._task import BoundTask as BoundTask
+from ._task import Task as Task
+from ._version import __version__ as __version__
+
+__all__ = [
+    "AioQueueError",
+    "App",
+    "Backoff",
+    "BoundTask",
+    "ClosedError",
+    "ConfigurationError",
+    "ConnectionError",
+    "EmbeddedServerError",
+    "Job",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobInfo",
+    "JobNotFound",
+    "JobStatus",
+    "JsonSerializer",
+    "LeaseLost",
+    "PayloadTooLarge",
+    "PickleSerializer",
+    "Queue",
+    "Reservation",
+    "ResultTimeout",
+    "Retry",
+    "SerializationError",
+    "Serializer",
+    "Task",
+    "__version__",
+]

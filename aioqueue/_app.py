@@ -1,0 +1,341 @@
+"""App: configuration, the connection pool, the task registry and ``@app.task``."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+
+from ._exceptions import ClosedError, ConfigurationError
+from ._exceptions import ConnectionError as AQConnectionError
+from ._job import JobError
+from ._keys import check_name
+from ._queue import Queue
+from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
+from ._task import Backoff, Task, check_attempts
+from ._timeutil import to_ms, to_seconds
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "AIOQUEUE_REDIS_URL"
+_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
+
+
+class _State(enum.Enum):
+    UNOPENED = 1
+    OPEN = 2
+    CLOSED = 3
+
+
+def resolve_url(url: str | None) -> str:
+    """The Redis URL: the argument, else ``$AIOQUEUE_REDIS_URL``, else localhost."""
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    scheme = urlsplit(url).scheme
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://"
+        )
+    if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
+        url = "redis" + url[len("valkey") :]
+    return url
+
+
+class App:
+    """An aioqueue application: one connection pool shared by producers and workers.
+
+    Args:
+        url: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL, with credentials for ACL
+            users; default ``$AIOQUEUE_REDIS_URL``, else ``redis://localhost:6379/0``.
+        prefix: first part of every key; two apps with different prefixes never see each
+            other's jobs on one server.
+        queue: the default queue of tasks that name none.
+        serializer: ``"json"`` (default), ``"pickle"`` (explicit opt-in: unsafe if anyone
+            untrusted can write to Redis), or a Serializer object.
+        max_payload_bytes: refuse arguments that serialise to more than this (0: no limit).
+        lease: seconds a consumer holds a job before it is handed out again (workers renew it
+            while the job runs).
+        result_ttl: seconds results and completed job records are kept (None: forever,
+            0: not kept).
+        dead_ttl: seconds dead-lettered jobs are kept (None: forever).
+        max_attempts, timeout, backoff: defaults for tasks that do not set their own.
+        max_connections: size limit of the connection pool (None: unlimited).
+        redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
+
+    Use as ``async with App(...) as app:``; nothing touches the network before that.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        prefix: str = "aq",
+        queue: str = "default",
+        serializer: str | Serializer = "json",
+        max_payload_bytes: int = 1_000_000,
+        lease: float | timedelta = 30.0,
+        result_ttl: float | timedelta | None = 86_400.0,
+        dead_ttl: float | timedelta | None = 7 * 86_400.0,
+        max_attempts: int = 3,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        max_connections: int | None = None,
+        redis_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.url = resolve_url(url)
+        self.prefix = check_name("key prefix", prefix)
+        self.default_queue = check_name("queue name", queue)
+        self.serializer = get_serializer(serializer)
+        self.json: Serializer = JsonSerializer()
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
+            raise ConfigurationError("max_payload_bytes must be an int")
+        self.max_payload_bytes = max_payload_bytes
+        self.lease = to_seconds(lease, "lease") or 0.0
+        if self.lease < 0.1:
+            raise ConfigurationError("lease must be at least 0.1 s")
+        rt = to_seconds(result_ttl, "result_ttl")
+        self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
+        dt = to_seconds(dead_ttl, "dead_ttl")
+        self.dead_ttl_ms = 0 if dt is None else max(to_ms(dt, "dead_ttl"), 1)
+        self.max_attempts = check_attempts(max_attempts)
+        self.timeout = to_seconds(timeout, "timeout")
+        self.backoff = backoff or Backoff()
+        if max_connections is not None and max_connections < 1:
+            raise ConfigurationError("max_connections must be >= 1")
+        self.max_connections = max_connections
+        self.redis_options = dict(redis_options or {})
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._queues: dict[str, Queue] = {}
+        self._redis: aioredis.Redis | None = None
+        self._state = _State.UNOPENED
+
+    def __repr__(self) -> str:
+        return (
+            f"<App prefix={self.prefix!r} queue={self.default_queue!r} {self._state.name.lower()}>"
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self) -> None:
+        """Create the connection pool and check that the server answers."""
+        if self._state is _State.OPEN:
+            return
+        if self._state is _State.CLOSED:
+            raise ClosedError("this App was closed; create a new App to connect again")
+        opts: dict[str, Any] = {
+            "decode_responses": False,
+            "socket_connect_timeout": 5.0,
+            "socket_keepalive": True,
+            "health_check_interval": 10,
+        }
+        if self.max_connections is not None:
+            opts["max_connections"] = self.max_connections
+        opts.update(self.redis_options)
+        client = aioredis.Redis.from_url(self.url, **opts)
+        try:
+            await client.ping()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            await client.aclose()
+            raise AQConnectionError(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
+        except rexc.AuthenticationError as exc:  # pragma: no cover - subclass of ConnectionError
+            await client.aclose()
+            raise AQConnectionError(f"Redis refused the credentials: {exc}") from exc
+        self._redis = client
+        self._state = _State.OPEN
+
+    async def aclose(self) -> None:
+        """Close the connection pool. The App cannot be opened again."""
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+        self._state = _State.CLOSED
+
+    async def __aenter__(self) -> App:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The shared client (and its pool). Raises ClosedError unless the App is open."""
+        if self._redis is None:
+            if self._state is _State.CLOSED:
+                raise ClosedError("this App is closed")
+            raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
+        return self._redis
+
+    # ------------------------------------------------------------------ tasks and queues
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        result_ttl: float | timedelta | None = None,
+        priority: int = 0,
+    ) -> _TaskDecorator: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        result_ttl: float | timedelta | None = None,
+        priority: int = 0,
+    ) -> Task[Any, Any] | _TaskDecorator:
+        """Register a job function (async, or sync to run in a thread pool).
+
+        Use bare (``@app.task``) or with options (``@app.task(max_attempts=5, timeout=30)``).
+
+        Args:
+            name: the name jobs are stored under (default: the function's ``__name__``);
+                unique within the App.
+            queue: the queue its jobs go to (default: the App's).
+            max_attempts: runs before a failing job is dead-lettered.
+            timeout: seconds one run may take before it is cancelled and counts as failed.
+            backoff: delay between failed attempts (default: the App's).
+            result_ttl: seconds its results are kept (default: the App's).
+            priority: default priority of its jobs, -100..100, higher first.
+        """
+
+        def register(f: Callable[..., Any]) -> Task[Any, Any]:
+            task_name = name or getattr(f, "__name__", None)
+            if not task_name:
+                raise ConfigurationError(f"cannot name task {f!r}: pass name=")
+            if task_name in self.tasks:
+                raise ConfigurationError(
+                    f"a task named {task_name!r} is already registered; "
+                    "pass name= to tell them apart"
+                )
+            t: Task[Any, Any] = Task(
+                self,
+                f,
+                name=task_name,
+                queue=check_name("queue name", queue or self.default_queue),
+                max_attempts=max_attempts or self.max_attempts,
+                timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
+                backoff=backoff or self.backoff,
+                result_ttl=to_seconds(result_ttl, "result_ttl"),
+                priority=priority,
+            )
+            self.tasks[task_name] = t
+            return t
+
+        if fn is not None:
+            return register(fn)
+        return _TaskDecorator(register)
+
+    def queue(self, name: str | None = None) -> Queue:
+        """The queue called ``name`` (default: the App's default queue). No I/O."""
+        name = name or self.default_queue
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = Queue(self, name)
+        return q
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def dump_args(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bytes:
+        return dumps_checked(
+            self.serializer, [list(args), dict(kwargs)], self.max_payload_bytes, "job arguments"
+        )
+
+    def load_args(self, payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        value = self.serializer.loads(payload)
+        if (
+            not isinstance(value, list | tuple)
+            or len(value) != 2
+            or not isinstance(value[0], list | tuple)
+            or not isinstance(value[1], dict)
+        ):
+            raise ValueError("payload is not an [args, kwargs] pair")
+        return tuple(value[0]), value[1]
+
+    def dump_result(self, value: Any) -> bytes:
+        return dumps_checked(self.serializer, value, 0, "the job's result")
+
+    def load_result(self, data: bytes) -> Any:
+        return self.serializer.loads(data) if data else None
+
+    def dump_options(self, options: Mapping[str, Any]) -> bytes:
+        return self.json.dumps(dict(options))
+
+    def load_options(self, data: bytes) -> dict[str, Any]:
+        if not data:
+            return {}
+        value = self.json.loads(data)
+        if not isinstance(value, dict):
+            raise ValueError("job options are not a JSON object")
+        return value
+
+    def load_error(self, data: bytes) -> JobError:
+        try:
+            rec = self.json.loads(data)
+            return JobError(str(rec["type"]), str(rec["message"]), rec.get("traceback"))
+        except Exception:
+            return JobError("Unknown", data.decode(errors="replace"))
+
+    def result_ttl_ms(self, options: Mapping[str, Any], task: Task[Any, Any] | None = None) -> int:
+        """Retention of a finished job: per-job option, else the task's, else the App's."""
+        rt = options.get("result_ttl")
+        if rt is None and task is not None:
+            rt = task.result_ttl
+        if rt is None:
+            return self.result_ttl_default_ms
+        return int(float(rt) * 1000)
+
+
+class _TaskDecorator:
+    """What ``@app.task(...)`` returns: apply it to a function to register it."""
+
+    __slots__ = ("_register",)
+
+    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
+        return self._register(fn)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url

@@ -1,0 +1,115 @@
+"""The exceptions aioqueue raises, all under one base class::
+
+    AioQueueError
+    ├── ConfigurationError        bad App/task/option values, bad URLs, invalid names
+    ├── ClosedError               an App or worker used before opening or after closing
+    ├── SerializationError        arguments or a result that cannot be serialised
+    │   └── PayloadTooLarge       a serialised payload over the configured limit
+    ├── ConnectionError           Redis could not be reached or dropped the connection
+    ├── LeaseLost                 complete/fail/release/extend with a stale lease token
+    ├── JobNotFound               no record of the job (never existed, or its retention ran out)
+    ├── JobFailed                 awaited result of a job that was dead-lettered
+    ├── JobCancelled              awaited result of a job that was cancelled
+    ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
+    └── EmbeddedServerError       the embedded Valkey server could not start
+
+``Retry`` is not an error: a job raises it to ask to run again later.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+
+class AioQueueError(Exception):
+    """Base class of every exception aioqueue raises."""
+
+
+class ConfigurationError(AioQueueError, ValueError):
+    """Raised when an option, a name or a URL is invalid, at the call that received it."""
+
+
+class ClosedError(AioQueueError, RuntimeError):
+    """Raised when an App or a worker is used before it was opened or after it was closed."""
+
+
+class SerializationError(AioQueueError, TypeError):
+    """Raised by ``enqueue`` when the arguments cannot be serialised, and by a worker when a
+    result cannot be (the job then fails with this error)."""
+
+
+class PayloadTooLarge(SerializationError):
+    """Raised by ``enqueue`` when the serialised arguments exceed ``App(max_payload_bytes=)``."""
+
+
+class ConnectionError(AioQueueError, OSError):
+    """Raised when Redis cannot be reached or drops the connection during a call."""
+
+
+class LeaseLost(AioQueueError):
+    """Raised when a job is completed, failed, released or extended with a lease token that is
+    no longer current: the lease ran out and the job was handed to another consumer (or it
+    already finished). The caller must stop working on the job."""
+
+    def __init__(self, job_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"lease on job {job_id!r} is no longer held")
+        self.job_id = job_id
+
+
+class JobNotFound(AioQueueError, LookupError):
+    """Raised when a job id has no record: it never existed or its retention expired."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r} (never enqueued, or its record expired)")
+        self.job_id = job_id
+
+
+class JobFailed(AioQueueError):
+    """Raised by ``Job.result()`` when the job ended in the dead-letter store.
+
+    Attributes:
+        job_id: the job.
+        error_type: the exception class name the job raised (or a reason such as
+            ``LeaseExpired``).
+        error_message: its message.
+        traceback: the formatted traceback, when there was one.
+    """
+
+    def __init__(
+        self, job_id: str, error_type: str, error_message: str, traceback: str | None = None
+    ) -> None:
+        super().__init__(f"job {job_id!r} failed: {error_type}: {error_message}")
+        self.job_id = job_id
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+
+
+class JobCancelled(AioQueueError):
+    """Raised by ``Job.result()`` when the job was cancelled."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} was cancelled")
+        self.job_id = job_id
+
+
+class ResultTimeout(AioQueueError, TimeoutError):
+    """Raised by ``Job.result(timeout=)`` when the job has not finished in time."""
+
+
+class EmbeddedServerError(AioQueueError, RuntimeError):
+    """Raised when the embedded Valkey server cannot be found, started or reached."""
+
+
+class Retry(Exception):
+    """Raised by a job to be run again later; it spends an attempt.
+
+    Args:
+        delay: seconds (or a timedelta) to wait before the next attempt; ``None`` uses the
+            task's backoff.
+    """
+
+    def __init__(self, delay: float | timedelta | None = None, *args: Any) -> None:
+        super().__init__(*args)
+        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay

@@ -1,0 +1,129 @@
+"""Job handles (``Job[R]``), job states, and the stored record of a job."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._exceptions import JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from ._timeutil import to_seconds
+
+if TYPE_CHECKING:
+    from ._queue import Queue
+
+R = TypeVar("R")
+
+
+class JobStatus(enum.StrEnum):
+    """Where a job is in its life (see docs/guarantees.md for the state diagram)."""
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """True for the terminal states: completed, failed (dead letter) and cancelled."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """What a failed attempt left behind: exception type, message and traceback."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A snapshot of a job's stored record."""
+
+    id: str
+    queue: str
+    task: str
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    priority: int
+    created_ms: int
+    due_ms: int | None
+    finished_ms: int | None
+    error: JobError | None
+    args: tuple[Any, ...] | None
+    kwargs: dict[str, Any] | None
+
+
+class Job(Generic[R]):
+    """A handle on an enqueued job; ``R`` is the task's return type.
+
+    Cheap to create (no I/O): ``app.queue(name).job(job_id)`` gives one for any id.
+    """
+
+    __slots__ = ("_queue", "id")
+
+    def __init__(self, queue: Queue, job_id: str) -> None:
+        self._queue = queue
+        self.id = job_id
+
+    @property
+    def queue(self) -> str:
+        return self._queue.name
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, queue={self.queue!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and (other.id, other.queue) == (self.id, self.queue)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.queue))
+
+    async def status(self) -> JobStatus:
+        """The job's current state.
+
+        Raises:
+            JobNotFound: no record (never enqueued, or its retention ran out).
+        """
+        state, _, _ = await self._queue._scripts.watch(self.id, register=False)
+        if not state:
+            raise JobNotFound(self.id)
+        return JobStatus(state)
+
+    async def info(self) -> JobInfo:
+        """The job's stored record. Raises JobNotFound when there is none."""
+        return await self._queue.job_info(self.id)
+
+    async def result(self, timeout: float | None = None) -> R:
+        """Wait for the job to finish and return its result, without polling.
+
+        Args:
+            timeout: seconds (or timedelta) to wait at most; ``None`` waits as long as it takes.
+
+        Raises:
+            JobFailed: the job ended in the dead-letter store (its error is attached).
+            JobCancelled: the job was cancelled.
+            ResultTimeout: the job did not finish in time.
+            JobNotFound: no record of the job.
+        """
+        return await self._queue._wait_result(self.id, to_seconds(timeout))  # type: ignore[no-any-return]
+
+
+def raise_for_outcome(job_id: str, state: str, error: JobError | None) -> None:
+    """Raise the exception that a finished, unsuccessful job's result() raises."""
+    if state == JobStatus.FAILED:
+        e = error or JobError("Unknown", "no error recorded")
+        raise JobFailed(job_id, e.type, e.message, e.traceback)
+    if state == JobStatus.CANCELLED:
+        raise JobCancelled(job_id)
+
+
+__all__ = ["Job", "JobError", "JobInfo", "JobStatus", "ResultTimeout", "raise_for_outcome"]

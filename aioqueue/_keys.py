@@ -1,0 +1,102 @@
+"""Every Redis key name aioqueue uses is built here and nowhere else.
+
+All keys of one queue share the hash tag ``{<queue>}``, so every script touches a single cluster
+slot::
+
+    <prefix>:{<queue>}:job:<id>     HASH   one job: task, payload, state, attempts, lease, result...
+    <prefix>:{<queue>}:ready        LIST   runnable job ids, no group, priority 0 (the fast lane)
+    <prefix>:{<queue>}:prio         ZSET   runnable job ids with a non-zero priority
+    <prefix>:{<queue>}:scheduled    ZSET   delayed job ids, score = due time (server ms)
+    <prefix>:{<queue>}:active       ZSET   leased job ids, score = lease deadline (server ms)
+    <prefix>:{<queue>}:dead         ZSET   dead-lettered job ids, score = time of death (server ms)
+    <prefix>:{<queue>}:wake         LIST   at most one token: wakes one idle consumer
+    <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
+    <prefix>:{<queue>}:done:<id>    LIST   one token per waiter of a result, short-lived
+    <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
+
+Reserved for later capabilities (same hash tag): ``groups`` (round-robin ring of groups),
+``g:<group>`` (a group's runnable jobs), ``gactive`` / ``glimit`` (per-group concurrency),
+``paused``, ``rate:*``, ``batch:*``, ``cron:*``, ``unique:*``, ``workers``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ._exceptions import ConfigurationError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+def check_name(kind: str, value: str) -> str:
+    """Validate a queue name or key prefix: no braces, so the hash tag stays intact."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ConfigurationError(
+            f"invalid {kind} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Key names of one queue."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def base(self) -> str:
+        """The common prefix of every key of this queue, ending in ``:``."""
+        return f"{self.prefix}:{{{self.queue}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}job:{job_id}"
+
+    def done(self, job_id: str) -> str:
+        return f"{self.base}done:{job_id}"
+
+    @property
+    def ready(self) -> str:
+        return self.base + "ready"
+
+    @property
+    def prio(self) -> str:
+        return self.base + "prio"
+
+    @property
+    def scheduled(self) -> str:
+        return self.base + "scheduled"
+
+    @property
+    def active(self) -> str:
+        return self.base + "active"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    @property
+    def seq(self) -> str:
+        return self.base + "seq"
+
+    @property
+    def stats(self) -> str:
+        return self.base + "stats"
+
+    def lanes(self) -> list[str]:
+        """KEYS shared by the scripts that move jobs between states, in their fixed order."""
+        return [
+            self.ready,
+            self.prio,
+            self.scheduled,
+            self.active,
+            self.dead,
+            self.wake,
+            self.seq,
+            self.stats,
+        ]

@@ -1,0 +1,337 @@
+"""One queue, from the producer's side: enqueue, counts, job records, and the pull API
+(``reserve`` / ``complete`` / ``fail`` / ``release`` / ``extend``) for consumers that are not
+workers, such as people working through jobs in a web app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback as tb
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+import redis.exceptions as rexc
+
+from ._exceptions import ConfigurationError, JobNotFound, ResultTimeout
+from ._job import Job, JobInfo, JobStatus, raise_for_outcome
+from ._keys import QueueKeys, check_name
+from ._scripts import Claimed, QueueScripts, check_code, wrap_redis_error
+from ._task import check_attempts, check_job_id, check_priority, new_job_id
+from ._timeutil import at_to_ms, to_ms, to_seconds
+
+if TYPE_CHECKING:
+    from ._app import App
+
+# result(timeout=None) still wakes up this often to re-check, so a lost connection or a missed
+# token can never leave a waiter blocked forever
+_RESULT_WAIT_SLICE = 30.0
+
+
+@dataclass(slots=True)
+class Reservation:
+    """A job leased through the pull API; pass it back to complete/fail/release/extend."""
+
+    id: str
+    token: str
+    task: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    queue: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def error_record(app: App, error: BaseException | str, *, with_traceback: bool = True) -> bytes:
+    """The stored form of a failure: JSON with type, message and traceback."""
+    if isinstance(error, BaseException):
+        rec = {
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback": "".join(tb.format_exception(error)) if with_traceback else None,
+        }
+    else:
+        rec = {"type": "Error", "message": str(error), "traceback": None}
+    return app.json.dumps(rec)
+
+
+class Queue:
+    """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App."""
+
+    def __init__(self, app: App, name: str) -> None:
+        self.app = app
+        self.name = check_name("queue name", name)
+        self.keys = QueueKeys(app.prefix, name)
+        self._scripts_obj: QueueScripts | None = None
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    @property
+    def _scripts(self) -> QueueScripts:
+        s = self._scripts_obj
+        if s is None or s.client is not self.app.redis:
+            s = self._scripts_obj = QueueScripts(self.app.redis, self.keys)
+        return s
+
+    # ------------------------------------------------------------------ producer side
+    async def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        job_id: str | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        result_ttl: float | timedelta | None = None,
+    ) -> Job[Any]:
+        """Enqueue a job by task name, for producers that do not import the task's code.
+
+        The worker checks the name; an unknown one is dead-lettered with the reason.
+        """
+        if not isinstance(task, str) or not task:
+            raise ConfigurationError(f"task name must be a non-empty string, not {task!r}")
+        if delay is not None and at is not None:
+            raise ConfigurationError("give delay= or at=, not both")
+        extra: dict[str, float] = {}
+        t = to_seconds(timeout, "timeout")
+        if t is not None:
+            extra["timeout"] = t
+        rt = to_seconds(result_ttl, "result_ttl")
+        if rt is not None:
+            extra["result_ttl"] = rt
+        spec = [
+            new_job_id() if job_id is None else check_job_id(job_id),
+            task,
+            self.app.dump_args(tuple(args), dict(kwargs or {})),
+            check_attempts(max_attempts if max_attempts is not None else self.app.max_attempts),
+            -1 if delay is None else to_ms(delay, "delay"),
+            -1 if at is None else at_to_ms(at),
+            check_priority(priority),
+            self.app.dump_options(extra) if extra else "",
+        ]
+        return (await self.enqueue_specs([spec]))[0]
+
+    async def enqueue_specs(self, specs: Sequence[Sequence[Any]]) -> list[Job[Any]]:
+        """Store prepared jobs (8 enqueue.lua values each) in one round trip."""
+        if not specs:
+            return []
+        await self._scripts.enqueue(specs)
+        return [Job(self, spec[0]) for spec in specs]
+
+    def job(self, job_id: str) -> Job[Any]:
+        """A handle on a job of this queue by id (no I/O)."""
+        return Job(self, job_id)
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per state: scheduled, queued, active, failed (dead letters)."""
+        k = self.keys
+        pipe = self.app.redis.pipeline(transaction=False)
+        pipe.llen(k.ready)
+        for key in (k.prio, k.scheduled, k.active, k.dead):
+            pipe.zcard(key)
+        try:
+            ready, prio, sched, active, dead = await pipe.execute()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise wrap_redis_error(exc) from exc
+        return {"scheduled": sched, "queued": ready + prio, "active": active, "failed": dead}
+
+    async def stats(self) -> dict[str, int]:
+        """Lifetime counters: enqueued, completed, failed, retried, expired (leases)."""
+        raw = cast(dict[bytes, bytes], await self.app.redis.hgetall(self.keys.stats))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    async def job_info(self, job_id: str) -> JobInfo:
+        raw = cast(dict[bytes, bytes], await self.app.redis.hgetall(self.keys.job(job_id)))
+        if not raw:
+            raise JobNotFound(job_id)
+        h = {k.decode(): v for k, v in raw.items()}
+
+        def num(name: str) -> int | None:
+            return int(h[name]) if name in h else None
+
+        args: tuple[Any, ...] | None = None
+        kwargs: dict[str, Any] | None = None
+        with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
+            args, kwargs = self.app.load_args(h.get("p", b""))
+        return JobInfo(
+            id=job_id,
+            queue=self.name,
+            task=h.get("t", b"").decode(errors="replace"),
+            status=JobStatus(h["s"].decode()),
+            attempts=num("a") or 0,
+            max_attempts=num("m") or 1,
+            priority=num("pr") or 0,
+            created_ms=num("ct") or 0,
+            due_ms=num("due"),
+            finished_ms=num("f"),
+            error=self.app.load_error(h["e"]) if "e" in h else None,
+            args=args,
+            kwargs=kwargs,
+        )
+
+    async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        scripts = self._scripts
+        state, result, error = await scripts.watch(job_id, register=True)
+        while True:
+            if not state:
+                raise JobNotFound(job_id)
+            if state == JobStatus.COMPLETED:
+                return self.app.load_result(result)
+            if state in (JobStatus.FAILED, JobStatus.CANCELLED):
+                raise_for_outcome(job_id, state, self.app.load_error(error) if error else None)
+            slice_ = _RESULT_WAIT_SLICE
+            if deadline is not None:
+                slice_ = min(slice_, deadline - loop.time())
+                if slice_ <= 0:
+                    raise ResultTimeout(f"job {job_id!r} did not finish within {timeout} s")
+            try:
+                # BLPOP takes whole milliseconds; below 1 ms it would mean "forever"
+                got = await self.app.redis.blpop([self.keys.done(job_id)], max(slice_, 0.001))
+            except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+                raise wrap_redis_error(exc) from exc
+            state, result, error = await scripts.watch(job_id, register=got is None)
+
+    # ------------------------------------------------------------------ pull API
+    async def reserve(
+        self,
+        n: int = 1,
+        *,
+        lease: float | timedelta | None = None,
+        wait: float | timedelta | None = None,
+    ) -> list[Reservation]:
+        """Lease up to ``n`` runnable jobs, highest priority first.
+
+        Args:
+            n: how many jobs at most.
+            lease: seconds until an abandoned reservation returns to the queue (default: the
+                App's ``lease``); renew it with ``extend``.
+            wait: when nothing is runnable, block up to this many seconds for a job (no
+                polling); ``None`` returns at once.
+
+        Returns:
+            The reservations, possibly empty. Jobs whose payload cannot be decoded are
+            dead-lettered with the reason instead of being returned.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigurationError(f"n must be an int >= 1, not {n!r}")
+        lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
+        if lease_ms < 1:
+            raise ConfigurationError("lease must be at least 1 ms")
+        wait_s = to_seconds(wait, "wait")
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_s is None else loop.time() + wait_s
+        while True:
+            res = await self._scripts.claim(n, lease_ms, self.app.dead_ttl_ms)
+            out = []
+            for c in res.jobs:
+                r = await self._decode(c)
+                if r is not None:
+                    out.append(r)
+            if out or deadline is None:
+                return out
+            remaining = deadline - loop.time()
+            if res.jobs:  # all were undecodable: try again at once
+                continue
+            if remaining <= 0:
+                return []
+            block = remaining
+            if res.next_wake_ms >= 0:
+                block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
+            await self.wait_for_wake(block)
+
+    async def wait_for_wake(self, seconds: float) -> None:
+        """Block until a producer leaves a wake token or ``seconds`` pass (no polling)."""
+        try:
+            await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001))
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise wrap_redis_error(exc) from exc
+
+    async def _decode(self, c: Claimed) -> Reservation | None:
+        try:
+            args, kwargs = self.app.load_args(c.payload)
+            options = self.app.load_options(c.options)
+        except Exception as exc:
+            err = error_record(self.app, exc)
+            await self._scripts.fail(c.id, c.token, err, -1, self.app.dead_ttl_ms)
+            return None
+        return Reservation(
+            c.id, c.token, c.task, args, kwargs, c.attempt, c.max_attempts, self.name, options
+        )
+
+    async def complete(self, reservation: Reservation, result: Any = None) -> None:
+        """Finish a reserved job with its result.
+
+        Raises:
+            LeaseLost: the lease ran out and the job went to another consumer, or it finished.
+            JobNotFound: the job's record is gone.
+            SerializationError: the result cannot be serialised (nothing is changed).
+        """
+        data = self.app.dump_result(result)
+        ttl = self.app.result_ttl_ms(reservation.options)
+        code = (await self._scripts.complete([(reservation.id, reservation.token, data, ttl)]))[0]
+        check_code(code, reservation.id)
+
+    async def fail(
+        self,
+        reservation: Reservation,
+        error: BaseException | str,
+        *,
+        retry: bool = True,
+        delay: float | timedelta | None = None,
+    ) -> bool:
+        """Record a failed attempt. With ``retry`` and attempts left, the job runs again after
+        ``delay`` (default: the App's backoff); otherwise it is dead-lettered.
+
+        Returns:
+            True if a retry was scheduled, False if the job was dead-lettered.
+        """
+        if retry:
+            d = to_seconds(delay, "delay")
+            delay_ms = to_ms(
+                self.app.backoff.delay(reservation.attempt) if d is None else d, "delay"
+            )
+        else:
+            delay_ms = -1
+        code = await self._scripts.fail(
+            reservation.id,
+            reservation.token,
+            error_record(self.app, error),
+            delay_ms,
+            self.app.dead_ttl_ms,
+        )
+        check_code(code, reservation.id)
+        return code == 1
+
+    async def release(
+        self, reservation: Reservation, *, delay: float | timedelta = 0, refund: bool = True
+    ) -> None:
+        """Give a reserved job back unfinished; by default its attempt is not counted."""
+        code = (
+            await self._scripts.release(
+                [(reservation.id, reservation.token)], to_ms(delay, "delay"), refund
+            )
+        )[0]
+        check_code(code, reservation.id)
+
+    async def extend(
+        self, reservation: Reservation, *, lease: float | timedelta | None = None
+    ) -> None:
+        """Renew a reservation's lease to ``lease`` seconds from now (server clock)."""
+        lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
+        code = (await self._scripts.extend([(reservation.id, reservation.token)], lease_ms))[0]
+        check_code(code, reservation.id)
+
+    async def reap(self, limit: int = 1000) -> dict[str, int]:
+        """Run queue maintenance now: recover expired leases, promote due delayed jobs, trim
+        old dead letters. Workers do this on their own; this is for pull-API-only setups."""
+        rec, pro, trimmed = await self._scripts.reap(limit, self.app.dead_ttl_ms)
+        return {"recovered": rec, "promoted": pro, "dead_trimmed": trimmed}

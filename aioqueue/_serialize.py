@@ -1,0 +1,91 @@
+"""Serialisers for job arguments and results: JSON by default, pickle only on explicit opt-in.
+
+A pickle payload is code execution for anyone who can write to Redis, so it is never the default
+and never chosen implicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any, Protocol, cast, runtime_checkable
+
+from ._exceptions import ConfigurationError, SerializationError
+
+_orjson: Any
+try:  # orjson is optional: several times faster, same wire format
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _orjson = None
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns values into bytes and back. ``dumps`` raises ``TypeError``/``ValueError`` on
+    values it cannot encode; ``loads`` raises any exception on bad input."""
+
+    name: str
+
+    def dumps(self, value: Any) -> bytes: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class JsonSerializer:
+    """JSON (orjson when installed). Tuples become lists; dict keys must be strings."""
+
+    name = "json"
+
+    def dumps(self, value: Any) -> bytes:
+        if _orjson is not None:
+            return cast(bytes, _orjson.dumps(value))
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+    def loads(self, data: bytes) -> Any:
+        if _orjson is not None:
+            return _orjson.loads(data)
+        return json.loads(data)
+
+
+class PickleSerializer:
+    """pickle: any picklable value. Only safe when nobody untrusted can write to Redis."""
+
+    name = "pickle"
+
+    def dumps(self, value: Any) -> bytes:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+
+def get_serializer(spec: str | Serializer) -> Serializer:
+    """Resolve ``"json"``, ``"pickle"`` or a Serializer object."""
+    if isinstance(spec, str):
+        if spec == "json":
+            return JsonSerializer()
+        if spec == "pickle":
+            return PickleSerializer()
+        raise ConfigurationError(f"unknown serializer {spec!r}: use 'json', 'pickle' or an object")
+    if isinstance(spec, Serializer):
+        return spec
+    raise ConfigurationError(f"serializer must be 'json', 'pickle' or a Serializer, not {spec!r}")
+
+
+def dumps_checked(serializer: Serializer, value: Any, limit: int, what: str) -> bytes:
+    """Serialise ``value``, turning encoder errors into SerializationError and refusing
+    payloads over ``limit`` bytes (0 = no limit)."""
+    from ._exceptions import PayloadTooLarge
+
+    try:
+        data = serializer.dumps(value)
+    except (TypeError, ValueError, OverflowError, pickle.PicklingError, AttributeError) as exc:
+        raise SerializationError(
+            f"cannot serialise {what} with the {serializer.name} serializer: {exc}"
+        ) from exc
+    if limit and len(data) > limit:
+        raise PayloadTooLarge(
+            f"{what} serialise to {len(data):,} bytes, over the limit of {limit:,} "
+            "(App(max_payload_bytes=...)); store large data elsewhere and pass a reference"
+        )
+    return data

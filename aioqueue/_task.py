@@ -1,0 +1,290 @@
+"""Tasks: ``Task[P, R]`` made by ``@app.task``, the ``.options()`` builder, and retry backoff."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from ._exceptions import ConfigurationError
+from ._job import Job
+from ._timeutil import at_to_ms, to_ms, to_seconds
+
+if TYPE_CHECKING:
+    from ._app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff between attempts: ``base * factor**(attempt-1)`` seconds, capped at
+    ``max``, then scaled by a random factor in ``[1 - jitter, 1]`` so retries spread out."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 300.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"invalid {self!r}: base>=0, factor>=1, max>=0, 0<=jitter<=1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        d = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
+        return d * (1.0 - self.jitter * random.random())
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Options of one enqueue call; ``None`` means the task's default."""
+
+    delay: float | None = None
+    at: datetime | float | None = None
+    job_id: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    result_ttl: float | None = None
+    queue: str | None = None
+
+
+def check_priority(priority: int) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigurationError(f"priority must be an int, not {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ConfigurationError(
+            f"priority {priority} out of range {MIN_PRIORITY}..{MAX_PRIORITY} (higher runs first)"
+        )
+    return priority
+
+
+def check_attempts(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigurationError(f"max_attempts must be an int >= 1, not {n!r}")
+    return n
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not 0 < len(job_id) <= 256:
+        raise ConfigurationError(
+            f"job_id must be a non-empty string of at most 256 chars: {job_id!r}"
+        )
+    return job_id
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+class _Signature:
+    """A fast check that call arguments fit a function, so a misuse fails at enqueue."""
+
+    __slots__ = ("allowed", "name", "npos", "positional", "required", "var_kw", "var_pos")
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        params = list(inspect.signature(fn).parameters.values())
+        kinds = inspect.Parameter
+        self.name = name
+        self.positional = [
+            p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        self.npos = len(self.positional)
+        self.var_pos = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+        self.var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
+        self.allowed = frozenset(
+            p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        )
+        self.required = [
+            (p.name, p.kind is kinds.KEYWORD_ONLY)
+            for p in params
+            if p.default is p.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+        ]
+
+    def check(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        if len(args) > self.npos and not self.var_pos:
+            raise TypeError(
+                f"{self.name}() takes {self.npos} positional arguments, got {len(args)}"
+            )
+        if not self.var_kw:
+            for key in kwargs:
+                if key not in self.allowed:
+                    raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r}")
+        given = self.positional[: len(args)]
+        for name, kwonly in self.required:
+            if name not in kwargs and (kwonly or name not in given):
+                raise TypeError(f"{self.name}() missing required argument {name!r}")
+
+
+class Task(Generic[P, R]):
+    """A registered job function. ``await task.enqueue(...)`` is checked against its signature.
+
+    Calling the task object itself (``task(...)``) runs the function directly, in-process.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        timeout: float | None,
+        backoff: Backoff,
+        result_ttl: float | None,
+        priority: int,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = check_attempts(max_attempts)
+        self.timeout = to_seconds(timeout, "timeout")
+        self.backoff = backoff
+        self.result_ttl = to_seconds(result_ttl, "result_ttl")
+        self.priority = check_priority(priority)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._sig = _Signature(fn, name)
+        self._defaults = JobOptions()
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        return self.fn(*args, **kwargs)
+
+    def options(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        job_id: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        result_ttl: float | timedelta | None = None,
+        queue: str | None = None,
+    ) -> BoundTask[P, R]:
+        """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
+
+        Args:
+            delay: run no earlier than this many seconds from now (by the server's clock).
+            at: run no earlier than this absolute time (aware datetime or POSIX seconds).
+            job_id: an explicit id; enqueueing an id that exists does nothing (idempotent).
+            priority: -100..100, higher first (default: the task's, normally 0).
+            max_attempts, timeout, result_ttl, queue: override the task's defaults.
+        """
+        opts = JobOptions(
+            delay=to_seconds(delay, "delay"),
+            at=at,
+            job_id=None if job_id is None else check_job_id(job_id),
+            priority=None if priority is None else check_priority(priority),
+            max_attempts=None if max_attempts is None else check_attempts(max_attempts),
+            timeout=to_seconds(timeout, "timeout"),
+            result_ttl=to_seconds(result_ttl, "result_ttl"),
+            queue=queue,
+        )
+        if opts.delay is not None and opts.at is not None:
+            raise ConfigurationError("give delay= or at=, not both")
+        if opts.at is not None:
+            at_to_ms(opts.at)
+        return BoundTask(self, opts)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue one job; returns once it is stored.
+
+        Raises:
+            TypeError: the arguments do not fit the function's signature.
+            SerializationError / PayloadTooLarge: the arguments cannot be stored.
+            ConnectionError: Redis could not be reached.
+        """
+        return await self._enqueue(self._defaults, args, kwargs)
+
+    async def enqueue_many(
+        self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[Job[R]]:
+        """Enqueue many jobs of this task in one round trip.
+
+        Args:
+            calls: for each job, a mapping of keyword arguments, or an ``(args, kwargs)`` pair.
+        """
+        return await self._enqueue_many(self._defaults, calls)
+
+    async def _enqueue(
+        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Job[R]:
+        self._sig.check(args, kwargs)
+        queue = self.app.queue(opts.queue or self.queue)
+        spec = self._spec(queue.app, opts, args, kwargs)
+        jobs = await queue.enqueue_specs([spec])
+        return jobs[0]
+
+    async def _enqueue_many(
+        self,
+        opts: JobOptions,
+        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
+    ) -> list[Job[R]]:
+        queue = self.app.queue(opts.queue or self.queue)
+        specs = []
+        for call in calls:
+            if isinstance(call, tuple):
+                args, kwargs = call
+            else:
+                args, kwargs = (), call
+            self._sig.check(args, kwargs)
+            specs.append(self._spec(queue.app, opts, args, kwargs))
+        return await queue.enqueue_specs(specs)
+
+    def _spec(
+        self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> list[Any]:
+        """The 8 enqueue.lua values for one job."""
+        payload = app.dump_args(args, kwargs)
+        extra: dict[str, float] = {}
+        if opts.timeout is not None:
+            extra["timeout"] = opts.timeout
+        if opts.result_ttl is not None:
+            extra["result_ttl"] = opts.result_ttl
+        return [
+            opts.job_id or new_job_id(),
+            self.name,
+            payload,
+            opts.max_attempts or self.max_attempts,
+            -1 if opts.delay is None else to_ms(opts.delay, "delay"),
+            -1 if opts.at is None else at_to_ms(opts.at),
+            self.priority if opts.priority is None else opts.priority,
+            app.dump_options(extra) if extra else "",
+        ]
+
+
+class BoundTask(Generic[P, R]):
+    """A task with enqueue options bound, from ``task.options(...)``."""
+
+    __slots__ = ("opts", "task")
+
+    def __init__(self, task: Task[P, R], opts: JobOptions) -> None:
+        self.task = task
+        self.opts = opts
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue one job with the bound options (see ``Task.enqueue``)."""
+        return await self.task._enqueue(self.opts, args, kwargs)
+
+    async def enqueue_many(
+        self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[Job[R]]:
+        """Enqueue many jobs with the bound options in one round trip (``job_id`` is not
+        allowed here: each job gets its own id)."""
+        if self.opts.job_id is not None:
+            raise ConfigurationError("job_id= names one job; it cannot be used with enqueue_many")
+        return await self.task._enqueue_many(self.opts, calls)

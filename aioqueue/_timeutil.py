@@ -1,0 +1,39 @@
+"""Times: seconds (float or timedelta) in the public API, integer milliseconds inside."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from ._exceptions import ConfigurationError
+
+
+def to_seconds(value: float | timedelta | None, what: str = "timeout") -> float | None:
+    """Normalise an optional duration to seconds, rejecting negative or non-finite values."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{what} must be seconds (a number or timedelta), not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def to_ms(value: float | timedelta, what: str) -> int:
+    """A non-negative duration in integer milliseconds."""
+    sec = to_seconds(value, what)
+    assert sec is not None
+    return round(sec * 1000)
+
+
+def at_to_ms(at: datetime | float) -> int:
+    """An absolute time (aware datetime, or POSIX seconds) in epoch milliseconds."""
+    if isinstance(at, datetime):
+        if at.tzinfo is None:
+            raise ConfigurationError("at= needs a timezone-aware datetime (e.g. tzinfo=UTC)")
+        return int(at.timestamp() * 1000)
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
+        raise ConfigurationError(f"at= must be an aware datetime or POSIX seconds, not {at!r}")
+    return int(at * 1000)
