@@ -13,6 +13,7 @@ slot::
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
     <prefix>:{<queue>}:done:<id>    LIST   one token per waiter of a result, short-lived
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
+    <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
 
 Reserved for later capabilities (same hash tag): ``groups`` (round-robin ring of groups),
 ``g:<group>`` (a group's runnable jobs), ``gactive`` / ``glimit`` (per-group concurrency),
@@ -83,6 +84,10 @@ class QueueKeys:
     @property
     def seq(self) -> str:
         return self.base + "seq"
+
+    @property
+    def reap_lock(self) -> str:
+        return self.base + "reaplock"
 
     @property
     def stats(self) -> str:

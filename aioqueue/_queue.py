@@ -48,7 +48,7 @@ def error_record(app: App, error: BaseException | str, *, with_traceback: bool =
     """The stored form of a failure: JSON with type, message and traceback."""
     if isinstance(error, BaseException):
         rec = {
-            "type": type(error).__name__,
+            "type": getattr(error, "kind", None) or type(error).__name__,
             "message": str(error),
             "traceback": "".join(tb.format_exception(error)) if with_traceback else None,
         }

@@ -188,9 +188,12 @@ class QueueScripts:
         )
         return res[0].decode(), res[1], res[2]
 
-    async def reap(self, limit: int, dead_ttl_ms: int) -> tuple[int, int, int]:
+    async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:
+        """Maintenance; returns (recovered, promoted, dead_trimmed), all -1 when another
+        process did it in this lock period."""
+        keys = [*self.lanes, self.keys.reap_lock]
         res = await evalsha(
-            self.client, SCRIPTS["reap"], self.lanes, (self.base, limit, dead_ttl_ms)
+            self.client, SCRIPTS["reap"], keys, (self.base, limit, dead_ttl_ms, lock_ms)
         )
         return int(res[1]), int(res[2]), int(res[3])
 

@@ -1,0 +1,52 @@
+"""``current_job()``: what a running task can know about its job, and progress reporting."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._app import App
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """The job a task is running for, from ``current_job()``.
+
+    Attributes:
+        id: the job id.
+        queue: its queue.
+        task: the task name.
+        attempt: this run's attempt number, from 1.
+        max_attempts: attempts allowed before the job is dead-lettered.
+        app: the App the worker runs for (its connection pool is usable from the task).
+    """
+
+    id: str
+    queue: str
+    task: str
+    attempt: int
+    max_attempts: int
+    app: App
+
+    async def progress(self, value: Any) -> None:
+        """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable
+        from ``Job.info()`` in any process."""
+        key = self.app.queue(self.queue).keys.job(self.id)
+        await self.app.redis.hset(key, "pg", self.app.json.dumps(value))
+
+
+_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")
+
+
+def current_job() -> JobContext:
+    """The job the calling task is running for.
+
+    Raises:
+        RuntimeError: called outside a job run by a worker.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_job() called outside a job run by an aioqueue worker") from None

@@ -1,0 +1,444 @@
+"""The consumer pool: one event loop runs up to ``concurrency`` jobs at once.
+
+Per queue, a fetch loop leases as many jobs per round trip as there are free slots and, when it
+finds nothing, blocks on the queue's wake list (no polling) until a producer adds work, a delayed
+job falls due or a lease runs out. Around it:
+
+- a heartbeat renews the leases of every running job (and of finished jobs whose ack is still
+  in flight), so a live worker never loses a slow job to another worker;
+- an acker sends completions in batches, one script call per queue, fenced by lease tokens;
+- a reaper runs queue maintenance once per period across all workers (lock in Redis).
+
+Failures, retries and releases are shielded from cancellation and tracked, so shutdown waits for
+them: cancelling the worker at any await point leaves every job in a valid state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import redis.exceptions as rexc
+
+from ._app import App
+from ._context import JobContext, _current
+from ._exceptions import AioQueueError, ClosedError, ConfigurationError, Retry
+from ._queue import Queue, error_record
+from ._scripts import Claimed, QueueScripts
+from ._timeutil import to_seconds
+
+logger = logging.getLogger(__name__)
+
+# errors a loop survives by backing off and trying again (the server went away, a failover)
+_TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
+
+
+@dataclass(slots=True)
+class _QueueState:
+    queue: Queue
+    scripts: QueueScripts
+    acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Running:
+    qs: _QueueState
+    job_id: str
+    token: str
+    lost: bool = False
+
+
+class Worker:
+    """Runs jobs of an App's tasks from one or more queues.
+
+    Args:
+        app: the App whose tasks run; its connection pool is shared with any producer.
+        queues: queue names to consume (default: the App's default queue).
+        concurrency: jobs run at once.
+        burst: stop once the queues are empty and nothing runs (for scripts and tests).
+        grace: seconds running jobs get to finish on shutdown before they are cancelled and
+            returned to the queue without spending an attempt.
+        max_batch: most jobs leased per round trip (default: ``concurrency``, at most 500).
+        idle_block: longest single blocking wait when idle, in seconds.
+
+    Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
+    ``async with worker:`` to run it in the background of a block.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 100,
+        burst: bool = False,
+        grace: float = 30.0,
+        max_batch: int | None = None,
+        idle_block: float = 5.0,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+        self.app = app
+        names = list(queues) if queues else [app.default_queue]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"queues listed twice: {names}")
+        self.queue_names = names
+        self.concurrency = concurrency
+        self.burst = burst
+        self.grace = to_seconds(grace, "grace") or 0.0
+        self.max_batch = max(1, min(max_batch or concurrency, 500))
+        self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.completed = 0
+        self.failed = 0
+        self._queues: list[_QueueState] = []
+        self._running: dict[asyncio.Task[None], _Running] = {}
+        self._shielded: set[asyncio.Future[Any]] = set()
+        self._slot_freed = asyncio.Event()
+        self._ack_event = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._force = False
+        self._stopping = False
+        self._runner: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lease_ms = int(app.lease * 1000)
+        self._started = False
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.id} queues={self.queue_names} running={len(self._running)}>"
+
+    # ------------------------------------------------------------------ control
+    def stop(self, *, force: bool = False) -> None:
+        """Ask the worker to stop: no new jobs are fetched; running jobs get ``grace``
+        seconds (none with ``force``), then are cancelled and returned to their queue."""
+        if force:
+            self._force = True
+            for task in list(self._running):
+                task.cancel()
+        self._stop.set()
+
+    @property
+    def running_jobs(self) -> int:
+        return len(self._running)
+
+    async def __aenter__(self) -> Worker:
+        self._runner = asyncio.create_task(self.run())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._runner is not None:
+            await self._runner
+
+    # ------------------------------------------------------------------ main loop
+    async def run(self) -> None:
+        """Run until ``stop()`` (or, with ``burst``, until the queues are empty)."""
+        if self._started:
+            raise ClosedError("a Worker runs once; create a new one")
+        self._started = True
+        self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
+        self._queues = [
+            _QueueState(q, q._scripts) for q in (self.app.queue(n) for n in self.queue_names)
+        ]
+        logger.info(
+            "worker %s consuming %s at concurrency %d",
+            self.id,
+            ", ".join(self.queue_names),
+            self.concurrency,
+        )
+        fetchers = [asyncio.create_task(self._fetch_loop(qs)) for qs in self._queues]
+        helpers = [
+            asyncio.create_task(self._heartbeat_loop()),
+            asyncio.create_task(self._reap_loop()),
+        ]
+        acker = asyncio.create_task(self._ack_loop())
+        stop_waiter: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        try:
+            if self.burst:  # done when every fetch loop has found its queue empty
+                drained: asyncio.Future[Any] = asyncio.gather(*fetchers)
+                await asyncio.wait([drained, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await stop_waiter
+        except asyncio.CancelledError:
+            self._force = True
+            raise
+        finally:
+            stop_waiter.cancel()
+            await self._shutdown(fetchers, helpers, acker)
+
+    async def _shutdown(
+        self,
+        fetchers: list[asyncio.Task[None]],
+        helpers: list[asyncio.Task[None]],
+        acker: asyncio.Task[None],
+    ) -> None:
+        self._stopping = True
+        self._stop.set()
+        for t in fetchers:
+            t.cancel()
+        await asyncio.gather(*fetchers, return_exceptions=True)
+        if self._running and not self._force and self.grace > 0:
+            logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
+            await asyncio.wait(list(self._running), timeout=self.grace)
+        if self._running:
+            logger.warning("returning %d unfinished jobs to their queues", len(self._running))
+            for t in list(self._running):
+                t.cancel()
+            await asyncio.gather(*self._running, return_exceptions=True)
+        acker.cancel()
+        await asyncio.gather(acker, return_exceptions=True)
+        await self._flush_acks()
+        # acks, failures, retries and releases in flight finish before we leave; if the
+        # server is gone they cannot, and the leases bring those jobs back
+        if self._shielded:
+            await asyncio.wait(list(self._shielded), timeout=5.0 if self._force else 30.0)
+        for t in helpers:
+            t.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        logger.info(
+            "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
+        )
+
+    async def _fetch_loop(self, qs: _QueueState) -> None:
+        backoff = 0.05
+        scripts = qs.scripts
+        while not self._stop.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            want = min(free, self.max_batch)
+            try:
+                res = await scripts.claim(want, self._lease_ms, self.app.dead_ttl_ms)
+                for c in res.jobs:
+                    self._start_job(qs, c)
+                if len(res.jobs) >= want:
+                    backoff = 0.05
+                    continue
+                if self.burst and not res.jobs:
+                    if not self._running:
+                        return
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
+                    continue
+                block = self.idle_block
+                if res.next_wake_ms >= 0:
+                    block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
+                # a blocking call can never hang forever, even if the socket silently died
+                async with asyncio.timeout(block + 10.0):
+                    await qs.queue.wait_for_wake(block)
+                backoff = 0.05
+            except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
+                logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    # ------------------------------------------------------------------ one job
+    def _start_job(self, qs: _QueueState, c: Claimed) -> None:
+        task = asyncio.get_running_loop().create_task(self._run_job(qs, c))
+        self._running[task] = _Running(qs, c.id, c.token)
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:  # pragma: no cover - a bug
+            logger.error("job wrapper crashed", exc_info=task.exception())
+
+    async def _run_job(self, qs: _QueueState, c: Claimed) -> None:
+        app = self.app
+        task = app.tasks.get(c.task)
+        if task is None:
+            known = ", ".join(sorted(app.tasks)) or "none"
+            msg = f"no task named {c.task!r} in this worker (known: {known})"
+            await self._fail(qs, c, _Unrunnable("UnknownTask", msg), retry_ms=-1)
+            return
+        try:
+            args, kwargs = app.load_args(c.payload)
+            opts = app.load_options(c.options) if c.options else {}
+        except Exception as exc:
+            await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
+            return
+        # each job runs in its own asyncio task, hence its own context: no reset needed
+        _current.set(JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app))
+        timeout = opts.get("timeout", task.timeout)
+        try:
+            if task.is_async:
+                if timeout is None:
+                    result = await task.fn(*args, **kwargs)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await task.fn(*args, **kwargs)
+            else:
+                result = await self._run_sync(task.fn, args, kwargs, timeout)
+        except asyncio.CancelledError:
+            entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
+            if entry is not None and not entry.lost:
+                # shutdown: back to the queue, and this attempt does not count
+                self._shield(qs.scripts.release([(c.id, c.token)], 0, refund=True), log=True)
+            raise
+        except Retry as r:
+            delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
+            await self._fail(qs, c, r, retry_ms=int(delay * 1000))
+            return
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and timeout is not None:
+                exc = _Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+            await self._fail(qs, c, exc, retry_ms=int(task.backoff.delay(c.attempt) * 1000))
+            return
+        try:
+            data = app.dump_result(result)
+        except AioQueueError as exc:
+            await self._fail(qs, c, exc, retry_ms=-1)
+            return
+        qs.acks.append((c.id, c.token, data, app.result_ttl_ms(opts, task)))
+        self._ack_event.set()
+        self.completed += 1
+
+    async def _run_sync(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+    ) -> Any:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aioqueue")
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, fn, *args, **kwargs)
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        if timeout is None:
+            return await fut
+        # the thread cannot be stopped; the job is failed and its thread left to finish
+        async with asyncio.timeout(timeout):
+            return await fut
+
+    async def _fail(self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int) -> None:
+        self.failed += 1
+        if retry_ms >= 0 and c.attempt < c.max_attempts:
+            logger.warning(
+                "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %r",
+                c.id,
+                c.task,
+                c.attempt,
+                c.max_attempts,
+                retry_ms / 1000,
+                exc,
+            )
+        else:
+            logger.error(
+                "job %s (%s) dead-lettered after attempt %d of %d: %r",
+                c.id,
+                c.task,
+                c.attempt,
+                c.max_attempts,
+                exc,
+            )
+        err = error_record(self.app, exc, with_traceback=not isinstance(exc, _Unrunnable))
+        try:
+            await self._shield(qs.scripts.fail(c.id, c.token, err, retry_ms, self.app.dead_ttl_ms))
+        except _TRANSIENT as e:
+            logger.warning(
+                "could not record the failure of job %s (%r); its lease expires", c.id, e
+            )
+
+    def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
+        """Run an ack-like call to the end even if the caller is cancelled; shutdown waits
+        for every one of them. ``log``: nobody awaits it, so log its failure."""
+        fut = asyncio.ensure_future(coro)
+        self._shielded.add(fut)
+        fut.add_done_callback(self._shielded.discard)
+        if log:
+            fut.add_done_callback(_log_failure)
+        return asyncio.shield(fut)
+
+    # ------------------------------------------------------------------ background loops
+    async def _ack_loop(self) -> None:
+        while True:
+            await self._ack_event.wait()
+            self._ack_event.clear()
+            if not await self._flush_acks():
+                await asyncio.sleep(0.1)
+                self._ack_event.set()
+
+    async def _flush_acks(self) -> bool:
+        """Send the completions gathered so far, one script call per queue (shielded: once
+        sent, an ack finishes even if the acker is cancelled). False if some could not be
+        sent; they stay queued and are covered by the heartbeat meanwhile."""
+        ok = True
+        for qs in self._queues:
+            if not qs.acks:
+                continue
+            batch, qs.acks = qs.acks, []
+            try:
+                codes = await self._shield(qs.scripts.complete(batch))
+            except _TRANSIENT as exc:
+                logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
+                qs.acks[:0] = batch
+                ok = False
+                continue
+            lost = sum(1 for code in codes if code != 1)
+            if lost:
+                logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
+        return ok
+
+    async def _heartbeat_loop(self) -> None:
+        interval = max(self.app.lease / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for qs in self._queues:
+                entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+                pairs = [(e.job_id, e.token) for _, e in entries]
+                pairs += [(a[0], a[1]) for a in qs.acks]
+                if not pairs:
+                    continue
+                try:
+                    codes = await qs.scripts.extend(pairs, self._lease_ms)
+                except _TRANSIENT as exc:
+                    logger.warning("heartbeat failed (%s); will retry", exc)
+                    continue
+                for (task, entry), code in zip(entries, codes, strict=False):
+                    if code != 1 and not task.done():
+                        # the job was handed to someone else: stop working on it here
+                        logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
+                        entry.lost = True
+                        task.cancel()
+
+    async def _reap_loop(self) -> None:
+        interval = max(self.app.lease / 2, 0.05)
+        lock_ms = max(int(interval * 1000) - 10, 1)
+        while True:
+            for qs in self._queues:
+                try:
+                    await qs.scripts.reap(1000, self.app.dead_ttl_ms, lock_ms)
+                except _TRANSIENT as exc:
+                    logger.debug("maintenance failed: %s", exc)
+            await asyncio.sleep(interval)
+
+
+class _Unrunnable(Exception):
+    """A reason a job could not run, recorded under its own type name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        # the lease brings the job back; nothing is lost
+        logger.warning("could not record a job outcome: %r", fut.exception())
