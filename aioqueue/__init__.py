@@ -1,6 +1,9 @@
 """aioqueue: an asyncio-native job queue for Redis and Valkey."""
 
 from ._app import App as App
+from ._context import JobContext as JobContext
+from ._context import current_job as current_job
+from ._embedded import EmbeddedServer as EmbeddedServer
 from ._exceptions import AioQueueError as AioQueueError
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
@@ -27,6 +30,7 @@ from ._task import Backoff as Backoff
 from ._task import BoundTask as BoundTask
 from ._task import Task as Task
 from ._version import __version__ as __version__
+from ._worker import Worker as Worker
 
 __all__ = [
     "AioQueueError",
@@ -36,9 +40,11 @@ __all__ = [
     "ClosedError",
     "ConfigurationError",
     "ConnectionError",
+    "EmbeddedServer",
     "EmbeddedServerError",
     "Job",
     "JobCancelled",
+    "JobContext",
     "JobError",
     "JobFailed",
     "JobInfo",
@@ -55,5 +61,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "Task",
+    "Worker",
     "__version__",
+    "current_job",
 ]

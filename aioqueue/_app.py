@@ -18,6 +18,7 @@ from ._exceptions import ConnectionError as AQConnectionError
 from ._job import JobError
 from ._keys import check_name
 from ._queue import Queue
+from ._results import ResultWaiter
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
 from ._task import Backoff, Task, check_attempts
 from ._timeutil import to_ms, to_seconds
@@ -67,7 +68,8 @@ class App:
             0: not kept).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
         max_attempts, timeout, backoff: defaults for tasks that do not set their own.
-        max_connections: size limit of the connection pool (None: unlimited).
+        max_connections: size of the connection pool; callers beyond it wait for a free
+            connection (up to 30 s).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
@@ -87,7 +89,7 @@ class App:
         max_attempts: int = 3,
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
-        max_connections: int | None = None,
+        max_connections: int = 100,
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
@@ -108,13 +110,18 @@ class App:
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = backoff or Backoff()
-        if max_connections is not None and max_connections < 1:
-            raise ConfigurationError("max_connections must be >= 1")
+        if (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 2
+        ):
+            raise ConfigurationError("max_connections must be an int >= 2")
         self.max_connections = max_connections
         self.redis_options = dict(redis_options or {})
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._queues: dict[str, Queue] = {}
         self._redis: aioredis.Redis | None = None
+        self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
 
     def __repr__(self) -> str:
@@ -134,11 +141,13 @@ class App:
             "socket_connect_timeout": 5.0,
             "socket_keepalive": True,
             "health_check_interval": 10,
+            "max_connections": self.max_connections,
+            "timeout": 30.0,  # longest wait for a free connection of the pool
         }
-        if self.max_connections is not None:
-            opts["max_connections"] = self.max_connections
         opts.update(self.redis_options)
-        client = aioredis.Redis.from_url(self.url, **opts)
+        # a blocking pool: a burst of callers waits for a free connection instead of failing
+        pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
+        client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
         try:
             await client.ping()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
@@ -152,6 +161,9 @@ class App:
 
     async def aclose(self) -> None:
         """Close the connection pool. The App cannot be opened again."""
+        if self._results is not None:
+            await self._results.aclose()
+            self._results = None
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -177,6 +189,14 @@ class App:
                 raise ClosedError("this App is closed")
             raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
         return self._redis
+
+    @property
+    def result_waiter(self) -> ResultWaiter:
+        """The App's shared listener for result notifications (created on first use)."""
+        if self._results is None:
+            self.redis  # noqa: B018 - raises ClosedError unless open
+            self._results = ResultWaiter(self)
+        return self._results
 
     # ------------------------------------------------------------------ tasks and queues
     @overload

@@ -11,7 +11,7 @@ slot::
     <prefix>:{<queue>}:dead         ZSET   dead-lettered job ids, score = time of death (server ms)
     <prefix>:{<queue>}:wake         LIST   at most one token: wakes one idle consumer
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
-    <prefix>:{<queue>}:done:<id>    LIST   one token per waiter of a result, short-lived
+    <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
 
@@ -54,8 +54,10 @@ class QueueKeys:
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
 
-    def done(self, job_id: str) -> str:
-        return f"{self.base}done:{job_id}"
+    @property
+    def done_channel(self) -> str:
+        """Pub/sub channel on which finished jobs that someone awaits are announced."""
+        return self.base + "done"
 
     @property
     def ready(self) -> str:

@@ -17,16 +17,13 @@ import redis.exceptions as rexc
 from ._exceptions import ConfigurationError, JobNotFound, ResultTimeout
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
+from ._results import RECHECK_INTERVAL
 from ._scripts import Claimed, QueueScripts, check_code, wrap_redis_error
 from ._task import check_attempts, check_job_id, check_priority, new_job_id
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
-
-# result(timeout=None) still wakes up this often to re-check, so a lost connection or a missed
-# token can never leave a waiter blocked forever
-_RESULT_WAIT_SLICE = 30.0
 
 
 @dataclass(slots=True)
@@ -179,26 +176,30 @@ class Queue:
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        scripts = self._scripts
-        state, result, error = await scripts.watch(job_id, register=True)
+        waiter = self.app.result_waiter
+        channel = self.keys.done_channel
+        await waiter.subscribe(channel)
         while True:
-            if not state:
-                raise JobNotFound(job_id)
-            if state == JobStatus.COMPLETED:
-                return self.app.load_result(result)
-            if state in (JobStatus.FAILED, JobStatus.CANCELLED):
-                raise_for_outcome(job_id, state, self.app.load_error(error) if error else None)
-            slice_ = _RESULT_WAIT_SLICE
-            if deadline is not None:
-                slice_ = min(slice_, deadline - loop.time())
-                if slice_ <= 0:
-                    raise ResultTimeout(f"job {job_id!r} did not finish within {timeout} s")
+            fut = waiter.add(channel, job_id)
             try:
-                # BLPOP takes whole milliseconds; below 1 ms it would mean "forever"
-                got = await self.app.redis.blpop([self.keys.done(job_id)], max(slice_, 0.001))
-            except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-                raise wrap_redis_error(exc) from exc
-            state, result, error = await scripts.watch(job_id, register=got is None)
+                # subscribed first, then marked as awaited: a finish in between is announced
+                state, result, error = await self._scripts.watch(job_id, register=True)
+                if not state:
+                    raise JobNotFound(job_id)
+                if state == JobStatus.COMPLETED:
+                    return self.app.load_result(result)
+                if state in (JobStatus.FAILED, JobStatus.CANCELLED):
+                    err = self.app.load_error(error) if error else None
+                    raise_for_outcome(job_id, state, err)
+                slice_ = RECHECK_INTERVAL
+                if deadline is not None:
+                    slice_ = min(slice_, deadline - loop.time())
+                    if slice_ <= 0:
+                        raise ResultTimeout(f"job {job_id!r} did not finish within {timeout} s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, slice_)
+            finally:
+                waiter.remove(channel, job_id, fut)
 
     # ------------------------------------------------------------------ pull API
     async def reserve(

@@ -3,11 +3,12 @@
     KEYS[1] ready   KEYS[2] prio   KEYS[3] scheduled   KEYS[4] active
     KEYS[5] dead    KEYS[6] wake   KEYS[7] seq         KEYS[8] stats
   and ARGV[1] = the queue's key base ("<prefix>:{<queue>}:"), from which the keys of single jobs
-  (base.."job:"..id, base.."done:"..id) are built; they share the queue's hash tag, so every key
+  (base.."job:"..id) are built; they share the queue's hash tag, so every key
   a script touches lives in one cluster slot.
   A job hash has: t task, p payload, s state, a attempts, m max attempts, l lease token,
   pr priority (absent = 0), o options (JSON, absent = none), ct created ms, due due ms,
-  r result, e error, f finished ms, w number of result waiters. ]]
+  r result, e error, f finished ms, w set while someone awaits the result (the
+  finishing script then publishes the id on the channel base.."done"). ]]
 local K_READY, K_PRIO, K_SCHED, K_ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DEAD, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local BASE = ARGV[1]
@@ -40,15 +41,9 @@ local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
 end
 
--- tell whoever awaits this job's result that it has finished
+-- tell whoever awaits this job's result that it has finished (only if someone registered)
 local function notify(id, jk)
-  local w = tonumber(redis.call('HGET', jk, 'w') or '0')
-  if w > 0 then
-    local dk = BASE .. 'done:' .. id
-    for _ = 1, w do redis.call('RPUSH', dk, '1') end
-    redis.call('PEXPIRE', dk, 300000)
-    redis.call('HDEL', jk, 'w')
-  end
+  if redis.call('HDEL', jk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', id) end
 end
 
 -- move a job to the dead-letter store with its reason

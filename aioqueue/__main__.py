@@ -1,0 +1,3 @@
+from aioqueue._cli import main
+
+raise SystemExit(main())

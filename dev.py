@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The project's task runner; standard library only, so it works on a bare Python.
+
+Usage: python3 dev.py {setup,test,lint,check,demo,bench} [args...]
+
+    setup   create .venv and install the package with its dev extras (skipped when up to date)
+    test    run pytest in .venv; extra arguments are passed to pytest
+    lint    ruff check, ruff format --check, mypy
+    check   lint, then test
+    demo    run examples/demo.py
+    bench   run benchmarks/run.py; extra arguments are passed to it
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".aioqueue-stamp"
+WINDOWS = os.name == "nt"
+
+
+def venv_bin(name: str) -> Path:
+    """Return the path of an executable installed in the virtualenv."""
+    if WINDOWS:
+        return VENV / "Scripts" / (name + ".exe")
+    return VENV / "bin" / name
+
+
+PYTHON = venv_bin("python")
+
+
+class Failed(Exception):
+    """A command exited with a non-zero code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def run(*args: str | Path, check: bool = True) -> int:
+    """Print a command, run it from the repository root and return its exit code.
+
+    Raises:
+        Failed: the command failed and ``check`` is true.
+    """
+    argv = [str(a) for a in args]
+    shown = [os.path.relpath(a, ROOT) if Path(a).is_relative_to(ROOT) else a for a in argv]
+    print("+ " + shlex.join(shown), flush=True)
+    code = subprocess.call(argv, cwd=ROOT)
+    if check and code != 0:
+        raise Failed(code)
+    return code
+
+
+def wanted_stamp() -> str:
+    """Hash what the install depends on: pyproject.toml and the base interpreter's version."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    digest.update(sys.version.encode())
+    return digest.hexdigest()
+
+
+def setup(_: list[str]) -> int:
+    """Create .venv and install ``.[dev]`` into it unless the stamp says it is current."""
+    stamp = wanted_stamp()
+    if PYTHON.exists() and STAMP.exists() and STAMP.read_text().strip() == stamp:
+        return 0
+    if not PYTHON.exists():
+        run(sys.executable, "-m", "venv", VENV)
+    pip = (PYTHON, "-m", "pip", "--disable-pip-version-check")
+    run(*pip, "install", "--quiet", "--upgrade", "pip")
+    run(*pip, "install", "--quiet", "-e", ".[dev]")
+    STAMP.write_text(stamp + "\n")
+    return 0
+
+
+def test(args: list[str]) -> int:
+    """Run pytest with ``args``, returning its exit code."""
+    setup([])
+    return run(PYTHON, "-m", "pytest", *args, check=False)
+
+
+def lint(_: list[str]) -> int:
+    """Run every linter, even after one fails; fail if any failed."""
+    setup([])
+    checks = {
+        "ruff check": run(PYTHON, "-m", "ruff", "check", ".", check=False),
+        "ruff format": run(PYTHON, "-m", "ruff", "format", "--check", ".", check=False),
+        "mypy": run(PYTHON, "-m", "mypy", check=False),
+    }
+    failed = [name for name, code in checks.items() if code]
+    if failed:
+        print(f"dev.py: lint failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def check(args: list[str]) -> int:
+    """Lint, then test."""
+    return lint([]) or test(args)
+
+
+def demo(_: list[str]) -> int:
+    """Run the quick-start demo."""
+    setup([])
+    return run(PYTHON, ROOT / "examples" / "demo.py", check=False)
+
+
+def bench(args: list[str]) -> int:
+    """Run the benchmarks with ``args``."""
+    setup([])
+    return run(PYTHON, ROOT / "benchmarks" / "run.py", *args, check=False)
+
+
+COMMANDS = {
+    "setup": setup,
+    "test": test,
+    "lint": lint,
+    "check": check,
+    "demo": demo,
+    "bench": bench,
+}
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``argv[0]`` to its command; return the exit code."""
+    if not argv or argv[0] not in COMMANDS:
+        print((__doc__ or "").strip(), file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"], ["help"]) else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except Failed as exc:
+        print(f"dev.py: command failed with exit code {exc.code}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

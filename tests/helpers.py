@@ -1,0 +1,41 @@
+"""Helpers shared by the test suite."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool] | bool],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    what: str = "condition",
+) -> None:
+    """Wait until ``predicate()`` is true, checking every ``interval`` seconds.
+
+    Use this instead of sleeping then asserting: it returns as soon as the condition holds and
+    fails with a clear message when it never does.
+
+    Args:
+        predicate: a function, sync or async, returning whether the condition holds.
+        timeout: seconds to wait before giving up.
+        interval: seconds between checks.
+        what: a description of the condition for the failure message.
+
+    Raises:
+        AssertionError: the condition did not hold within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await anyio.sleep(interval)
