@@ -15,9 +15,19 @@ slot::
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
 
-Reserved for later capabilities (same hash tag): ``groups`` (round-robin ring of groups),
-``g:<group>`` (a group's runnable jobs), ``gactive`` / ``glimit`` (per-group concurrency),
-``paused``, ``rate:*``, ``batch:*``, ``cron:*``, ``unique:*``, ``workers``.
+Quality of service (see lua/_lib.lua for how claim uses them)::
+
+    <prefix>:{<queue>}:qconf        HASH   queue settings: paused, rate limit, group defaults
+    <prefix>:{<queue>}:ring         ZSET   lanes that can be served now ('' = no group), by turn
+    <prefix>:{<queue>}:g:<group>    ZSET   a group's runnable job ids, by priority then FIFO
+    <prefix>:{<queue>}:gactive      HASH   group -> its jobs active now
+    <prefix>:{<queue>}:gconf        HASH   per-group settings: limit:, rate_n:, rate_ms:, paused:
+    <prefix>:{<queue>}:gwait        ZSET   groups out of rate, by the time their window opens
+    <prefix>:{<queue>}:qrate:<w>    STRING jobs started in queue rate window w (expires)
+    <prefix>:{<queue>}:grate:<g>:<w> STRING jobs of group g started in its rate window w
+
+Reserved for later capabilities (same hash tag): ``batch:*``, ``cron:*``, ``unique:*``,
+``workers``.
 """
 
 from __future__ import annotations
@@ -87,6 +97,29 @@ class QueueKeys:
     def seq(self) -> str:
         return self.base + "seq"
 
+    def lane(self, group: str) -> str:
+        return f"{self.base}g:{group}"
+
+    @property
+    def qconf(self) -> str:
+        return self.base + "qconf"
+
+    @property
+    def ring(self) -> str:
+        return self.base + "ring"
+
+    @property
+    def gactive(self) -> str:
+        return self.base + "gactive"
+
+    @property
+    def gconf(self) -> str:
+        return self.base + "gconf"
+
+    @property
+    def gwait(self) -> str:
+        return self.base + "gwait"
+
     @property
     def reap_lock(self) -> str:
         return self.base + "reaplock"
@@ -106,4 +139,9 @@ class QueueKeys:
             self.wake,
             self.seq,
             self.stats,
+            self.qconf,
+            self.ring,
+            self.gactive,
+            self.gconf,
+            self.gwait,
         ]

@@ -19,7 +19,7 @@ from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
 from ._results import RECHECK_INTERVAL
 from ._scripts import Claimed, QueueScripts, check_code, wrap_redis_error
-from ._task import check_attempts, check_job_id, check_priority, new_job_id
+from ._task import check_attempts, check_group, check_job_id, check_priority, new_job_id
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class Queue:
         at: datetime | float | None = None,
         job_id: str | None = None,
         priority: int = 0,
+        group: str | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
         result_ttl: float | timedelta | None = None,
@@ -111,12 +112,13 @@ class Queue:
             -1 if delay is None else to_ms(delay, "delay"),
             -1 if at is None else at_to_ms(at),
             check_priority(priority),
+            "" if group is None else check_group(group),
             self.app.dump_options(extra) if extra else "",
         ]
         return (await self.enqueue_specs([spec]))[0]
 
     async def enqueue_specs(self, specs: Sequence[Sequence[Any]]) -> list[Job[Any]]:
-        """Store prepared jobs (8 enqueue.lua values each) in one round trip."""
+        """Store prepared jobs (9 enqueue.lua values each) in one round trip."""
         if not specs:
             return []
         await self._scripts.enqueue(specs)
@@ -129,15 +131,70 @@ class Queue:
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""
         k = self.keys
-        pipe = self.app.redis.pipeline(transaction=False)
-        pipe.llen(k.ready)
-        for key in (k.prio, k.scheduled, k.active, k.dead):
-            pipe.zcard(key)
+        r = self.app.redis
         try:
+            pipe = r.pipeline(transaction=False)
+            pipe.llen(k.ready)
+            for key in (k.prio, k.scheduled, k.active, k.dead):
+                pipe.zcard(key)
             ready, prio, sched, active, dead = await pipe.execute()
+            queued = ready + prio + sum((await self.group_counts()).values())
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise wrap_redis_error(exc) from exc
-        return {"scheduled": sched, "queued": ready + prio, "active": active, "failed": dead}
+        return {"scheduled": sched, "queued": queued, "active": active, "failed": dead}
+
+    async def group_counts(self) -> dict[str, int]:
+        """Queued jobs per group, for every group that has any."""
+        k = self.keys
+        r = self.app.redis
+        # a group with queued jobs is in the ring, or parked: by its limit (it has active
+        # jobs), by its rate (gwait) or paused (gconf)
+        pipe = r.pipeline(transaction=False)
+        pipe.zrange(k.ring, 0, -1)
+        pipe.hkeys(k.gactive)
+        pipe.zrange(k.gwait, 0, -1)
+        pipe.hkeys(k.gconf)
+        ring, gactive, gwait, gconf = await pipe.execute()
+        names = {x.decode() for x in (*ring, *gactive, *gwait)}
+        names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
+        names.discard("")
+        groups = sorted(names)
+        pipe = r.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(k.lane(g))
+        sizes = await pipe.execute()
+        return {g: n for g, n in zip(groups, sizes, strict=True) if n}
+
+    # ------------------------------------------------------------------ quality of service
+    async def pause(self, group: str | None = None) -> None:
+        """Stop handing out jobs of this queue (or of one group), from any process; jobs
+        already running finish. Enqueueing still works."""
+        await self._scripts.configure("pause", _group_arg(group))
+
+    async def resume(self, group: str | None = None) -> None:
+        """Undo ``pause`` for the queue (or one group); idle consumers wake at once."""
+        await self._scripts.configure("resume", _group_arg(group))
+
+    async def set_group_limit(self, group: str | None, limit: int | None) -> None:
+        """At most ``limit`` jobs of ``group`` active at once, across every consumer
+        (``None``: no limit of its own). ``group=None`` sets the default for every group
+        without its own limit."""
+        await self._scripts.configure("limit", _group_arg(group), _count_arg(limit, "limit"))
+
+    async def set_rate_limit(
+        self, limit: int | None, period: float | timedelta = 1.0, *, group: str | None = None
+    ) -> None:
+        """At most ``limit`` jobs of this queue (or of ``group``) start per ``period``
+        seconds, across every consumer, in fixed windows (``None``: no limit)."""
+        n = _count_arg(limit, "limit")
+        await self._scripts.configure("rate", _group_arg(group), n, _period_arg(n, period))
+
+    async def set_default_group_rate_limit(
+        self, limit: int | None, period: float | timedelta = 1.0
+    ) -> None:
+        """The rate limit of every group without one of its own (``None``: none)."""
+        n = _count_arg(limit, "limit")
+        await self._scripts.configure("group_rate", "", n, _period_arg(n, period))
 
     async def stats(self) -> dict[str, int]:
         """Lifetime counters: enqueued, completed, failed, retried, expired (leases)."""
@@ -336,3 +393,24 @@ class Queue:
         old dead letters. Workers do this on their own; this is for pull-API-only setups."""
         rec, pro, trimmed = await self._scripts.reap(limit, self.app.dead_ttl_ms)
         return {"recovered": rec, "promoted": pro, "dead_trimmed": trimmed}
+
+
+def _group_arg(group: str | None) -> str:
+    return "" if group is None else check_group(group)
+
+
+def _count_arg(value: int | None, what: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{what} must be an int >= 1 or None, not {value!r}")
+    return str(value)
+
+
+def _period_arg(n: str, period: float | timedelta) -> str:
+    if not n:
+        return ""
+    ms = to_ms(period, "period")
+    if ms < 1:
+        raise ConfigurationError("period must be at least 1 ms")
+    return str(ms)

@@ -49,7 +49,17 @@ class Script:
 _LIB = resources.files("aioqueue").joinpath("lua/_lib.lua").read_text("utf-8")
 SCRIPTS: Final = {
     name: Script(name, _LIB)
-    for name in ("enqueue", "claim", "complete", "fail", "release", "extend", "watch", "reap")
+    for name in (
+        "enqueue",
+        "claim",
+        "complete",
+        "fail",
+        "release",
+        "extend",
+        "watch",
+        "reap",
+        "configure",
+    )
 }
 
 
@@ -132,7 +142,7 @@ class QueueScripts:
         self.base = keys.base
 
     async def enqueue(self, jobs: Sequence[Sequence[Any]], chunk: int = 500) -> list[int]:
-        """Add jobs (8 values each, see enqueue.lua); returns one code per job."""
+        """Add jobs (9 values each, see enqueue.lua); returns one code per job."""
         calls = []
         for i in range(0, len(jobs), chunk):
             part = jobs[i : i + chunk]
@@ -181,6 +191,11 @@ class QueueScripts:
             args += (job_id, token)
         res = await evalsha(self.client, SCRIPTS["extend"], self.lanes, args)
         return list(res[1:])
+
+    async def configure(self, op: str, group: str = "", v1: object = "", v2: object = "") -> None:
+        """Change a queue or group setting (see configure.lua)."""
+        args = (self.base, op, group, v1, v2)
+        await evalsha(self.client, SCRIPTS["configure"], self.lanes, args)
 
     async def watch(self, job_id: str, register: bool) -> tuple[str, bytes, bytes]:
         res = await evalsha(

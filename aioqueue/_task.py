@@ -56,6 +56,15 @@ class JobOptions:
     timeout: float | None = None
     result_ttl: float | None = None
     queue: str | None = None
+    group: str | None = None
+
+
+def check_group(group: str) -> str:
+    if not isinstance(group, str) or not 0 < len(group) <= 200:
+        raise ConfigurationError(
+            f"group must be a non-empty string of at most 200 chars: {group!r}"
+        )
+    return group
 
 
 def check_priority(priority: int) -> int:
@@ -174,6 +183,7 @@ class Task(Generic[P, R]):
         timeout: float | timedelta | None = None,
         result_ttl: float | timedelta | None = None,
         queue: str | None = None,
+        group: str | None = None,
     ) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
 
@@ -182,6 +192,8 @@ class Task(Generic[P, R]):
             at: run no earlier than this absolute time (aware datetime or POSIX seconds).
             job_id: an explicit id; enqueueing an id that exists does nothing (idempotent).
             priority: -100..100, higher first (default: the task's, normally 0).
+            group: the fairness group (a tenant, a customer, a request): groups are served
+                round-robin and can have concurrency and rate limits.
             max_attempts, timeout, result_ttl, queue: override the task's defaults.
         """
         opts = JobOptions(
@@ -193,6 +205,7 @@ class Task(Generic[P, R]):
             timeout=to_seconds(timeout, "timeout"),
             result_ttl=to_seconds(result_ttl, "result_ttl"),
             queue=queue,
+            group=None if group is None else check_group(group),
         )
         if opts.delay is not None and opts.at is not None:
             raise ConfigurationError("give delay= or at=, not both")
@@ -248,7 +261,7 @@ class Task(Generic[P, R]):
     def _spec(
         self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> list[Any]:
-        """The 8 enqueue.lua values for one job."""
+        """The 9 enqueue.lua values for one job."""
         payload = app.dump_args(args, kwargs)
         extra: dict[str, float] = {}
         if opts.timeout is not None:
@@ -263,6 +276,7 @@ class Task(Generic[P, R]):
             -1 if opts.delay is None else to_ms(opts.delay, "delay"),
             -1 if opts.at is None else at_to_ms(opts.at),
             self.priority if opts.priority is None else opts.priority,
+            opts.group or "",
             app.dump_options(extra) if extra else "",
         ]
 

@@ -1,18 +1,34 @@
 --[[ _lib: helpers prepended to every script (not a script of its own).
-  Every transition script takes the same eight KEYS, in this order:
-    KEYS[1] ready   KEYS[2] prio   KEYS[3] scheduled   KEYS[4] active
-    KEYS[5] dead    KEYS[6] wake   KEYS[7] seq         KEYS[8] stats
+  Every transition script takes the same thirteen KEYS, in this order:
+    KEYS[1] ready      KEYS[2] prio       KEYS[3] scheduled   KEYS[4] active
+    KEYS[5] dead       KEYS[6] wake       KEYS[7] seq         KEYS[8] stats
+    KEYS[9] qconf      KEYS[10] ring      KEYS[11] gactive    KEYS[12] gconf
+    KEYS[13] gwait
   and ARGV[1] = the queue's key base ("<prefix>:{<queue>}:"), from which the keys of single jobs
-  (base.."job:"..id) are built; they share the queue's hash tag, so every key
-  a script touches lives in one cluster slot.
+  (base.."job:"..id), of groups' lanes (base.."g:"..group) and of rate windows are built; they
+  share the queue's hash tag, so every key a script touches lives in one cluster slot.
+
   A job hash has: t task, p payload, s state, a attempts, m max attempts, l lease token,
-  pr priority (absent = 0), o options (JSON, absent = none), ct created ms, due due ms,
-  r result, e error, f finished ms, w set while someone awaits the result (the
-  finishing script then publishes the id on the channel base.."done"). ]]
+  pr priority (absent = 0), g group (absent = none), o options (JSON, absent = none),
+  ct created ms, due due ms, r result, e error, f finished ms, pg progress, w set while someone
+  awaits the result (the finishing script then publishes the id on the channel base.."done").
+
+  Lanes and fairness: runnable jobs without a group wait in the default lane (ready LIST for
+  priority 0, prio ZSET otherwise); a group's runnable jobs wait in the ZSET base.."g:"..group.
+  ring is a ZSET of the lanes that can be served now (member '' = the default lane), scored by
+  turn: claim serves the lane with the lowest score, then moves it to the back. A group that
+  cannot be served (paused, at its concurrency limit, out of rate) is parked: removed from the
+  ring, and put back by whatever lifts the block (a job of it finishing, resume, a new limit,
+  its rate window passing via gwait, a ZSET of group -> window end). So claim never looks at
+  idle or blocked groups.
+  qconf (queue settings): paused, rate_n, rate_ms, glimit (default group concurrency limit),
+  grate_n, grate_ms (default group rate). gconf (per group): limit:<g>, rate_n:<g>, rate_ms:<g>,
+  paused:<g>. gactive: group -> number of its jobs active now. ]]
 local K_READY, K_PRIO, K_SCHED, K_ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DEAD, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_QCONF, K_RING, K_GACTIVE, K_GCONF, K_GWAIT = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local BASE = ARGV[1]
--- priority p is stored in prio with score (-p * 2^44 + seq): higher first, FIFO within a level
+-- priority p is stored with score (-p * 2^44 + seq): higher first, FIFO within a level
 local PRIO_SPAN = 17592186044416
 
 local function now_ms()
@@ -24,15 +40,56 @@ local function job_key(id)
   return BASE .. 'job:' .. id
 end
 
--- make a job runnable; front=true puts it ahead of its priority level (a returned job)
-local function push_ready(id, pr, front)
+local function lane_key(g)
+  return BASE .. 'g:' .. g
+end
+
+-- the concurrency limit of a group (nil: none)
+local function group_limit(g)
+  return tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g) or redis.call('HGET', K_QCONF, 'glimit'))
+end
+
+-- put a lane in the ring if it has runnable jobs and nothing blocks it; a lane that joins
+-- takes the front turn (score 0), so a newly active group waits at most one job per lane
+local function activate(g)
+  if g == '' then
+    if redis.call('LLEN', K_READY) > 0 or redis.call('ZCARD', K_PRIO) > 0 then
+      redis.call('ZADD', K_RING, 'NX', 0, '')
+    end
+    return
+  end
+  if redis.call('ZCARD', lane_key(g)) == 0 then return end
+  if redis.call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
+  if redis.call('ZSCORE', K_GWAIT, g) then return end
+  local limit = group_limit(g)
+  if limit and (tonumber(redis.call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
+  redis.call('ZADD', K_RING, 'NX', 0, g)
+end
+
+-- make a job runnable in its lane; front=true puts it ahead of its priority level
+local function push_ready(id, pr, front, g)
   pr = tonumber(pr) or 0
-  if pr == 0 then
-    if front then redis.call('LPUSH', K_READY, id) else redis.call('RPUSH', K_READY, id) end
+  local seq = 0
+  if not g or g == '' then
+    if pr == 0 then
+      if front then redis.call('LPUSH', K_READY, id) else redis.call('RPUSH', K_READY, id) end
+    else
+      if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
+      redis.call('ZADD', K_PRIO, -pr * PRIO_SPAN + seq, id)
+    end
+    redis.call('ZADD', K_RING, 'NX', 0, '')
   else
-    local seq = 0
     if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
-    redis.call('ZADD', K_PRIO, -pr * PRIO_SPAN + seq, id)
+    redis.call('ZADD', lane_key(g), -pr * PRIO_SPAN + seq, id)
+    activate(g)
+  end
+end
+
+-- a job of group g left the active state: free its slot, and the group may run again
+local function release_slot(g)
+  if g and g ~= '' then
+    if redis.call('HINCRBY', K_GACTIVE, g, -1) <= 0 then redis.call('HDEL', K_GACTIVE, g) end
+    activate(g)
   end
 end
 
@@ -61,9 +118,10 @@ local function recover(now, limit, dead_ttl)
   local ids = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
   local dead = 0
+  redis.call('ZREM', K_ACTIVE, unpack(ids))
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr')
+    local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr', 'g')
     if r[1] == 'active' then
       local a, m = tonumber(r[2]) or 0, tonumber(r[3]) or 1
       if a >= m then
@@ -73,44 +131,49 @@ local function recover(now, limit, dead_ttl)
       else
         redis.call('HSET', jk, 's', 'queued')
         redis.call('HDEL', jk, 'l')
-        push_ready(id, r[4], true)
+        push_ready(id, r[4], true, r[5])
       end
+      release_slot(r[5])
     end
   end
-  redis.call('ZREM', K_ACTIVE, unpack(ids))
   redis.call('HINCRBY', K_STATS, 'expired', #ids)
   if dead > 0 then redis.call('HINCRBY', K_STATS, 'failed', dead) end
   if #ids > dead then wake() end
   return #ids
 end
 
--- make delayed jobs that are due runnable; returns how many
+-- make delayed jobs that are due runnable, and groups whose rate window passed servable again
 local function promote(now, limit)
+  local groups = redis.call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
+  if #groups > 0 then
+    redis.call('ZREM', K_GWAIT, unpack(groups))
+    for _, g in ipairs(groups) do activate(g) end
+  end
   local ids = redis.call('ZRANGEBYSCORE', K_SCHED, '-inf', now, 'LIMIT', 0, limit)
-  if #ids == 0 then return 0 end
+  if #ids == 0 then return #groups end
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'pr')
+    local r = redis.call('HMGET', jk, 's', 'pr', 'g')
     if r[1] == 'scheduled' then
       redis.call('HSET', jk, 's', 'queued')
-      push_ready(id, r[2], false)
+      push_ready(id, r[2], false, r[3])
     end
   end
   redis.call('ZREM', K_SCHED, unpack(ids))
-  return #ids
+  return #ids + #groups
 end
 
--- the earliest instant at which a consumer that found nothing should look again:
--- the next due delayed job or the next lease to run out; -1 when there is none
+-- the earliest instant at which a consumer that found nothing should look again: the next
+-- due delayed job, lease to run out, or rate window to open; -1 when there is none
 local function next_wake()
   local best = -1
-  local s = redis.call('ZRANGE', K_SCHED, 0, 0, 'WITHSCORES')
-  if s[2] then best = tonumber(s[2]) end
-  local a = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
-  if a[2] and (best < 0 or tonumber(a[2]) < best) then best = tonumber(a[2]) end
+  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT}) do
+    local s = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if s[2] and (best < 0 or tonumber(s[2]) < best) then best = tonumber(s[2]) end
+  end
   return best
 end
 
 local function has_ready()
-  return redis.call('LLEN', K_READY) > 0 or redis.call('ZCARD', K_PRIO) > 0
+  return redis.call('ZCARD', K_RING) > 0
 end

@@ -1,5 +1,5 @@
 --[[ complete: finish active jobs with their results, fenced by lease tokens.
-  KEYS[1..8] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] n
   then per job 4 values: id, lease token, result (serialised), result_ttl_ms (0: drop the
   record now, -1: keep forever)
@@ -12,13 +12,14 @@ for i = 0, n - 1 do
   local b = 3 + i * 4
   local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
   local jk = job_key(id)
-  local r = redis.call('HMGET', jk, 's', 'l')
+  local r = redis.call('HMGET', jk, 's', 'l', 'g')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
     redis.call('ZREM', K_ACTIVE, id)
+    release_slot(r[3])
     redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
     redis.call('HDEL', jk, 'l')
     notify(id, jk)
@@ -31,5 +32,9 @@ for i = 0, n - 1 do
     out[#out + 1] = 1
   end
 end
-if ok > 0 then redis.call('HINCRBY', K_STATS, 'completed', ok) end
+if ok > 0 then
+  redis.call('HINCRBY', K_STATS, 'completed', ok)
+  -- a freed group slot may have made a parked group runnable
+  if has_ready() then wake() end
+end
 return out

@@ -1,17 +1,18 @@
 --[[ fail: record a failed attempt of an active job, fenced by its lease token; retry it after
   a delay while it has attempts left, otherwise dead-letter it with its error.
-  KEYS[1..8] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] id   ARGV[3] lease token   ARGV[4] error (JSON)
   ARGV[5] retry delay ms (-1: do not retry, dead-letter now)   ARGV[6] dead_ttl_ms
   Returns 1 retry scheduled, 2 dead-lettered, -1 no such job, -2 lease token mismatch ]]
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr')
+local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
 if not r[1] then return -1 end
 if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
+release_slot(r[6])
 if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
   redis.call('HDEL', jk, 'l')
   redis.call('HSET', jk, 'e', err)
@@ -20,7 +21,7 @@ if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
     redis.call('ZADD', K_SCHED, now + delay, id)
   else
     redis.call('HSET', jk, 's', 'queued')
-    push_ready(id, r[5], false)
+    push_ready(id, r[5], false, r[6])
   end
   wake()
   redis.call('HINCRBY', K_STATS, 'retried', 1)
@@ -28,4 +29,5 @@ if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
 end
 to_dead(id, jk, now, err, dead_ttl)
 redis.call('HINCRBY', K_STATS, 'failed', 1)
+if has_ready() then wake() end
 return 2

@@ -2,14 +2,14 @@
   expired leases, promote due delayed jobs, and drop dead letters older than their retention.
   With a lock period, only the first caller in each period does the work, so N workers do it
   once, not N times.
-  KEYS[1..8] the shared transition keys (see _lib)   KEYS[9] the maintenance lock
+  KEYS[1..13] the shared transition keys (see _lib)   KEYS[14] the maintenance lock
   ARGV[1] key base   ARGV[2] limit per step   ARGV[3] dead_ttl_ms (0: keep forever)
   ARGV[4] lock period ms (0: no lock, always run)
   Returns {now_ms, recovered, promoted, dead_trimmed}, or {now_ms, -1, -1, -1} when another
   process holds the lock for this period ]]
 local limit, dead_ttl, lock_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-if lock_ms > 0 and not redis.call('SET', KEYS[9], '1', 'NX', 'PX', lock_ms) then
+if lock_ms > 0 and not redis.call('SET', KEYS[14], '1', 'NX', 'PX', lock_ms) then
   return {now, -1, -1, -1}
 end
 local rec = recover(now, limit, dead_ttl)
