@@ -1,10 +1,18 @@
 """aioqueue: an asyncio-native job queue for Redis and Valkey."""
 
 from ._app import App as App
+from ._batch import Batch as Batch
+from ._batch import BatchInfo as BatchInfo
+from ._batch import BatchItem as BatchItem
+from ._batch import BatchState as BatchState
+from ._batch import Call as Call
+from ._batch import Chain as Chain
 from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer
 from ._exceptions import AioQueueError as AioQueueError
+from ._exceptions import BatchCancelled as BatchCancelled
+from ._exceptions import BatchFailed as BatchFailed
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import ConnectionError as ConnectionError
@@ -36,7 +44,15 @@ __all__ = [
     "AioQueueError",
     "App",
     "Backoff",
+    "Batch",
+    "BatchCancelled",
+    "BatchFailed",
+    "BatchInfo",
+    "BatchItem",
+    "BatchState",
     "BoundTask",
+    "Call",
+    "Chain",
     "ClosedError",
     "ConfigurationError",
     "ConnectionError",

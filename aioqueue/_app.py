@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -22,6 +22,9 @@ from ._results import ResultWaiter
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
 from ._task import Backoff, Task, check_attempts
 from ._timeutil import to_ms, to_seconds
+
+if TYPE_CHECKING:
+    from ._batch import Batch, Call, FailurePolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -274,6 +277,54 @@ class App:
         if fn is not None:
             return register(fn)
         return _TaskDecorator(register)
+
+    async def batch(
+        self,
+        calls: Iterable[Call[Any]] | None = None,
+        *,
+        on_complete: Call[R] | None = None,
+        on_failure: FailurePolicy = "continue",
+        concurrency: int | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+        queue: str | None = None,
+        retention: float | timedelta | None = None,
+        _chain: bool = False,
+    ) -> Batch[R]:
+        """Start a batch: many sub-jobs, one notification when all are done.
+
+        With ``calls``, the sub-jobs are stored and the batch sealed in one round trip;
+        without, add them with ``await batch.add(...)`` as they come, then ``seal()``.
+
+        Args:
+            calls: sub-jobs, from ``task.call(...)`` (of any tasks, on any queues).
+            on_complete: a job released exactly once when every sub-job has an outcome; it
+                can read them with ``await current_job().batch.results()``.
+            on_failure: ``"continue"``: the callback runs, failures are listed in the
+                results; ``"fail"``: the batch fails, the callback never runs, ``wait()``
+                raises BatchFailed; ``"ignore"``: like continue, for callers that do not care.
+            concurrency: at most this many sub-jobs run at once (the batch becomes its own
+                group; its sub-jobs must then be on the batch's queue).
+            priority: priority of sub-jobs that do not set their own.
+            group: fairness group of sub-jobs that do not set their own.
+            queue: the batch's home queue (default: the callback's, else the App's).
+            retention: seconds the batch's record and collected results are kept after it
+                ends (default: the App's result_ttl).
+        """
+        from ._batch import open_batch
+
+        return await open_batch(
+            self,
+            calls,
+            on_complete=on_complete,
+            on_failure=on_failure,
+            concurrency=concurrency,
+            priority=priority,
+            group=group,
+            queue=queue,
+            retention=to_seconds(retention, "retention"),
+            chain=_chain,
+        )
 
     def queue(self, name: str | None = None) -> Queue:
         """The queue called ``name`` (default: the App's default queue). No I/O."""

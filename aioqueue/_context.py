@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._batch import Batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,7 @@ class JobContext:
         attempt: this run's attempt number, from 1.
         max_attempts: attempts allowed before the job is dead-lettered.
         app: the App the worker runs for (its connection pool is usable from the task).
+        batch: for a batch's callback, its batch (``await batch.results()``); else None.
     """
 
     id: str
@@ -29,6 +31,7 @@ class JobContext:
     attempt: int
     max_attempts: int
     app: App
+    batch: Batch[Any] | None = None
 
     async def progress(self, value: Any) -> None:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable

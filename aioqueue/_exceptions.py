@@ -11,6 +11,8 @@
     ├── JobFailed                 awaited result of a job that was dead-lettered
     ├── JobCancelled              awaited result of a job that was cancelled
     ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
+    ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
+    ├── BatchCancelled            awaited batch was cancelled
     └── EmbeddedServerError       the embedded Valkey server could not start
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
@@ -96,6 +98,19 @@ class JobCancelled(AioQueueError):
 
 class ResultTimeout(AioQueueError, TimeoutError):
     """Raised by ``Job.result(timeout=)`` when the job has not finished in time."""
+
+
+class BatchFailed(AioQueueError):
+    """Raised by ``Batch.wait()`` when a batch with ``on_failure="fail"`` had failures;
+    ``info`` is its final BatchInfo."""
+
+    def __init__(self, info: Any) -> None:
+        super().__init__(f"batch {info.id!r}: {info.failed} of {info.total} sub-jobs failed")
+        self.info = info
+
+
+class BatchCancelled(AioQueueError):
+    """Raised by ``Batch.wait()`` when the batch was cancelled."""
 
 
 class EmbeddedServerError(AioQueueError, RuntimeError):

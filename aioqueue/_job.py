@@ -18,6 +18,7 @@ R = TypeVar("R")
 class JobStatus(enum.StrEnum):
     """Where a job is in its life (see docs/guarantees.md for the state diagram)."""
 
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     QUEUED = "queued"
     ACTIVE = "active"
@@ -97,6 +98,11 @@ class Job(Generic[R]):
         if not state:
             raise JobNotFound(self.id)
         return JobStatus(state)
+
+    async def cancel(self) -> bool:
+        """Cancel the job (see ``Queue.cancel_jobs``). True if it was cancelled at once;
+        False if it was running (its worker stops it shortly) or had already finished."""
+        return await self._queue.cancel_jobs([self.id]) == 1
 
     async def info(self) -> JobInfo:
         """The job's stored record. Raises JobNotFound when there is none."""

@@ -26,8 +26,13 @@ Quality of service (see lua/_lib.lua for how claim uses them)::
     <prefix>:{<queue>}:qrate:<w>    STRING jobs started in queue rate window w (expires)
     <prefix>:{<queue>}:grate:<g>:<w> STRING jobs of group g started in its rate window w
 
-Reserved for later capabilities (same hash tag): ``batch:*``, ``cron:*``, ``unique:*``,
-``workers``.
+Fan-out / fan-in (see lua/_lib.lua)::
+
+    <prefix>:{<queue>}:batch:<id>   HASH   a batch homed on this queue (+ :all :seen :res :err)
+    <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
+                                           other queues, waiting to be handed over
+
+Reserved for later capabilities (same hash tag): ``cron:*``, ``unique:*``, ``workers``.
 """
 
 from __future__ import annotations
@@ -96,6 +101,13 @@ class QueueKeys:
     @property
     def seq(self) -> str:
         return self.base + "seq"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.base}batch:{batch_id}"
+
+    @property
+    def outbox(self) -> str:
+        return self.base + "outbox"
 
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}"

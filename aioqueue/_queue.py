@@ -113,12 +113,14 @@ class Queue:
             -1 if at is None else at_to_ms(at),
             check_priority(priority),
             "" if group is None else check_group(group),
+            "",
+            "",
             self.app.dump_options(extra) if extra else "",
         ]
         return (await self.enqueue_specs([spec]))[0]
 
     async def enqueue_specs(self, specs: Sequence[Sequence[Any]]) -> list[Job[Any]]:
-        """Store prepared jobs (9 enqueue.lua values each) in one round trip."""
+        """Store prepared jobs (11 enqueue.lua values each) in one round trip."""
         if not specs:
             return []
         await self._scripts.enqueue(specs)
@@ -127,6 +129,15 @@ class Queue:
     def job(self, job_id: str) -> Job[Any]:
         """A handle on a job of this queue by id (no I/O)."""
         return Job(self, job_id)
+
+    async def cancel_jobs(self, job_ids: Sequence[str]) -> int:
+        """Cancel jobs of this queue from any process: queued and scheduled ones at once;
+        running ones are stopped by their worker at its next heartbeat and recorded as
+        cancelled. Finished jobs are left alone. Returns how many were cancelled at once."""
+        if not job_ids:
+            return 0
+        now, _ = await self._scripts.cancel(list(job_ids), self.app.dead_ttl_ms)
+        return now
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""

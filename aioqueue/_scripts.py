@@ -59,6 +59,8 @@ SCRIPTS: Final = {
         "watch",
         "reap",
         "configure",
+        "batch",
+        "cancel",
     )
 }
 
@@ -142,7 +144,7 @@ class QueueScripts:
         self.base = keys.base
 
     async def enqueue(self, jobs: Sequence[Sequence[Any]], chunk: int = 500) -> list[int]:
-        """Add jobs (9 values each, see enqueue.lua); returns one code per job."""
+        """Add jobs (11 values each, see enqueue.lua); returns one code per job."""
         calls = []
         for i in range(0, len(jobs), chunk):
             part = jobs[i : i + chunk]
@@ -192,15 +194,23 @@ class QueueScripts:
         res = await evalsha(self.client, SCRIPTS["extend"], self.lanes, args)
         return list(res[1:])
 
+    async def cancel(self, ids: Sequence[str], dead_ttl_ms: int) -> tuple[int, int]:
+        """Cancel jobs (see cancel.lua); returns (cancelled now, running ones asked to stop)."""
+        res = await evalsha(
+            self.client, SCRIPTS["cancel"], self.lanes, (self.base, dead_ttl_ms, *ids)
+        )
+        return int(res[0]), int(res[1])
+
     async def configure(self, op: str, group: str = "", v1: object = "", v2: object = "") -> None:
         """Change a queue or group setting (see configure.lua)."""
         args = (self.base, op, group, v1, v2)
         await evalsha(self.client, SCRIPTS["configure"], self.lanes, args)
 
-    async def watch(self, job_id: str, register: bool) -> tuple[str, bytes, bytes]:
-        res = await evalsha(
-            self.client, SCRIPTS["watch"], self.lanes, (self.base, job_id, 1 if register else 0)
-        )
+    async def watch(
+        self, job_id: str, register: bool, kind: str = "job"
+    ) -> tuple[str, bytes, bytes]:
+        args = (self.base, job_id, 1 if register else 0, kind)
+        res = await evalsha(self.client, SCRIPTS["watch"], self.lanes, args)
         return res[0].decode(), res[1], res[2]
 
     async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:

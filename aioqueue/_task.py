@@ -16,6 +16,7 @@ from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._batch import Call
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -213,6 +214,12 @@ class Task(Generic[P, R]):
             at_to_ms(opts.at)
         return BoundTask(self, opts)
 
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """This task with its arguments bound, for batches and chains (checked like enqueue)."""
+        from ._batch import Call
+
+        return Call(self, args, dict(kwargs), self._defaults)
+
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue one job; returns once it is stored.
 
@@ -261,7 +268,7 @@ class Task(Generic[P, R]):
     def _spec(
         self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> list[Any]:
-        """The 9 enqueue.lua values for one job."""
+        """The 11 enqueue.lua values for one job (not in a batch)."""
         payload = app.dump_args(args, kwargs)
         extra: dict[str, float] = {}
         if opts.timeout is not None:
@@ -277,6 +284,8 @@ class Task(Generic[P, R]):
             -1 if opts.at is None else at_to_ms(opts.at),
             self.priority if opts.priority is None else opts.priority,
             opts.group or "",
+            "",
+            "",
             app.dump_options(extra) if extra else "",
         ]
 
@@ -289,6 +298,12 @@ class BoundTask(Generic[P, R]):
     def __init__(self, task: Task[P, R], opts: JobOptions) -> None:
         self.task = task
         self.opts = opts
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """The task with these options and arguments bound, for batches and chains."""
+        from ._batch import Call
+
+        return Call(self.task, args, dict(kwargs), self.opts)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue one job with the bound options (see ``Task.enqueue``)."""

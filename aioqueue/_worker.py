@@ -31,6 +31,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ._app import App
+from ._batch import Batch, forward_outbox
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, ClosedError, ConfigurationError, Retry
 from ._queue import Queue, error_record
@@ -56,6 +57,7 @@ class _Running:
     job_id: str
     token: str
     lost: bool = False
+    cancelled: bool = False
 
 
 class Worker:
@@ -277,8 +279,15 @@ class Worker:
         except Exception as exc:
             await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
             return
+        batch: Batch[Any] | None = None
+        if "batch" in opts:  # a batch's callback (or a chain's second step)
+            batch = Batch(app.queue(opts["bq"]), opts["batch"])
+            if opts.get("chain"):
+                items = await batch.results()
+                args = (items[0].result, *args[1:]) if items else args
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        _current.set(JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app))
+        ctx = JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app, batch)
+        _current.set(ctx)
         timeout = opts.get("timeout", task.timeout)
         try:
             if task.is_async:
@@ -291,7 +300,12 @@ class Worker:
                 result = await self._run_sync(task.fn, args, kwargs, timeout)
         except asyncio.CancelledError:
             entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
-            if entry is not None and not entry.lost:
+            if entry is not None and entry.cancelled:
+                # cancelled from another process: record it, fenced by the lease
+                err = error_record(app, _Unrunnable("Cancelled", "cancelled while running"))
+                fail = qs.scripts.fail(c.id, c.token, err, -2, app.dead_ttl_ms)
+                self._shield(fail, log=True)
+            elif entry is not None and not entry.lost:
                 # shutdown: back to the queue, and this attempt does not count
                 self._shield(qs.scripts.release([(c.id, c.token)], 0, refund=True), log=True)
             raise
@@ -412,7 +426,11 @@ class Worker:
                     logger.warning("heartbeat failed (%s); will retry", exc)
                     continue
                 for (task, entry), code in zip(entries, codes, strict=False):
-                    if code != 1 and not task.done():
+                    if code == -3 and not task.done():
+                        logger.info("job %s was cancelled; stopping it", entry.job_id)
+                        entry.cancelled = True
+                        task.cancel()
+                    elif code not in (1, -3) and not task.done():
                         # the job was handed to someone else: stop working on it here
                         logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
                         entry.lost = True
@@ -425,6 +443,7 @@ class Worker:
             for qs in self._queues:
                 try:
                     await qs.scripts.reap(1000, self.app.dead_ttl_ms, lock_ms)
+                    await forward_outbox(qs.queue)
                 except _TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)
             await asyncio.sleep(interval)

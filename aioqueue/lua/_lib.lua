@@ -103,6 +103,91 @@ local function notify(id, jk)
   if redis.call('HDEL', jk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', id) end
 end
 
+--[[ Batches (fan-out / fan-in). A batch lives on its home queue (the queue of its callback):
+  base.."batch:"..bid        HASH  s state (open|completed|failed|cancelled), total, done, failed,
+                                   n (ids handed out), sealed, policy (continue|fail|ignore),
+                                   cb (callback job id), grp / pri (sub-jobs' group and
+                                   priority), lim (set: grp's limit is the batch's own), ttl, w
+  base.."batch:"..bid..":all"  ZSET  sub-job members ("id" on the home queue, else "queue|id"),
+                                     scored by the order they were added
+  base.."batch:"..bid..":seen" SET   members whose outcome was counted (exactly once)
+  base.."batch:"..bid..":res"  HASH  member -> result      base..":err" HASH member -> error
+  A sub-job's hash has b (batch id) and, when its batch lives on another queue, bh (that
+  queue's name) and bm (its member name there); its outcome then goes through base.."outbox"
+  (a LIST on its own queue) and is applied to the batch by batch.lua 'apply', so every script
+  still touches one slot. ]]
+local function batch_key(bid) return BASE .. 'batch:' .. bid end
+
+-- count a sub-job into its batch (idempotent on the member); returns 1 if it was new
+local function batch_add(bid, member)
+  local bk = batch_key(bid)
+  if redis.call('ZSCORE', bk .. ':all', member) then return 0 end
+  redis.call('ZADD', bk .. ':all', redis.call('HINCRBY', bk, 'n', 1), member)
+  redis.call('HINCRBY', bk, 'total', 1)
+  return 1
+end
+
+local BATCH_KEYS = {':all', ':seen', ':res', ':err'}
+
+-- fire the batch once every sub-job has an outcome and no more can be added
+local function batch_maybe_finish(bid, now)
+  local bk = batch_key(bid)
+  local b = redis.call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp', 'ttl', 'lim')
+  if b[1] ~= 'open' or b[5] ~= '1' then return end
+  local total, done, failed = tonumber(b[2]) or 0, tonumber(b[3]) or 0, tonumber(b[4]) or 0
+  if done + failed < total then return end
+  local state = 'completed'
+  if failed > 0 and b[6] == 'fail' then state = 'failed' end
+  redis.call('HSET', bk, 's', state, 'f', now)
+  if b[7] then
+    local ck = job_key(b[7])
+    if redis.call('HGET', ck, 's') == 'waiting' then
+      if state == 'completed' then
+        redis.call('HSET', ck, 's', 'queued')
+        push_ready(b[7], redis.call('HGET', ck, 'pr'), false, redis.call('HGET', ck, 'g'))
+        wake()
+      else
+        redis.call('HSET', ck, 's', 'cancelled', 'f', now)
+        notify(b[7], ck)
+      end
+    end
+  end
+  if b[10] then redis.call('HDEL', K_GCONF, 'limit:' .. b[8]) end
+  local ttl = tonumber(b[9]) or 0
+  if ttl > 0 then
+    redis.call('PEXPIRE', bk, ttl)
+    for _, s in ipairs(BATCH_KEYS) do redis.call('PEXPIRE', bk .. s, ttl) end
+  end
+  if redis.call('HDEL', bk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', 'batch:' .. bid) end
+end
+
+-- record a sub-job's outcome in its batch (on this queue); exactly once per member
+local function batch_apply(bid, member, ok, value, now)
+  local bk = batch_key(bid)
+  if redis.call('EXISTS', bk) == 0 then return end
+  if redis.call('SADD', bk .. ':seen', member) == 0 then return end
+  if ok then
+    redis.call('HINCRBY', bk, 'done', 1)
+    redis.call('HSET', bk .. ':res', member, value)
+  else
+    redis.call('HINCRBY', bk, 'failed', 1)
+    redis.call('HSET', bk .. ':err', member, value)
+  end
+  batch_maybe_finish(bid, now)
+end
+
+-- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any
+local function batch_outcome(id, jk, ok, value, now)
+  local r = redis.call('HMGET', jk, 'b', 'bh', 'bm')
+  if not r[1] then return end
+  if not r[2] then
+    batch_apply(r[1], id, ok, value, now)
+  else
+    -- the batch lives on another queue (another cluster slot): hand the outcome over
+    redis.call('RPUSH', BASE .. 'outbox', cjson.encode({r[1], r[2], r[3], ok and 1 or 0, value}))
+  end
+end
+
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
   redis.call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
@@ -110,6 +195,7 @@ local function to_dead(id, jk, now, err, dead_ttl)
   redis.call('ZADD', K_DEAD, now, id)
   if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
   notify(id, jk)
+  batch_outcome(id, jk, false, err, now)
 end
 
 -- hand back jobs whose lease ran out (their worker died or hung): requeue, or dead-letter
@@ -177,3 +263,4 @@ end
 local function has_ready()
   return redis.call('ZCARD', K_RING) > 0
 end
+

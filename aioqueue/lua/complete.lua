@@ -23,6 +23,7 @@ for i = 0, n - 1 do
     redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
     redis.call('HDEL', jk, 'l')
     notify(id, jk)
+    batch_outcome(id, jk, true, ARGV[b + 2], now)
     if ttl == 0 then
       redis.call('DEL', jk)
     elseif ttl > 0 then

@@ -1,20 +1,22 @@
 --[[ extend: renew the leases of active jobs (heartbeat), fenced by lease tokens.
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] lease ms from now   ARGV[3] n   then n pairs: id, lease token
-  Returns {now_ms, code_1, ..., code_n}: 1 renewed, -1 no such job, -2 lease token mismatch ]]
+  Returns {now_ms, code_1, ..., code_n}: 1 renewed, -1 no such job, -2 lease token mismatch,
+  -3 renewed but cancellation was requested (see cancel.lua): stop the job and fail it with
+  retry delay -2 ]]
 local lease, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local out = {now}
 for i = 0, n - 1 do
   local id, tok = ARGV[4 + i * 2], ARGV[5 + i * 2]
-  local r = redis.call('HMGET', job_key(id), 's', 'l')
+  local r = redis.call('HMGET', job_key(id), 's', 'l', 'x')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
     redis.call('ZADD', K_ACTIVE, 'XX', now + lease, id)
-    out[#out + 1] = 1
+    if r[3] then out[#out + 1] = -3 else out[#out + 1] = 1 end
   end
 end
 return out

@@ -2,8 +2,10 @@
   a delay while it has attempts left, otherwise dead-letter it with its error.
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] id   ARGV[3] lease token   ARGV[4] error (JSON)
-  ARGV[5] retry delay ms (-1: do not retry, dead-letter now)   ARGV[6] dead_ttl_ms
-  Returns 1 retry scheduled, 2 dead-lettered, -1 no such job, -2 lease token mismatch ]]
+  ARGV[5] retry delay ms (-1: do not retry, dead-letter now; -2: the job was cancelled, record
+  it as cancelled)   ARGV[6] dead_ttl_ms
+  Returns 1 retry scheduled, 2 dead-lettered, 3 cancelled, -1 no such job, -2 lease token
+  mismatch ]]
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
@@ -13,6 +15,16 @@ if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
 release_slot(r[6])
+if delay == -2 then
+  redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+  redis.call('HDEL', jk, 'l')
+  if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+  notify(id, jk)
+  batch_outcome(id, jk, false, err, now)
+  redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+  if has_ready() then wake() end
+  return 3
+end
 if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
   redis.call('HDEL', jk, 'l')
   redis.call('HSET', jk, 'e', err)

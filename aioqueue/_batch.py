@@ -1,0 +1,402 @@
+"""Fan-out / fan-in: batches of sub-jobs with a completion callback, and chains.
+
+A batch lives on a home queue (its callback's queue, else the one named, else the App's
+default). Sub-jobs may be on any queues; each one's final outcome (completed, dead-lettered,
+cancelled) is counted into the batch exactly once by the script that finishes it, or, for a
+sub-job on another queue, handed over through that queue's outbox (see lua/_lib.lua). When the
+batch is sealed and every sub-job has an outcome, the callback job is released exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
+
+from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError, ResultTimeout
+from ._job import Job, JobError
+from ._results import RECHECK_INTERVAL
+from ._scripts import SCRIPTS, evalsha, evalsha_many
+from ._task import JobOptions, check_priority
+from ._timeutil import to_ms, to_seconds
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._queue import Queue
+    from ._task import Task
+
+R = TypeVar("R")
+R2 = TypeVar("R2")
+P2 = ParamSpec("P2")
+
+FailurePolicy = Literal["continue", "fail", "ignore"]
+_POLICIES = ("continue", "fail", "ignore")
+
+
+class BatchState(enum.StrEnum):
+    OPEN = "open"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """Progress of a batch: ``done + failed`` of ``total`` sub-jobs have an outcome."""
+
+    id: str
+    state: BatchState
+    total: int
+    done: int
+    failed: int
+    sealed: bool
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.done - self.failed
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One finished sub-job: its handle, and its result (``ok``) or its error."""
+
+    job: Job[Any]
+    ok: bool
+    result: Any
+    error: JobError | None
+
+
+class Call(Generic[R]):
+    """A task call with its arguments bound, from ``task.call(...)``; checked against the
+    task's signature like ``enqueue``. Used for batches, callbacks and chains."""
+
+    __slots__ = ("args", "kwargs", "opts", "task")
+
+    def __init__(
+        self, task: Task[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any], opts: JobOptions
+    ) -> None:
+        task._sig.check(args, kwargs)
+        self.task = task
+        self.args = args
+        self.kwargs = kwargs
+        self.opts = opts
+
+    def __repr__(self) -> str:
+        return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"
+
+    def then(
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Chain[R2]:
+        """Run ``task`` with this call's result as its first argument once this call's job
+        has succeeded (if it fails for good, ``task`` never runs)."""
+        return Chain(self, Call(task, (None, *args), dict(kwargs), JobOptions()))
+
+
+class Chain(Generic[R]):
+    """Two calls, the second fed the first's result: ``a.call(x).then(b)``."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: Call[Any], second: Call[R]) -> None:
+        self.first = first
+        self.second = second
+
+    async def enqueue(self) -> Job[R]:
+        """Store both jobs; returns the handle of the second (its result is the chain's)."""
+        app = self.first.task.app
+        batch: Batch[R] = await app.batch(
+            [self.first], on_complete=self.second, on_failure="fail", _chain=True
+        )
+        assert batch.callback is not None
+        return batch.callback
+
+
+class Batch(Generic[R]):
+    """A handle on a batch; ``R`` is its callback's result type. Cheap, no I/O."""
+
+    __slots__ = ("callback", "id", "queue")
+
+    def __init__(self, queue: Queue, batch_id: str, callback: Job[R] | None = None) -> None:
+        self.queue = queue
+        self.id = batch_id
+        self.callback = callback
+
+    def __repr__(self) -> str:
+        return f"Batch(id={self.id!r}, queue={self.queue.name!r})"
+
+    async def _op(self, op: str, *args: Any) -> int:
+        q = self.queue
+        res = await evalsha(
+            q.app.redis, SCRIPTS["batch"], q.keys.lanes(), (q.keys.base, op, self.id, *args)
+        )
+        return int(res)
+
+    async def add(self, *calls: Call[Any]) -> list[Job[Any]]:
+        """Add sub-jobs to an open batch, in one round trip."""
+        return await self.add_many(calls)
+
+    async def add_many(self, calls: Iterable[Call[Any]]) -> list[Job[Any]]:
+        """Add many sub-jobs to an open batch, in one round trip."""
+        info = await self.progress()
+        if info.state is not BatchState.OPEN or info.sealed:
+            raise ConfigurationError(f"batch {self.id!r} is sealed or finished; it takes no jobs")
+        opts = await _batch_opts(self)
+        jobs, pipeline = _plan(self, list(calls), opts)
+        await evalsha_many(self.queue.app.redis, pipeline)
+        return jobs
+
+    async def seal(self) -> None:
+        """Declare that no more sub-jobs will be added; the batch can then finish."""
+        if await self._op("seal") < 0:
+            raise ConfigurationError(f"no batch {self.id!r}")
+
+    async def cancel(self) -> int:
+        """Cancel the batch: sub-jobs that have not started are cancelled, running ones
+        finish but the callback never runs. Returns how many sub-jobs were cancelled."""
+        n = await self._op("cancel")
+        for queue, ids in (await self._foreign_members()).items():
+            n += await queue.cancel_jobs(ids)
+        return max(n, 0)
+
+    async def progress(self) -> BatchInfo:
+        """The batch's counts and state (raises ConfigurationError if it does not exist)."""
+        r = self.queue.app.redis
+        fields = ["s", "total", "done", "failed", "sealed"]
+        raw = cast(list[bytes | None], await r.hmget(self.queue.keys.batch(self.id), fields))
+        if raw[0] is None:
+            raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
+        return BatchInfo(
+            self.id,
+            BatchState(raw[0].decode()),
+            int(raw[1] or 0),
+            int(raw[2] or 0),
+            int(raw[3] or 0),
+            raw[4] is not None,
+        )
+
+    async def wait(self, timeout: float | None = None) -> BatchInfo:
+        """Wait until every sub-job has an outcome (and the batch is sealed), without polling.
+
+        Raises:
+            BatchFailed: ``on_failure="fail"`` and some sub-jobs failed.
+            BatchCancelled: the batch was cancelled.
+            ResultTimeout: not finished within ``timeout`` seconds.
+        """
+        q = self.queue
+        loop = asyncio.get_running_loop()
+        limit = to_seconds(timeout)
+        deadline = None if limit is None else loop.time() + limit
+        waiter = q.app.result_waiter
+        channel = q.keys.done_channel
+        key = f"batch:{self.id}"
+        await waiter.subscribe(channel)
+        while True:
+            fut = waiter.add(channel, key)
+            try:
+                state, _, _ = await q._scripts.watch(self.id, register=True, kind="batch")
+                if not state:
+                    raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
+                if state != BatchState.OPEN:
+                    info = await self.progress()
+                    if state == BatchState.FAILED:
+                        raise BatchFailed(info)
+                    if state == BatchState.CANCELLED:
+                        raise BatchCancelled(f"batch {self.id!r} was cancelled")
+                    return info
+                slice_ = RECHECK_INTERVAL
+                if deadline is not None:
+                    slice_ = min(slice_, deadline - loop.time())
+                    if slice_ <= 0:
+                        raise ResultTimeout(f"batch {self.id!r} did not finish within {timeout} s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, slice_)
+            finally:
+                waiter.remove(channel, key, fut)
+
+    async def results(self) -> list[BatchItem]:
+        """The outcomes of the finished sub-jobs, in the order they were added."""
+        q = self.queue
+        app = q.app
+        bk = q.keys.batch(self.id)
+        members = cast(list[bytes], await app.redis.zrange(bk + ":all", 0, -1))
+        if not members:
+            return []
+        pipe = app.redis.pipeline(transaction=False)
+        pipe.hmget(bk + ":res", members)
+        pipe.hmget(bk + ":err", members)
+        res, err = await pipe.execute()
+        out = []
+        for m, r, e in zip(members, res, err, strict=True):
+            if r is None and e is None:
+                continue
+            job = _member_job(q, m.decode())
+            if r is not None:
+                out.append(BatchItem(job, True, app.load_result(r), None))
+            else:
+                out.append(BatchItem(job, False, None, app.load_error(e)))
+        return out
+
+    async def _foreign_members(self) -> dict[Queue, list[str]]:
+        q = self.queue
+        members = cast(list[bytes], await q.app.redis.zrange(q.keys.batch(self.id) + ":all", 0, -1))
+        out: dict[Queue, list[str]] = {}
+        for m in members:
+            job = _member_job(q, m.decode())
+            if job._queue is not q:
+                out.setdefault(job._queue, []).append(job.id)
+        return out
+
+
+def _member_job(home: Queue, member: str) -> Job[Any]:
+    """A batch member is a job id on the home queue, or ``<key base of its queue><id>``."""
+    app = home.app
+    lead = f"{app.prefix}:{{"
+    if member.startswith(lead) and "}:" in member:
+        name, _, job_id = member[len(lead) :].partition("}:")
+        return Job(app.queue(name), job_id)
+    return Job(home, member)
+
+
+async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
+    key = batch.queue.keys.batch(batch.id)
+    raw = cast(list[bytes | None], await batch.queue.app.redis.hmget(key, ["grp", "pri"]))
+    return {
+        "group": raw[0].decode() if raw[0] else None,
+        "priority": int(raw[1]) if raw[1] else None,
+    }
+
+
+def _plan(
+    batch: Batch[Any], calls: list[Call[Any]], opts: dict[str, Any]
+) -> tuple[list[Job[Any]], list[tuple[Any, list[str], list[Any]]]]:
+    """The script calls that add ``calls`` to ``batch``: members on other queues are counted
+    into the batch first, then every sub-job is enqueued on its queue."""
+    home = batch.queue
+    app = home.app
+    by_queue: dict[str, list[list[Any]]] = {}
+    foreign: list[str] = []
+    jobs: list[Job[Any]] = []
+    for call in calls:
+        o = call.opts
+        queue = app.queue(o.queue or call.task.queue)
+        if opts["group"] is not None and queue is not home:
+            raise ConfigurationError(
+                "a batch with a concurrency limit keeps its sub-jobs on its own queue "
+                f"({home.name!r}); {call.task.name!r} goes to {queue.name!r}"
+            )
+        spec = call.task._spec(app, o, call.args, call.kwargs)
+        if o.group is None and opts["group"] is not None:
+            spec[7] = opts["group"]
+        if o.priority is None and opts["priority"] is not None:
+            spec[6] = opts["priority"]
+        spec[8] = batch.id
+        if queue is not home:
+            spec[9] = home.name
+            foreign.append(queue.keys.base + spec[0])
+        by_queue.setdefault(queue.name, []).append(spec)
+        jobs.append(Job(queue, spec[0]))
+    pipeline: list[tuple[Any, list[str], list[Any]]] = []
+    if foreign:
+        pipeline.append(
+            (SCRIPTS["batch"], home.keys.lanes(), [home.keys.base, "add", batch.id, *foreign])
+        )
+    for name, specs in by_queue.items():
+        q = app.queue(name)
+        for i in range(0, len(specs), 500):
+            part = specs[i : i + 500]
+            args: list[Any] = [q.keys.base, len(part)]
+            for spec in part:
+                args.extend(spec)
+            pipeline.append((SCRIPTS["enqueue"], q.keys.lanes(), args))
+    return jobs, pipeline
+
+
+async def open_batch(
+    app: App,
+    calls: Iterable[Call[Any]] | None,
+    *,
+    on_complete: Call[R] | None,
+    on_failure: FailurePolicy,
+    concurrency: int | None,
+    priority: int | None,
+    group: str | None,
+    queue: str | None,
+    retention: float | None,
+    chain: bool = False,
+) -> Batch[R]:
+    if on_failure not in _POLICIES:
+        raise ConfigurationError(f"on_failure must be one of {_POLICIES}, not {on_failure!r}")
+    if concurrency is not None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+        if group is not None:
+            raise ConfigurationError(
+                "a batch with a concurrency limit is its own group: drop group="
+            )
+    if priority is not None:
+        check_priority(priority)
+    home_name = queue or (on_complete.opts.queue or on_complete.task.queue if on_complete else None)
+    home = app.queue(home_name)
+    bid = uuid.uuid4().hex
+    own_group = f"batch:{bid}" if concurrency is not None else group
+    ttl_s = to_seconds(retention, "retention")
+    ttl_ms = to_ms(ttl_s, "retention") if ttl_s is not None else max(app.result_ttl_default_ms, 0)
+    cb_args: list[Any] = []
+    callback: Job[R] | None = None
+    if on_complete is not None:
+        cb_opts = dict[str, Any](batch=bid, bq=home.name)
+        if chain:
+            cb_opts["chain"] = 1
+        spec = on_complete.task._spec(app, on_complete.opts, on_complete.args, on_complete.kwargs)
+        extra = app.load_options(spec[10]) if spec[10] else {}
+        cb_args = [
+            spec[0],
+            spec[1],
+            spec[2],
+            spec[3],
+            spec[6],
+            spec[7],
+            app.dump_options({**extra, **cb_opts}),
+        ]
+        callback = Job(home, spec[0])
+    batch: Batch[R] = Batch(home, bid, callback)
+    open_args = [
+        home.keys.base,
+        "open",
+        bid,
+        on_failure,
+        ttl_ms,
+        own_group or "",
+        "" if concurrency is None else concurrency,
+        "" if priority is None else priority,
+        0,
+        *cb_args,
+    ]
+    lanes = home.keys.lanes()
+    pipeline: list[tuple[Any, list[str], list[Any]]] = [(SCRIPTS["batch"], lanes, open_args)]
+    if calls is not None:
+        opts = {"group": own_group, "priority": priority}
+        _, more = _plan(batch, list(calls), opts)
+        pipeline += more
+        pipeline.append((SCRIPTS["batch"], lanes, [home.keys.base, "seal", bid]))
+    await evalsha_many(app.redis, pipeline)
+    return batch
+
+
+async def forward_outbox(queue: Queue, limit: int = 100) -> int:
+    """Hand over outcomes of this queue's sub-jobs to their batches on other queues. Safe to
+    run anywhere, any number of times: applying an outcome twice counts it once, and an entry
+    leaves the outbox only after it was applied."""
+    app = queue.app
+    items = cast(list[bytes], await app.redis.lrange(queue.keys.outbox, 0, limit - 1))
+    for raw in items:
+        bid, home_name, member, ok, value = app.json.loads(raw)
+        home = app.queue(home_name)
+        args = (home.keys.base, "apply", bid, member, ok, value)
+        await evalsha(app.redis, SCRIPTS["batch"], home.keys.lanes(), args)
+        await app.redis.lrem(queue.keys.outbox, 1, raw)  # type: ignore[arg-type]
+    return len(items)

@@ -1,0 +1,89 @@
+--[[ batch: open, extend, seal, cancel a batch (fan-out / fan-in), or apply a sub-job outcome
+  handed over from another queue. Runs on the batch's home queue (see _lib for its keys).
+  KEYS[1..13] the shared transition keys (see _lib)
+  ARGV[1] key base   ARGV[2] operation   ARGV[3] batch id   then, by operation:
+    open    ARGV[4] policy (continue|fail|ignore)   ARGV[5] retention ms (0: forever)
+            ARGV[6] the sub-jobs' group ('' none)   ARGV[7] a concurrency limit for that group,
+            which is then the batch's own and removed when it ends ('' none)
+            ARGV[8] the sub-jobs' priority ('' none)   ARGV[9] seal now (1/0)
+            ARGV[10..] the callback job, 7 values or none: id, task, payload, max_attempts,
+            priority, group ('' none), options JSON ('' none)
+    add     ARGV[4..] members (sub-jobs on other queues, named "<their key base><id>")
+    seal    (nothing)     cancel  (nothing)
+    apply   ARGV[4] member   ARGV[5] 1 completed / 0 failed   ARGV[6] result or error
+  Returns: open 1, or 0 when the batch exists; add the number of new members; seal 1;
+  cancel the number of sub-jobs cancelled here (queued or scheduled ones); apply 1;
+  -1 when there is no such batch (add, seal, cancel, apply) ]]
+local op, bid = ARGV[2], ARGV[3]
+local bk = batch_key(bid)
+local now = now_ms()
+
+if op == 'open' then
+  if redis.call('EXISTS', bk) == 1 then return 0 end
+  redis.call('HSET', bk, 's', 'open', 'total', 0, 'done', 0, 'failed', 0, 'n', 0,
+    'policy', ARGV[4], 'ttl', ARGV[5], 'ct', now)
+  if ARGV[6] ~= '' then
+    redis.call('HSET', bk, 'grp', ARGV[6])
+    if ARGV[7] ~= '' then
+      redis.call('HSET', K_GCONF, 'limit:' .. ARGV[6], ARGV[7])
+      redis.call('HSET', bk, 'lim', 1)
+    end
+  end
+  if ARGV[8] ~= '' then redis.call('HSET', bk, 'pri', ARGV[8]) end
+  if ARGV[10] then
+    local id = ARGV[10]
+    local jk = job_key(id)
+    redis.call('HSET', jk, 's', 'waiting', 't', ARGV[11], 'p', ARGV[12], 'a', 0, 'm', ARGV[13],
+      'ct', now, 'cb', bid)
+    if ARGV[14] ~= '0' then redis.call('HSET', jk, 'pr', ARGV[14]) end
+    if ARGV[15] ~= '' then redis.call('HSET', jk, 'g', ARGV[15]) end
+    if ARGV[16] ~= '' then redis.call('HSET', jk, 'o', ARGV[16]) end
+    redis.call('HSET', bk, 'cb', id)
+  end
+  if ARGV[9] == '1' then
+    redis.call('HSET', bk, 'sealed', 1)
+    batch_maybe_finish(bid, now)
+  end
+  return 1
+end
+
+if redis.call('EXISTS', bk) == 0 then return -1 end
+
+if op == 'add' then
+  local added = 0
+  for i = 4, #ARGV do added = added + batch_add(bid, ARGV[i]) end
+  return added
+elseif op == 'seal' then
+  redis.call('HSET', bk, 'sealed', 1)
+  batch_maybe_finish(bid, now)
+  return 1
+elseif op == 'apply' then
+  batch_apply(bid, ARGV[4], ARGV[5] == '1', ARGV[6], now)
+  return 1
+elseif op == 'cancel' then
+  if redis.call('HGET', bk, 's') ~= 'open' then return 0 end
+  redis.call('HSET', bk, 's', 'cancelled', 'f', now)
+  local n = 0
+  local cb = redis.call('HGET', bk, 'cb')
+  if cb then
+    redis.call('HSET', job_key(cb), 's', 'cancelled', 'f', now)
+    notify(cb, job_key(cb))
+  end
+  -- sub-jobs on this queue that have not started are cancelled here (claim drops them);
+  -- those on other queues are cancelled by the caller on their own queues
+  for _, member in ipairs(redis.call('ZRANGE', bk .. ':all', 0, -1)) do
+    local jk = job_key(member)
+    local s = redis.call('HGET', jk, 's')
+    if s == 'queued' or s == 'scheduled' then
+      redis.call('HSET', jk, 's', 'cancelled', 'f', now)
+      redis.call('ZREM', K_SCHED, member)
+      notify(member, jk)
+      n = n + 1
+    end
+  end
+  local own = redis.call('HMGET', bk, 'grp', 'lim')
+  if own[2] then redis.call('HDEL', K_GCONF, 'limit:' .. own[1]) end
+  if redis.call('HDEL', bk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', 'batch:' .. bid) end
+  return n
+end
+return redis.error_reply('unknown operation ' .. tostring(op))
