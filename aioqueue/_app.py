@@ -265,7 +265,7 @@ class App:
                 f,
                 name=task_name,
                 queue=check_name("queue name", queue or self.default_queue),
-                max_attempts=max_attempts or self.max_attempts,
+                max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
                 backoff=backoff or self.backoff,
                 result_ttl=to_seconds(result_ttl, "result_ttl"),

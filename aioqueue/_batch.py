@@ -9,17 +9,14 @@ batch is sealed and every sub-job has an outcome, the callback job is released e
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import enum
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
 
-from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError, ResultTimeout
+from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError
 from ._job import Job, JobError
-from ._results import RECHECK_INTERVAL
 from ._scripts import SCRIPTS, evalsha, evalsha_many
 from ._task import JobOptions, check_priority
 from ._timeutil import to_ms, to_seconds
@@ -187,35 +184,27 @@ class Batch(Generic[R]):
             ResultTimeout: not finished within ``timeout`` seconds.
         """
         q = self.queue
-        loop = asyncio.get_running_loop()
-        limit = to_seconds(timeout)
-        deadline = None if limit is None else loop.time() + limit
+
+        async def check() -> tuple[bool, BatchInfo | None]:
+            state, _, _ = await q._scripts.watch(self.id, register=True, kind="batch")
+            if not state:
+                raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
+            if state == BatchState.OPEN:
+                return False, None
+            info = await self.progress()
+            if state == BatchState.FAILED:
+                raise BatchFailed(info)
+            if state == BatchState.CANCELLED:
+                raise BatchCancelled(f"batch {self.id!r} was cancelled")
+            return True, info
+
         waiter = q.app.result_waiter
         channel = q.keys.done_channel
-        key = f"batch:{self.id}"
-        await waiter.subscribe(channel)
-        while True:
-            fut = waiter.add(channel, key)
-            try:
-                state, _, _ = await q._scripts.watch(self.id, register=True, kind="batch")
-                if not state:
-                    raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
-                if state != BatchState.OPEN:
-                    info = await self.progress()
-                    if state == BatchState.FAILED:
-                        raise BatchFailed(info)
-                    if state == BatchState.CANCELLED:
-                        raise BatchCancelled(f"batch {self.id!r} was cancelled")
-                    return info
-                slice_ = RECHECK_INTERVAL
-                if deadline is not None:
-                    slice_ = min(slice_, deadline - loop.time())
-                    if slice_ <= 0:
-                        raise ResultTimeout(f"batch {self.id!r} did not finish within {timeout} s")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, slice_)
-            finally:
-                waiter.remove(channel, key, fut)
+        info = await waiter.wait(
+            channel, f"batch:{self.id}", check, to_seconds(timeout), f"batch {self.id!r}"
+        )
+        assert info is not None
+        return info
 
     async def results(self) -> list[BatchItem]:
         """The outcomes of the finished sub-jobs, in the order they were added."""

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions as rexc
 
-from ._exceptions import ConfigurationError, JobNotFound, ResultTimeout
+from ._exceptions import ConfigurationError, JobNotFound
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
-from ._results import RECHECK_INTERVAL
 from ._scripts import Claimed, QueueScripts, check_code, wrap_redis_error
 from ._task import check_attempts, check_group, check_job_id, check_priority, new_job_id
 from ._timeutil import at_to_ms, to_ms, to_seconds
@@ -242,32 +241,19 @@ class Queue:
         )
 
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        async def check() -> tuple[bool, Any]:
+            state, result, error = await self._scripts.watch(job_id, register=True)
+            if not state:
+                raise JobNotFound(job_id)
+            if state == JobStatus.COMPLETED:
+                return True, self.app.load_result(result)
+            if state in (JobStatus.FAILED, JobStatus.CANCELLED):
+                err = self.app.load_error(error) if error else None
+                raise_for_outcome(job_id, state, err)
+            return False, None
+
         waiter = self.app.result_waiter
-        channel = self.keys.done_channel
-        await waiter.subscribe(channel)
-        while True:
-            fut = waiter.add(channel, job_id)
-            try:
-                # subscribed first, then marked as awaited: a finish in between is announced
-                state, result, error = await self._scripts.watch(job_id, register=True)
-                if not state:
-                    raise JobNotFound(job_id)
-                if state == JobStatus.COMPLETED:
-                    return self.app.load_result(result)
-                if state in (JobStatus.FAILED, JobStatus.CANCELLED):
-                    err = self.app.load_error(error) if error else None
-                    raise_for_outcome(job_id, state, err)
-                slice_ = RECHECK_INTERVAL
-                if deadline is not None:
-                    slice_ = min(slice_, deadline - loop.time())
-                    if slice_ <= 0:
-                        raise ResultTimeout(f"job {job_id!r} did not finish within {timeout} s")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, slice_)
-            finally:
-                waiter.remove(channel, job_id, fut)
+        return await waiter.wait(self.keys.done_channel, job_id, check, timeout, f"job {job_id!r}")
 
     # ------------------------------------------------------------------ pull API
     async def reserve(
@@ -298,6 +284,7 @@ class Queue:
         wait_s = to_seconds(wait, "wait")
         loop = asyncio.get_running_loop()
         deadline = None if wait_s is None else loop.time() + wait_s
+        woken = False
         while True:
             res = await self._scripts.claim(n, lease_ms, self.app.dead_ttl_ms)
             out = []
@@ -307,20 +294,25 @@ class Queue:
                     out.append(r)
             if out or deadline is None:
                 return out
-            remaining = deadline - loop.time()
             if res.jobs:  # all were undecodable: try again at once
                 continue
+            remaining = deadline - loop.time()
             if remaining <= 0:
+                if woken:
+                    # leaving empty-handed with a wake-up we took: hand it back, another
+                    # consumer may be blocked on an older, longer timeout
+                    await self.app.redis.lpush(self.keys.wake, b"1")
                 return []
             block = remaining
             if res.next_wake_ms >= 0:
                 block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            await self.wait_for_wake(block)
+            woken = await self.wait_for_wake(block) or woken
 
-    async def wait_for_wake(self, seconds: float) -> None:
-        """Block until a producer leaves a wake token or ``seconds`` pass (no polling)."""
+    async def wait_for_wake(self, seconds: float) -> bool:
+        """Block until a producer leaves a wake token or ``seconds`` pass (no polling);
+        True if a token was taken."""
         try:
-            await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001))
+            return await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001)) is not None
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise wrap_redis_error(exc) from exc
 

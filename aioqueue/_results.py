@@ -4,6 +4,7 @@ One pub/sub connection per App listens on the ``done`` channel of each queue it 
 from; finishing scripts publish a job's id there when someone marked it as awaited. Any number
 of ``Job.result()`` calls share that connection. A waiter re-checks the job's record every few
 seconds as well, so a notification lost to a reconnect delays a result but never hangs a waiter.
+A user that may not subscribe (an ACL without channel rights) falls back to re-checking often.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
+
+from ._exceptions import ClosedError, ResultTimeout
 
 if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
@@ -23,6 +27,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RECHECK_INTERVAL = 5.0
+POLL_INTERVAL = 0.2  # when pub/sub is not allowed
+
+T = TypeVar("T")
 
 
 class ResultWaiter:
@@ -34,6 +41,54 @@ class ResultWaiter:
         self._subscribed: dict[str, asyncio.Event] = {}
         self._pubsub: PubSub | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._refused: Exception | None = None
+
+    async def wait(
+        self,
+        channel: str,
+        key: str,
+        check: Callable[[], Awaitable[tuple[bool, T]]],
+        timeout: float | None,
+        what: str,
+    ) -> T:
+        """Wait until ``check()`` says done (it registers the waiter and may raise), woken by
+        a message ``key`` on ``channel``.
+
+        Raises:
+            ResultTimeout: not done within ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+
+        def remaining(cap: float) -> float:
+            if deadline is None:
+                return cap
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ResultTimeout(f"{what} did not finish within {timeout} s")
+            return min(cap, left)
+
+        cap = RECHECK_INTERVAL
+        first = remaining(RECHECK_INTERVAL)
+        try:
+            # subscribed (and confirmed) before check() marks the waiter: no finish is missed
+            await asyncio.wait_for(self.subscribe(channel), first)
+        except TimeoutError:
+            remaining(0.0)
+            cap = POLL_INTERVAL
+        except rexc.ResponseError:
+            cap = POLL_INTERVAL
+        while True:
+            fut = self.add(channel, key)
+            try:
+                done, value = await check()
+                if done:
+                    return value
+                slice_ = remaining(cap)  # raises ResultTimeout (itself a TimeoutError) here
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, slice_)
+            finally:
+                self.remove(channel, key, fut)
 
     async def subscribe(self, channel: str) -> None:
         """Subscribe to a queue's done channel, returning once the server confirmed it."""
@@ -46,6 +101,8 @@ class ResultWaiter:
             if self._listener is None:
                 self._listener = asyncio.create_task(self._listen())
         await event.wait()
+        if self._refused is not None:
+            raise self._refused
 
     def add(self, channel: str, job_id: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -67,6 +124,13 @@ class ResultWaiter:
             try:
                 msg: Any = await self._pubsub.get_message(timeout=RECHECK_INTERVAL)
                 backoff = 0.05
+            except rexc.ResponseError as exc:
+                # e.g. NOPERM: this ACL user may not subscribe; waiters re-check instead
+                logger.warning("cannot subscribe to result notifications (%s); polling", exc)
+                self._refused = exc
+                for event in self._subscribed.values():
+                    event.set()
+                return
             except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
                 logger.warning("result listener: %r; reconnecting", exc)
                 await asyncio.sleep(backoff)
@@ -76,9 +140,9 @@ class ResultWaiter:
                 continue
             channel = msg["channel"].decode()
             if msg["type"] == "subscribe":
-                event = self._subscribed.get(channel)
-                if event is not None:
-                    event.set()
+                confirmed = self._subscribed.get(channel)
+                if confirmed is not None:
+                    confirmed.set()
             elif msg["type"] == "message":
                 for fut in self._waiters.pop((channel, msg["data"].decode()), ()):
                     if not fut.done():
@@ -96,6 +160,7 @@ class ResultWaiter:
             self._pubsub = None
         for futs in self._waiters.values():
             for fut in futs:
-                fut.cancel()
+                if not fut.done():
+                    fut.set_exception(ClosedError("the App was closed while waiting"))
         self._waiters.clear()
         self._subscribed.clear()

@@ -31,14 +31,34 @@ class Serializer(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ORJSON_STRICT = (
+    0
+    if _orjson is None
+    else _orjson.OPT_PASSTHROUGH_DATETIME
+    | _orjson.OPT_PASSTHROUGH_DATACLASS
+    | _orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
 class JsonSerializer:
-    """JSON (orjson when installed). Tuples become lists; dict keys must be strings."""
+    """JSON (orjson when installed). Tuples become lists; dict keys must be strings; NaN,
+    infinities, datetimes, sets and dataclasses are refused rather than converted (UUIDs,
+    which orjson writes as strings, arrive as strings)."""
 
     name = "json"
 
     def dumps(self, value: Any) -> bytes:
         if _orjson is not None:
-            return cast(bytes, _orjson.dumps(value))
+            # datetimes and dataclasses are refused, as by the json module, not converted
+            data = cast(bytes, _orjson.dumps(value, option=_ORJSON_STRICT))
+            if b"null" in data:
+                # orjson writes NaN and infinities as null: let the json module judge
+                json.dumps(value, allow_nan=False, default=_refuse)
+            return data
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
     def loads(self, data: bytes) -> Any:

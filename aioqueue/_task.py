@@ -99,7 +99,16 @@ def new_job_id() -> str:
 class _Signature:
     """A fast check that call arguments fit a function, so a misuse fails at enqueue."""
 
-    __slots__ = ("allowed", "name", "npos", "positional", "required", "var_kw", "var_pos")
+    __slots__ = (
+        "allowed",
+        "name",
+        "npos",
+        "positional",
+        "posonly",
+        "required",
+        "var_kw",
+        "var_pos",
+    )
 
     def __init__(self, fn: Callable[..., Any], name: str) -> None:
         params = list(inspect.signature(fn).parameters.values())
@@ -109,6 +118,7 @@ class _Signature:
             p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
         ]
         self.npos = len(self.positional)
+        self.posonly = frozenset(p.name for p in params if p.kind is kinds.POSITIONAL_ONLY)
         self.var_pos = any(p.kind is kinds.VAR_POSITIONAL for p in params)
         self.var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
         self.allowed = frozenset(
@@ -125,13 +135,15 @@ class _Signature:
             raise TypeError(
                 f"{self.name}() takes {self.npos} positional arguments, got {len(args)}"
             )
-        if not self.var_kw:
-            for key in kwargs:
-                if key not in self.allowed:
-                    raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r}")
         given = self.positional[: len(args)]
+        for key in kwargs:
+            if key in given and key not in self.posonly:
+                raise TypeError(f"{self.name}() got multiple values for argument {key!r}")
+            if key not in self.allowed and not self.var_kw:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r}")
         for name, kwonly in self.required:
-            if name not in kwargs and (kwonly or name not in given):
+            by_keyword = name in kwargs and name not in self.posonly
+            if not by_keyword and (kwonly or name not in given):
                 raise TypeError(f"{self.name}() missing required argument {name!r}")
 
 
