@@ -73,6 +73,8 @@ class App:
         max_attempts, timeout, backoff: defaults for tasks that do not set their own.
         max_connections: size of the connection pool; callers beyond it wait for a free
             connection (up to 30 s).
+        socket_timeout: seconds a reply may take before the connection counts as dead;
+            blocking waits (idle workers, results) are kept well below it.
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
@@ -93,6 +95,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         max_connections: int = 100,
+        socket_timeout: float = 30.0,
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
@@ -121,6 +124,10 @@ class App:
             raise ConfigurationError("max_connections must be an int >= 2")
         self.max_connections = max_connections
         self.redis_options = dict(redis_options or {})
+        st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
+        if st is None or st < 1:
+            raise ConfigurationError("socket_timeout must be at least 1 s")
+        self.socket_timeout = st
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._queues: dict[str, Queue] = {}
         self._redis: aioredis.Redis | None = None
@@ -142,6 +149,7 @@ class App:
         opts: dict[str, Any] = {
             "decode_responses": False,
             "socket_connect_timeout": 5.0,
+            "socket_timeout": self.socket_timeout,
             "socket_keepalive": True,
             "health_check_interval": 10,
             "max_connections": self.max_connections,

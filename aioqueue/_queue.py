@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions as rexc
 
-from ._exceptions import ConfigurationError, JobNotFound
+from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
-from ._scripts import Claimed, QueueScripts, check_code, wrap_redis_error
+from ._scripts import CANCEL_REQUESTED, Claimed, QueueScripts, check_code, wrap_redis_error
 from ._task import check_attempts, check_group, check_job_id, check_priority, new_job_id
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
@@ -303,7 +303,8 @@ class Queue:
                     # consumer may be blocked on an older, longer timeout
                     await self.app.redis.lpush(self.keys.wake, b"1")
                 return []
-            block = remaining
+            # below the socket timeout, so a long wait never looks like a dead connection
+            block = min(remaining, self.app.socket_timeout / 2)
             if res.next_wake_ms >= 0:
                 block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
             woken = await self.wait_for_wake(block) or woken
@@ -337,7 +338,7 @@ class Queue:
             SerializationError: the result cannot be serialised (nothing is changed).
         """
         data = self.app.dump_result(result)
-        ttl = self.app.result_ttl_ms(reservation.options)
+        ttl = self.app.result_ttl_ms(reservation.options, self.app.tasks.get(reservation.task))
         code = (await self._scripts.complete([(reservation.id, reservation.token, data, ttl)]))[0]
         check_code(code, reservation.id)
 
@@ -386,9 +387,21 @@ class Queue:
     async def extend(
         self, reservation: Reservation, *, lease: float | timedelta | None = None
     ) -> None:
-        """Renew a reservation's lease to ``lease`` seconds from now (server clock)."""
+        """Renew a reservation's lease to ``lease`` seconds from now (server clock).
+
+        Raises:
+            JobCancelled: the job was cancelled meanwhile; it is now recorded as cancelled
+                and the reservation is over.
+            LeaseLost, JobNotFound: as for ``complete``.
+        """
         lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
         code = (await self._scripts.extend([(reservation.id, reservation.token)], lease_ms))[0]
+        if code == CANCEL_REQUESTED:
+            err = error_record(self.app, "cancelled while reserved")
+            await self._scripts.fail(
+                reservation.id, reservation.token, err, -2, self.app.dead_ttl_ms
+            )
+            raise JobCancelled(reservation.id)
         check_code(code, reservation.id)
 
     async def reap(self, limit: int = 1000) -> dict[str, int]:

@@ -76,7 +76,7 @@ class ResultWaiter:
         except TimeoutError:
             remaining(0.0)
             cap = POLL_INTERVAL
-        except rexc.ResponseError:
+        except rexc.ResponseError:  # NOPERM, from subscribe()
             cap = POLL_INTERVAL
         while True:
             fut = self.add(channel, key)
@@ -125,7 +125,12 @@ class ResultWaiter:
                 msg: Any = await self._pubsub.get_message(timeout=RECHECK_INTERVAL)
                 backoff = 0.05
             except rexc.ResponseError as exc:
-                # e.g. NOPERM: this ACL user may not subscribe; waiters re-check instead
+                if not isinstance(exc, rexc.NoPermissionError) and "NOPERM" not in str(exc):
+                    logger.warning("result listener: %r; retrying", exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+                # this ACL user may not subscribe: waiters re-check on their own instead
                 logger.warning("cannot subscribe to result notifications (%s); polling", exc)
                 self._refused = exc
                 for event in self._subscribed.values():

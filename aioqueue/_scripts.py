@@ -24,6 +24,7 @@ from ._keys import QueueKeys
 OK: Final = 1
 NO_JOB: Final = -1
 STALE: Final = -2
+CANCEL_REQUESTED: Final = -3  # extend: renewed, but the job was cancelled meanwhile
 
 
 def check_code(code: int, job_id: str) -> None:

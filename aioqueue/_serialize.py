@@ -7,6 +7,7 @@ and never chosen implicitly.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -31,8 +32,14 @@ class Serializer(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
-def _refuse(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+def _has_nonfinite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return any(_has_nonfinite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nonfinite(v) for v in value.values())
+    return False
 
 
 _ORJSON_STRICT = (
@@ -55,9 +62,9 @@ class JsonSerializer:
         if _orjson is not None:
             # datetimes and dataclasses are refused, as by the json module, not converted
             data = cast(bytes, _orjson.dumps(value, option=_ORJSON_STRICT))
-            if b"null" in data:
-                # orjson writes NaN and infinities as null: let the json module judge
-                json.dumps(value, allow_nan=False, default=_refuse)
+            # orjson writes NaN and infinities as null: refuse them as the json module does
+            if value is not None and b"null" in data and _has_nonfinite(value):
+                raise ValueError("Out of range float values are not JSON compliant")
             return data
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 

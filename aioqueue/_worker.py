@@ -100,6 +100,8 @@ class Worker:
         self.grace = to_seconds(grace, "grace") or 0.0
         self.max_batch = max(1, min(max_batch or concurrency, 500))
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
+        if self.idle_block > app.socket_timeout / 2:
+            raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.completed = 0
         self.failed = 0
@@ -245,7 +247,7 @@ class Worker:
                 if res.next_wake_ms >= 0:
                     block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
                 # a blocking call can never hang forever, even if the socket silently died
-                async with asyncio.timeout(block + 10.0):
+                async with asyncio.timeout(block + self.app.socket_timeout / 2):
                     await qs.queue.wait_for_wake(block)
                 backoff = 0.05
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout

@@ -8,7 +8,8 @@
   (base.."job:"..id), of groups' lanes (base.."g:"..group) and of rate windows are built; they
   share the queue's hash tag, so every key a script touches lives in one cluster slot.
 
-  A job hash has: t task, p payload, s state, a attempts, m max attempts, l lease token,
+  A job hash has: t task, p payload, s state, a attempts, m max attempts, l lease token (kept
+  after the job leaves active, so that an ack resent after a lost reply is recognised),
   pr priority (absent = 0), g group (absent = none), o options (JSON, absent = none),
   ct created ms, due due ms, r result, e error, f finished ms, pg progress, w set while someone
   awaits the result (the finishing script then publishes the id on the channel base.."done").
@@ -98,9 +99,15 @@ local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
 end
 
+-- announce a finished job or batch to whoever awaits it; pcall: a user without channel rights
+-- (waiters then re-check on their own) must still be able to finish jobs
+local function announce(key, name)
+  if redis.call('HDEL', key, 'w') == 1 then redis.pcall('PUBLISH', BASE .. 'done', name) end
+end
+
 -- tell whoever awaits this job's result that it has finished (only if someone registered)
 local function notify(id, jk)
-  if redis.call('HDEL', jk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', id) end
+  announce(jk, id)
 end
 
 --[[ Batches (fan-out / fan-in). A batch lives on its home queue (the queue of its callback):
@@ -158,7 +165,7 @@ local function batch_maybe_finish(bid, now)
     redis.call('PEXPIRE', bk, ttl)
     for _, s in ipairs(BATCH_KEYS) do redis.call('PEXPIRE', bk .. s, ttl) end
   end
-  if redis.call('HDEL', bk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', 'batch:' .. bid) end
+  announce(bk, 'batch:' .. bid)
 end
 
 -- record a sub-job's outcome in its batch (on this queue); exactly once per member
@@ -191,7 +198,6 @@ end
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
   redis.call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
-  redis.call('HDEL', jk, 'l')
   redis.call('ZADD', K_DEAD, now, id)
   if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
   notify(id, jk)
@@ -203,20 +209,27 @@ end
 local function recover(now, limit, dead_ttl)
   local ids = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
-  local dead = 0
+  local dead, cancelled = 0, 0
   redis.call('ZREM', K_ACTIVE, unpack(ids))
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr', 'g')
+    local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x')
     if r[1] == 'active' then
       local a, m = tonumber(r[2]) or 0, tonumber(r[3]) or 1
-      if a >= m then
+      if r[6] then
+        -- cancelled while its holder was lost: it stays cancelled, it is not run again
+        local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
+        redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+        if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+        notify(id, jk)
+        batch_outcome(id, jk, false, err, now)
+        cancelled = cancelled + 1
+      elseif a >= m then
         to_dead(id, jk, now, cjson.encode({type = 'LeaseExpired',
           message = 'lease expired on attempt ' .. a .. ' of ' .. m .. ' (worker lost)'}), dead_ttl)
         dead = dead + 1
       else
         redis.call('HSET', jk, 's', 'queued')
-        redis.call('HDEL', jk, 'l')
         push_ready(id, r[4], true, r[5])
       end
       release_slot(r[5])
@@ -224,7 +237,8 @@ local function recover(now, limit, dead_ttl)
   end
   redis.call('HINCRBY', K_STATS, 'expired', #ids)
   if dead > 0 then redis.call('HINCRBY', K_STATS, 'failed', dead) end
-  if #ids > dead then wake() end
+  if cancelled > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', cancelled) end
+  if #ids > dead + cancelled then wake() end
   return #ids
 end
 

@@ -83,7 +83,7 @@ elseif op == 'cancel' then
   end
   local own = redis.call('HMGET', bk, 'grp', 'lim')
   if own[2] then redis.call('HDEL', K_GCONF, 'limit:' .. own[1]) end
-  if redis.call('HDEL', bk, 'w') == 1 then redis.call('PUBLISH', BASE .. 'done', 'batch:' .. bid) end
+  announce(bk, 'batch:' .. bid)
   return n
 end
 return redis.error_reply('unknown operation ' .. tostring(op))

@@ -3,7 +3,8 @@
   ARGV[1] key base   ARGV[2] n
   then per job 4 values: id, lease token, result (serialised), result_ttl_ms (0: drop the
   record now, -1: keep forever)
-  Returns {code_1, ..., code_n}: 1 ok, -1 no such job, -2 lease token mismatch or job not active ]]
+  Returns {code_1, ..., code_n}: 1 ok (also when this token already completed the job: an ack
+  resent after a lost reply), -1 no such job, -2 lease token mismatch or job not active ]]
 local n = tonumber(ARGV[2])
 local now = now_ms()
 local out = {}
@@ -15,13 +16,14 @@ for i = 0, n - 1 do
   local r = redis.call('HMGET', jk, 's', 'l', 'g')
   if not r[1] then
     out[#out + 1] = -1
+  elseif r[1] == 'completed' and r[2] == tok then
+    out[#out + 1] = 1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
     redis.call('ZREM', K_ACTIVE, id)
     release_slot(r[3])
     redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
-    redis.call('HDEL', jk, 'l')
     notify(id, jk)
     batch_outcome(id, jk, true, ARGV[b + 2], now)
     if ttl == 0 then

@@ -5,19 +5,25 @@
   ARGV[5] retry delay ms (-1: do not retry, dead-letter now; -2: the job was cancelled, record
   it as cancelled)   ARGV[6] dead_ttl_ms
   Returns 1 retry scheduled, 2 dead-lettered, 3 cancelled, -1 no such job, -2 lease token
-  mismatch ]]
+  mismatch; the same code again when this token already failed the job (a resent ack) ]]
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
 local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
 if not r[1] then return -1 end
+if r[2] == tok and r[1] ~= 'active' then
+  -- this lease already ended the attempt: report what it did (unless the job moved on)
+  if r[1] == 'failed' then return 2 end
+  if r[1] == 'cancelled' then return 3 end
+  if r[1] == 'queued' or r[1] == 'scheduled' then return 1 end
+  return -2
+end
 if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
 release_slot(r[6])
 if delay == -2 then
   redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  redis.call('HDEL', jk, 'l')
   if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
   notify(id, jk)
   batch_outcome(id, jk, false, err, now)
@@ -26,7 +32,6 @@ if delay == -2 then
   return 3
 end
 if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
-  redis.call('HDEL', jk, 'l')
   redis.call('HSET', jk, 'e', err)
   if delay > 0 then
     redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)

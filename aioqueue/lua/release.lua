@@ -4,7 +4,8 @@
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] delay ms (0: runnable now, ahead of its priority level)
   ARGV[3] refund the attempt (1) or not (0)   ARGV[4] n   then n pairs: id, lease token
-  Returns {code_1, ..., code_n}: 1 released, -1 no such job, -2 lease token mismatch ]]
+  Returns {code_1, ..., code_n}: 1 released (also when this token already released it: a
+  resent ack), -1 no such job, -2 lease token mismatch ]]
 local delay, refund, n = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
 local now = now_ms()
 local out = {}
@@ -15,11 +16,12 @@ for i = 0, n - 1 do
   local r = redis.call('HMGET', jk, 's', 'l', 'pr', 'g')
   if not r[1] then
     out[#out + 1] = -1
+  elseif r[2] == tok and (r[1] == 'queued' or r[1] == 'scheduled') then
+    out[#out + 1] = 1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
     redis.call('ZREM', K_ACTIVE, id)
-    redis.call('HDEL', jk, 'l')
     release_slot(r[4])
     if refund then redis.call('HINCRBY', jk, 'a', -1) end
     if delay > 0 then
