@@ -11,6 +11,7 @@ from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer
 from ._exceptions import AioQueueError as AioQueueError
+from ._exceptions import BadSignature as BadSignature
 from ._exceptions import BatchCancelled as BatchCancelled
 from ._exceptions import BatchFailed as BatchFailed
 from ._exceptions import ClosedError as ClosedError
@@ -44,6 +45,7 @@ __all__ = [
     "AioQueueError",
     "App",
     "Backoff",
+    "BadSignature",
     "Batch",
     "BatchCancelled",
     "BatchFailed",

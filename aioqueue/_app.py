@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -20,6 +20,7 @@ from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
+from ._signing import Signer
 from ._task import Backoff, Task, check_attempts
 from ._timeutil import to_ms, to_seconds
 
@@ -75,6 +76,9 @@ class App:
             connection (up to 30 s).
         socket_timeout: seconds a reply may take before the connection counts as dead;
             blocking waits (idle workers, results) are kept well below it.
+        signing_key: sign every job payload with HMAC-SHA256 (at least 16 bytes); workers
+            then dead-letter unsigned or tampered jobs (reason ``BadSignature``).
+        verify_keys: older keys still accepted when verifying (key rotation).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
@@ -96,6 +100,8 @@ class App:
         backoff: Backoff | None = None,
         max_connections: int = 100,
         socket_timeout: float = 30.0,
+        signing_key: str | bytes | None = None,
+        verify_keys: Sequence[str | bytes] = (),
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
@@ -128,6 +134,9 @@ class App:
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
+        self._signer = None if signing_key is None else Signer(signing_key, verify_keys)
+        if verify_keys and signing_key is None:
+            raise ConfigurationError("verify_keys needs a signing_key")
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._queues: dict[str, Queue] = {}
         self._redis: aioredis.Redis | None = None
@@ -343,12 +352,26 @@ class App:
         return q
 
     # ------------------------------------------------------------------ (de)serialisation
-    def dump_args(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bytes:
-        return dumps_checked(
+    def dump_args(
+        self, job_id: str, task: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> bytes:
+        """The stored payload of a job: its serialised arguments, signed if configured."""
+        data = dumps_checked(
             self.serializer, [list(args), dict(kwargs)], self.max_payload_bytes, "job arguments"
         )
+        return data if self._signer is None else self._signer.sign(job_id, task, data)
 
-    def load_args(self, payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def load_args(
+        self, job_id: str, task: str, payload: bytes
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A job's arguments from its stored payload (checking its signature if configured).
+
+        Raises:
+            BadSignature: signing is on and the payload is unsigned or forged.
+            Exception: whatever the serializer raises on a corrupt payload.
+        """
+        if self._signer is not None:
+            payload = self._signer.verify(job_id, task, payload)
         value = self.serializer.loads(payload)
         if (
             not isinstance(value, list | tuple)

@@ -13,6 +13,7 @@
     ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
     ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
     ├── BatchCancelled            awaited batch was cancelled
+    ├── BadSignature              a signing App met an unsigned or tampered job payload
     └── EmbeddedServerError       the embedded Valkey server could not start
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
@@ -111,6 +112,11 @@ class BatchFailed(AioQueueError):
 
 class BatchCancelled(AioQueueError):
     """Raised by ``Batch.wait()`` when the batch was cancelled."""
+
+
+class BadSignature(AioQueueError):
+    """Raised when an App with a ``signing_key`` reads a job payload that is unsigned or whose
+    signature does not match; a worker dead-letters such a job with this reason."""
 
 
 class EmbeddedServerError(AioQueueError, RuntimeError):

@@ -103,10 +103,11 @@ class Queue:
         rt = to_seconds(result_ttl, "result_ttl")
         if rt is not None:
             extra["result_ttl"] = rt
+        jid = new_job_id() if job_id is None else check_job_id(job_id)
         spec = [
-            new_job_id() if job_id is None else check_job_id(job_id),
+            jid,
             task,
-            self.app.dump_args(tuple(args), dict(kwargs or {})),
+            self.app.dump_args(jid, task, tuple(args), dict(kwargs or {})),
             check_attempts(max_attempts if max_attempts is not None else self.app.max_attempts),
             -1 if delay is None else to_ms(delay, "delay"),
             -1 if at is None else at_to_ms(at),
@@ -223,7 +224,8 @@ class Queue:
         args: tuple[Any, ...] | None = None
         kwargs: dict[str, Any] | None = None
         with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
-            args, kwargs = self.app.load_args(h.get("p", b""))
+            task = h.get("t", b"").decode(errors="replace")
+            args, kwargs = self.app.load_args(job_id, task, h.get("p", b""))
         return JobInfo(
             id=job_id,
             queue=self.name,
@@ -319,7 +321,7 @@ class Queue:
 
     async def _decode(self, c: Claimed) -> Reservation | None:
         try:
-            args, kwargs = self.app.load_args(c.payload)
+            args, kwargs = self.app.load_args(c.id, c.task, c.payload)
             options = self.app.load_options(c.options)
         except Exception as exc:
             err = error_record(self.app, exc)

@@ -281,14 +281,15 @@ class Task(Generic[P, R]):
         self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> list[Any]:
         """The 11 enqueue.lua values for one job (not in a batch)."""
-        payload = app.dump_args(args, kwargs)
+        job_id = opts.job_id or new_job_id()
+        payload = app.dump_args(job_id, self.name, args, kwargs)
         extra: dict[str, float] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
             extra["result_ttl"] = opts.result_ttl
         return [
-            opts.job_id or new_job_id(),
+            job_id,
             self.name,
             payload,
             opts.max_attempts or self.max_attempts,

@@ -33,7 +33,7 @@ import redis.exceptions as rexc
 from ._app import App
 from ._batch import Batch, forward_outbox
 from ._context import JobContext, _current
-from ._exceptions import AioQueueError, ClosedError, ConfigurationError, Retry
+from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
 from ._queue import Queue, error_record
 from ._scripts import Claimed, QueueScripts
 from ._timeutil import to_seconds
@@ -276,8 +276,11 @@ class Worker:
             await self._fail(qs, c, _Unrunnable("UnknownTask", msg), retry_ms=-1)
             return
         try:
-            args, kwargs = app.load_args(c.payload)
+            args, kwargs = app.load_args(c.id, c.task, c.payload)
             opts = app.load_options(c.options) if c.options else {}
+        except BadSignature as exc:
+            await self._fail(qs, c, exc, retry_ms=-1)
+            return
         except Exception as exc:
             await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
             return
