@@ -529,7 +529,7 @@ async def test_oversized_payload_is_refused(redis_url: str, redis: Redis) -> Non
         async def store(blob: str) -> None:
             return None
 
-        overhead = len(app.dump_args(("",), {}))
+        overhead = len(app.dump_args("id", "t", ("",), {}))
         fits = "x" * (limit - overhead)
         job = await store.enqueue(fits)  # exactly at the limit: accepted
         assert (await job.info()).args == (fits,)
