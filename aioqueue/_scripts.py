@@ -54,6 +54,7 @@ SCRIPTS: Final = {
         "enqueue",
         "claim",
         "complete",
+        "complete_claim",
         "fail",
         "release",
         "extend",
@@ -167,6 +168,23 @@ class QueueScripts:
             self.client, SCRIPTS["claim"], self.lanes, (self.base, n, lease_ms, dead_ttl_ms)
         )
         return parse_claim(res)
+
+    async def complete_claim(
+        self,
+        items: Sequence[tuple[str, str, bytes, int]],
+        n: int,
+        lease_ms: int,
+        dead_ttl_ms: int,
+    ) -> tuple[ClaimResult, list[int]]:
+        """Complete ``items`` and lease up to ``n`` jobs in one round trip."""
+        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, len(items)]
+        for item in items:
+            args.extend(item)
+        res = await evalsha(self.client, SCRIPTS["complete_claim"], self.lanes, args)
+        m = len(items)
+        if not m:
+            return parse_claim(res), []
+        return parse_claim(res[:-m]), list(res[-m:])
 
     async def complete(self, items: Sequence[tuple[str, str, bytes, int]]) -> list[int]:
         args: list[Any] = [self.base, len(items)]

@@ -40,6 +40,9 @@ from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
 
+# most acks sent in one script call
+ACK_CHUNK = 500
+
 # errors a loop survives by backing off and trying again (the server went away, a failover)
 _TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 
@@ -49,6 +52,7 @@ class _QueueState:
     queue: Queue
     scripts: QueueScripts
     acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
+    idle: bool = False  # blocked waiting for work: safe to cancel
 
 
 @dataclass(slots=True)
@@ -193,7 +197,15 @@ class Worker:
     ) -> None:
         self._stopping = True
         self._stop.set()
-        for t in fetchers:
+        self._slot_freed.set()
+        # a fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
+        # starts the jobs it got (they then get the grace period like the others), unless the
+        # stop is forced
+        for qs, t in zip(self._queues, fetchers, strict=True):
+            if qs.idle or self._force:
+                t.cancel()
+        _, stuck = await asyncio.wait(fetchers, timeout=max(min(self.grace, 5.0), 0.1))
+        for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
         if self._running and not self._force and self.grace > 0:
@@ -227,11 +239,27 @@ class Worker:
             free = self.concurrency - len(self._running)
             if free <= 0:
                 self._slot_freed.clear()
-                await self._slot_freed.wait()
+                qs.idle = True
+                try:
+                    await self._slot_freed.wait()
+                finally:
+                    qs.idle = False
                 continue
             want = min(free, self.max_batch)
             try:
-                res = await scripts.claim(want, self._lease_ms, self.app.dead_ttl_ms)
+                if qs.acks:
+                    # a busy worker acks what finished and fetches more in one round trip
+                    acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+                    try:
+                        res, codes = await self._shield(
+                            scripts.complete_claim(acks, want, self._lease_ms, self.app.dead_ttl_ms)
+                        )
+                    except _TRANSIENT:
+                        qs.acks[:0] = acks
+                        raise
+                    _count_lost(codes)
+                else:
+                    res = await scripts.claim(want, self._lease_ms, self.app.dead_ttl_ms)
                 for c in res.jobs:
                     self._start_job(qs, c)
                 if len(res.jobs) >= want:
@@ -241,14 +269,22 @@ class Worker:
                     if not self._running:
                         return
                     self._slot_freed.clear()
-                    await self._slot_freed.wait()
+                    qs.idle = True
+                    try:
+                        await self._slot_freed.wait()
+                    finally:
+                        qs.idle = False
                     continue
                 block = self.idle_block
                 if res.next_wake_ms >= 0:
                     block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
                 # a blocking call can never hang forever, even if the socket silently died
-                async with asyncio.timeout(block + self.app.socket_timeout / 2):
-                    await qs.queue.wait_for_wake(block)
+                qs.idle = True
+                try:
+                    async with asyncio.timeout(block + self.app.socket_timeout / 2):
+                        await qs.queue.wait_for_wake(block)
+                finally:
+                    qs.idle = False
                 backoff = 0.05
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
@@ -389,6 +425,8 @@ class Worker:
     async def _ack_loop(self) -> None:
         while True:
             await self._ack_event.wait()
+            # let a fetch loop that is about to claim take these acks along first
+            await asyncio.sleep(0)
             self._ack_event.clear()
             if not await self._flush_acks():
                 await asyncio.sleep(0.1)
@@ -402,17 +440,16 @@ class Worker:
         for qs in self._queues:
             if not qs.acks:
                 continue
-            batch, qs.acks = qs.acks, []
-            try:
-                codes = await self._shield(qs.scripts.complete(batch))
-            except _TRANSIENT as exc:
-                logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
-                qs.acks[:0] = batch
-                ok = False
-                continue
-            lost = sum(1 for code in codes if code != 1)
-            if lost:
-                logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
+            while qs.acks:
+                batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+                try:
+                    codes = await self._shield(qs.scripts.complete(batch))
+                except _TRANSIENT as exc:
+                    logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
+                    qs.acks[:0] = batch
+                    ok = False
+                    break
+                _count_lost(codes)
         return ok
 
     async def _heartbeat_loop(self) -> None:
@@ -460,6 +497,12 @@ class _Unrunnable(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def _count_lost(codes: list[int]) -> None:
+    lost = sum(1 for code in codes if code != 1)
+    if lost:
+        logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:
