@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -35,7 +35,7 @@ from ._batch import Batch, forward_outbox
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
 from ._queue import Queue, error_record
-from ._scripts import Claimed, QueueScripts
+from ._scripts import Claimed, ClaimResult, QueueScripts
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
@@ -234,62 +234,61 @@ class Worker:
 
     async def _fetch_loop(self, qs: _QueueState) -> None:
         backoff = 0.05
-        scripts = qs.scripts
         while not self._stop.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
-                self._slot_freed.clear()
-                qs.idle = True
-                try:
-                    await self._slot_freed.wait()
-                finally:
-                    qs.idle = False
+                await self._wait_slot(qs)
                 continue
             want = min(free, self.max_batch)
             try:
-                if qs.acks:
-                    # a busy worker acks what finished and fetches more in one round trip
-                    acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
-                    try:
-                        res, codes = await self._shield(
-                            scripts.complete_claim(acks, want, self._lease_ms, self.app.dead_ttl_ms)
-                        )
-                    except _TRANSIENT:
-                        qs.acks[:0] = acks
-                        raise
-                    _count_lost(codes)
-                else:
-                    res = await scripts.claim(want, self._lease_ms, self.app.dead_ttl_ms)
+                res = await self._claim(qs, want)
                 for c in res.jobs:
                     self._start_job(qs, c)
+                backoff = 0.05
                 if len(res.jobs) >= want:
-                    backoff = 0.05
                     continue
                 if self.burst and not res.jobs:
                     if not self._running:
                         return
-                    self._slot_freed.clear()
-                    qs.idle = True
-                    try:
-                        await self._slot_freed.wait()
-                    finally:
-                        qs.idle = False
+                    await self._wait_slot(qs)
                     continue
                 block = self.idle_block
                 if res.next_wake_ms >= 0:
                     block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
                 # a blocking call can never hang forever, even if the socket silently died
-                qs.idle = True
-                try:
-                    async with asyncio.timeout(block + self.app.socket_timeout / 2):
-                        await qs.queue.wait_for_wake(block)
-                finally:
-                    qs.idle = False
-                backoff = 0.05
+                async with asyncio.timeout(block + self.app.socket_timeout / 2):
+                    await self._idle(qs, qs.queue.wait_for_wake(block))
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:
+        """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
+        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
+        if not qs.acks:
+            return await qs.scripts.claim(want, lease, dead_ttl)
+        acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+        try:
+            res, codes = await self._shield(qs.scripts.complete_claim(acks, want, lease, dead_ttl))
+        except _TRANSIENT:
+            qs.acks[:0] = acks
+            raise
+        _count_lost(codes)
+        return res  # type: ignore[no-any-return]
+
+    async def _wait_slot(self, qs: _QueueState) -> None:
+        self._slot_freed.clear()
+        await self._idle(qs, self._slot_freed.wait())
+
+    @staticmethod
+    async def _idle(qs: _QueueState, waiting: Awaitable[Any]) -> None:
+        """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
+        qs.idle = True
+        try:
+            await waiting
+        finally:
+            qs.idle = False
 
     # ------------------------------------------------------------------ one job
     def _start_job(self, qs: _QueueState, c: Claimed) -> None:
