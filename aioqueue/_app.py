@@ -19,6 +19,7 @@ from ._job import JobError
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
+from ._scripts import use_fast_packing
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
 from ._signing import Signer
 from ._task import Backoff, Task, check_attempts
@@ -168,6 +169,7 @@ class App:
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
+        use_fast_packing(client)
         try:
             await client.ping()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:

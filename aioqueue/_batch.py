@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 
 from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError
 from ._job import Job, JobError
-from ._scripts import SCRIPTS, evalsha, evalsha_many
+from ._scripts import SCRIPTS, enqueue_args, evalsha, evalsha_many
 from ._task import JobOptions, check_priority
 from ._timeutil import to_ms, to_seconds
 
@@ -267,7 +267,8 @@ def _plan(
     home = batch.queue
     app = home.app
     by_queue: dict[str, list[list[Any]]] = {}
-    foreign: list[str] = []
+    members: list[str] = []
+    foreign = False
     jobs: list[Job[Any]] = []
     for call in calls:
         o = call.opts
@@ -285,21 +286,24 @@ def _plan(
         spec[8] = batch.id
         if queue is not home:
             spec[9] = home.name
-            foreign.append(queue.keys.base + spec[0])
+            members.append(queue.keys.base + spec[0])
+            foreign = True
+        else:
+            members.append(spec[0])
         by_queue.setdefault(queue.name, []).append(spec)
         jobs.append(Job(queue, spec[0]))
     pipeline: list[tuple[Any, list[str], list[Any]]] = []
     if foreign:
+        # sub-jobs on other queues must be counted into the batch before they exist; all the
+        # members go in here, in call order, so results() keeps that order (enqueueing a home
+        # sub-job then finds it counted already)
         pipeline.append(
-            (SCRIPTS["batch"], home.keys.lanes(), [home.keys.base, "add", batch.id, *foreign])
+            (SCRIPTS["batch"], home.keys.lanes(), [home.keys.base, "add", batch.id, *members])
         )
     for name, specs in by_queue.items():
         q = app.queue(name)
         for i in range(0, len(specs), 500):
-            part = specs[i : i + 500]
-            args: list[Any] = [q.keys.base, len(part)]
-            for spec in part:
-                args.extend(spec)
+            args = enqueue_args(q.keys.base, specs[i : i + 500])
             pipeline.append((SCRIPTS["enqueue"], q.keys.lanes(), args))
     return jobs, pipeline
 
@@ -376,16 +380,45 @@ async def open_batch(
     return batch
 
 
-async def forward_outbox(queue: Queue, limit: int = 100) -> int:
-    """Hand over outcomes of this queue's sub-jobs to their batches on other queues. Safe to
-    run anywhere, any number of times: applying an outcome twice counts it once, and an entry
-    leaves the outbox only after it was applied."""
+def _fields(record: bytes) -> list[bytes]:
+    """Split an outbox record: length-prefixed fields (``<len>:<bytes>``...)."""
+    out = []
+    pos = 0
+    while pos < len(record):
+        colon = record.index(b":", pos)
+        size = int(record[pos:colon])
+        out.append(record[colon + 1 : colon + 1 + size])
+        pos = colon + 1 + size
+    return out
+
+
+async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) -> int:
+    """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
+    the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
+    an outcome twice counts it once, and an entry leaves the outbox only after it was applied.
+    Returns the number of entries handed over."""
     app = queue.app
-    items = cast(list[bytes], await app.redis.lrange(queue.keys.outbox, 0, limit - 1))
-    for raw in items:
-        bid, home_name, member, ok, value = app.json.loads(raw)
-        home = app.queue(home_name)
-        args = (home.keys.base, "apply", bid, member, ok, value)
-        await evalsha(app.redis, SCRIPTS["batch"], home.keys.lanes(), args)
-        await app.redis.lrem(queue.keys.outbox, 1, raw)  # type: ignore[arg-type]
-    return len(items)
+    done = 0
+    while done < limit:
+        items = cast(list[bytes], await app.redis.lrange(queue.keys.outbox, 0, chunk - 1))
+        if not items:
+            break
+        by_home: dict[str, list[bytes]] = {}
+        for raw in items:
+            bid, home, member, ok, value = _fields(raw)
+            by_home.setdefault(home.decode(), []).extend((bid, member, ok, value))
+        calls = []
+        for name, outcomes in by_home.items():
+            home_q = app.queue(name)
+            calls.append(
+                (SCRIPTS["batch"], home_q.keys.lanes(), [home_q.keys.base, "apply", "", *outcomes])
+            )
+        await evalsha_many(app.redis, calls)
+        pipe = app.redis.pipeline(transaction=False)
+        for raw in items:
+            pipe.lrem(queue.keys.outbox, 1, raw)  # type: ignore[arg-type]
+        await pipe.execute()
+        done += len(items)
+        if len(items) < chunk:
+            break
+    return done

@@ -343,6 +343,10 @@ class Queue:
         ttl = self.app.result_ttl_ms(reservation.options, self.app.tasks.get(reservation.task))
         code = (await self._scripts.complete([(reservation.id, reservation.token, data, ttl)]))[0]
         check_code(code, reservation.id)
+        if code == 2:  # its batch lives on another queue: hand the outcome over now
+            from ._batch import forward_outbox
+
+            await forward_outbox(self)
 
     async def fail(
         self,
@@ -408,9 +412,18 @@ class Queue:
 
     async def reap(self, limit: int = 1000) -> dict[str, int]:
         """Run queue maintenance now: recover expired leases, promote due delayed jobs, trim
-        old dead letters. Workers do this on their own; this is for pull-API-only setups."""
+        old dead letters, hand over outcomes of sub-jobs whose batch lives on another queue.
+        Workers do this on their own; this is for pull-API-only setups."""
+        from ._batch import forward_outbox
+
         rec, pro, trimmed = await self._scripts.reap(limit, self.app.dead_ttl_ms)
-        return {"recovered": rec, "promoted": pro, "dead_trimmed": trimmed}
+        forwarded = await forward_outbox(self, limit)
+        return {
+            "recovered": rec,
+            "promoted": pro,
+            "dead_trimmed": trimmed,
+            "batch_outcomes_forwarded": forwarded,
+        }
 
 
 def _group_arg(group: str | None) -> str:

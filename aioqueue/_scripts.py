@@ -74,22 +74,105 @@ def wrap_redis_error(exc: Exception) -> Exception:
     return exc
 
 
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+class Head(str):
+    """The command name ``EVALSHA`` carrying the packed, unchanging start of a script call:
+    the SHA, the KEYS and the key base (ARGV[1]). A connection of ``fast_connection_class``
+    sends it as is, so a call only encodes its varying arguments."""
+
+    packed: bytes
+    nargs: int
+
+    def __new__(cls, script: Script, keys: Sequence[str], base: str) -> Head:
+        head = super().__new__(cls, "EVALSHA")
+        fixed = [b"EVALSHA", script.sha.encode(), b"%d" % len(keys)]
+        fixed += [k.encode() for k in keys]
+        fixed.append(base.encode())
+        head.packed = b"".join(_bulk(a) for a in fixed)
+        head.nargs = len(fixed)
+        return head
+
+
+_HEADS: dict[tuple[str, tuple[str, ...], str], Head] = {}
+
+
+def head_for(script: Script, keys: Sequence[str], base: str) -> Head:
+    key = (script.sha, tuple(keys), base)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) > 10_000:  # many queues come and go: do not grow without bound
+            _HEADS.clear()
+        head = _HEADS[key] = Head(script, keys, base)
+    return head
+
+
+class _FastPack:
+    """Mixin for redis-py connections: packs a script call that starts with a Head by
+    splicing in its pre-packed bytes; every other command is packed by redis-py."""
+
+    encoder: Any
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        head = args[0]
+        if type(head) is not Head:
+            return super().pack_command(*args)  # type: ignore[misc,no-any-return]
+        parts = [b"*%d\r\n" % (head.nargs + len(args) - 1), head.packed]
+        for arg in args[1:]:
+            kind = type(arg)
+            if kind is bytes:
+                data = arg
+            elif kind is str:
+                data = arg.encode()
+            elif kind is int:
+                data = b"%d" % arg
+            else:
+                data = self.encoder.encode(arg)
+            parts.append(b"$%d\r\n" % len(data))
+            parts.append(data)
+            parts.append(b"\r\n")
+        return [b"".join(parts)]
+
+
+_FAST: dict[type, type] = {}
+
+
+def use_fast_packing(client: aioredis.Redis) -> None:
+    """Make the client's pool create connections that splice pre-packed script heads."""
+    pool = client.connection_pool
+    base = pool.connection_class
+    if issubclass(base, _FastPack):
+        return
+    fast = _FAST.get(base)
+    if fast is None:
+        fast = _FAST[base] = type(f"Fast{base.__name__}", (_FastPack, base), {})
+    pool.connection_class = fast
+
+
+def _command(
+    client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
+) -> tuple[Any, ...]:
+    if issubclass(client.connection_pool.connection_class, _FastPack):
+        return (head_for(script, keys, args[0]), *args[1:])
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
 async def evalsha(
     client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    """Run a script with EVALSHA, loading it first if the server does not know it."""
+    """Run a script with EVALSHA, loading it first if the server does not know it.
+    ``args[0]`` is always the queue's key base (every script's ARGV[1])."""
+    command = _command(client, script, keys, args)
     try:
         try:
-            return await client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", script.sha, len(keys), *keys, *args
-            )
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
         except rexc.NoScriptError:
             await client.execute_command(  # type: ignore[no-untyped-call]
                 "SCRIPT", "LOAD", script.source
             )
-            return await client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", script.sha, len(keys), *keys, *args
-            )
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         raise wrap_redis_error(exc) from exc
 
@@ -102,7 +185,7 @@ async def evalsha_many(
     try:
         pipe = client.pipeline(transaction=False)
         for script, keys, args in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*_command(client, script, keys, args))
         results: list[Any] = await pipe.execute(raise_on_error=False)
         for i, res in enumerate(results):
             if isinstance(res, rexc.NoScriptError):
@@ -142,18 +225,16 @@ class QueueScripts:
     def __init__(self, client: aioredis.Redis, keys: QueueKeys) -> None:
         self.client = client
         self.keys = keys
-        self.lanes = keys.lanes()
+        self.lanes = tuple(keys.lanes())
         self.base = keys.base
 
     async def enqueue(self, jobs: Sequence[Sequence[Any]], chunk: int = 500) -> list[int]:
-        """Add jobs (11 values each, see enqueue.lua); returns one code per job."""
-        calls = []
-        for i in range(0, len(jobs), chunk):
-            part = jobs[i : i + chunk]
-            args: list[Any] = [self.base, len(part)]
-            for job in part:
-                args.extend(job)
-            calls.append((SCRIPTS["enqueue"], self.lanes, args))
+        """Add jobs (11 values each: id, task, payload, then the template of enqueue.lua);
+        returns one code per job. Runs of jobs with the same template go as id/payload pairs."""
+        calls = [
+            (SCRIPTS["enqueue"], self.lanes, enqueue_args(self.base, jobs[i : i + chunk]))
+            for i in range(0, len(jobs), chunk)
+        ]
         if len(calls) == 1:
             results = [await evalsha(self.client, *calls[0])]
         else:
@@ -240,6 +321,27 @@ class QueueScripts:
             self.client, SCRIPTS["reap"], keys, (self.base, limit, dead_ttl_ms, lock_ms)
         )
         return int(res[1]), int(res[2]), int(res[3])
+
+
+def enqueue_args(base: str, jobs: Sequence[Sequence[Any]]) -> list[Any]:
+    """enqueue.lua's ARGV for jobs given as (id, task, payload, *template-rest)."""
+    args: list[Any] = [base, 0]
+    runs = 0
+    template: tuple[Any, ...] | None = None
+    count_at = 0
+    for job in jobs:
+        t = (job[1], *job[3:])
+        if t != template:
+            template = t
+            runs += 1
+            args.extend(t)
+            count_at = len(args)
+            args.append(0)
+        args[count_at] += 1
+        args.append(job[0])
+        args.append(job[2])
+    args[1] = runs
+    return args
 
 
 def parse_claim(res: list[Any]) -> ClaimResult:

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 # most acks sent in one script call
 ACK_CHUNK = 500
+# complete's code for "done, and its outcome waits in the outbox for a batch on another queue"
+FORWARD = 2
 
 # errors a loop survives by backing off and trying again (the server went away, a failover)
 _TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
@@ -114,6 +116,7 @@ class Worker:
         self._shielded: set[asyncio.Future[Any]] = set()
         self._slot_freed = asyncio.Event()
         self._ack_event = asyncio.Event()
+        self._forward = asyncio.Event()
         self._stop = asyncio.Event()
         self._force = False
         self._stopping = False
@@ -173,6 +176,7 @@ class Worker:
         helpers = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._reap_loop()),
+            asyncio.create_task(self._forward_loop()),
         ]
         acker = asyncio.create_task(self._ack_loop())
         stop_waiter: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
@@ -274,7 +278,7 @@ class Worker:
         except _TRANSIENT:
             qs.acks[:0] = acks
             raise
-        _count_lost(codes)
+        self._check_acks(codes)
         return res  # type: ignore[no-any-return]
 
     async def _wait_slot(self, qs: _QueueState) -> None:
@@ -448,8 +452,27 @@ class Worker:
                     qs.acks[:0] = batch
                     ok = False
                     break
-                _count_lost(codes)
+                self._check_acks(codes)
         return ok
+
+    def _check_acks(self, codes: list[int]) -> None:
+        lost = sum(1 for code in codes if code < 0)
+        if lost:
+            logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
+        if FORWARD in codes:
+            self._forward.set()
+
+    async def _forward_loop(self) -> None:
+        """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
+        an ack reports one (failures and cancellations are caught by the reap loop)."""
+        while True:
+            await self._forward.wait()
+            self._forward.clear()
+            for qs in self._queues:
+                try:
+                    await forward_outbox(qs.queue)
+                except _TRANSIENT as exc:
+                    logger.debug("forwarding batch outcomes failed: %s", exc)
 
     async def _heartbeat_loop(self) -> None:
         interval = max(self.app.lease / 3, 0.05)
@@ -496,12 +519,6 @@ class _Unrunnable(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def _count_lost(codes: list[int]) -> None:
-    lost = sum(1 for code in codes if code != 1)
-    if lost:
-        logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

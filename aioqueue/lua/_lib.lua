@@ -184,15 +184,22 @@ local function batch_apply(bid, member, ok, value, now)
 end
 
 -- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any
+-- returns true when the outcome was handed over through the outbox (see batch.lua 'apply')
 local function batch_outcome(id, jk, ok, value, now)
   local r = redis.call('HMGET', jk, 'b', 'bh', 'bm')
-  if not r[1] then return end
+  if not r[1] then return false end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)
-  else
-    -- the batch lives on another queue (another cluster slot): hand the outcome over
-    redis.call('RPUSH', BASE .. 'outbox', cjson.encode({r[1], r[2], r[3], ok and 1 or 0, value}))
+    return false
   end
+  -- the batch lives on another queue (another cluster slot): hand the outcome over, as
+  -- length-prefixed fields (binary-safe: results may be pickles)
+  local rec = {}
+  for _, f in ipairs({r[1], r[2], r[3], ok and '1' or '0', value}) do
+    rec[#rec + 1] = #f .. ':' .. f
+  end
+  redis.call('RPUSH', BASE .. 'outbox', table.concat(rec))
+  return true
 end
 
 -- move a job to the dead-letter store with its reason
@@ -301,14 +308,15 @@ local function do_complete(first, n, now)
       release_slot(r[3])
       redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       if r[4] then notify(id, jk) end
-      if r[5] then batch_outcome(id, jk, true, ARGV[b + 2], now) end
+      local code = 1
+      if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
       if ttl == 0 then
         redis.call('DEL', jk)
       elseif ttl > 0 then
         redis.call('PEXPIRE', jk, ttl)
       end
       ok = ok + 1
-      out[#out + 1] = 1
+      out[#out + 1] = code
     end
   end
   if ok > 0 then

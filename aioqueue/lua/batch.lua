@@ -10,10 +10,11 @@
             priority, group ('' none), options JSON ('' none)
     add     ARGV[4..] members (sub-jobs on other queues, named "<their key base><id>")
     seal    (nothing)     cancel  (nothing)
-    apply   ARGV[4] member   ARGV[5] 1 completed / 0 failed   ARGV[6] result or error
+    apply   ARGV[4..] outcomes handed over from other queues' outboxes, 4 values each: batch
+            id, member, 1 completed / 0 failed, result or error (ARGV[3] is not used)
   Returns: open 1, or 0 when the batch exists; add the number of new members; seal 1;
-  cancel the number of sub-jobs cancelled here (queued or scheduled ones); apply 1;
-  -1 when there is no such batch (add, seal, cancel, apply) ]]
+  cancel the number of sub-jobs cancelled here (queued or scheduled ones); apply the number of
+  outcomes; -1 when there is no such batch (add, seal, cancel) ]]
 local op, bid = ARGV[2], ARGV[3]
 local bk = batch_key(bid)
 local now = now_ms()
@@ -47,6 +48,12 @@ if op == 'open' then
   return 1
 end
 
+if op == 'apply' then
+  -- batch_apply ignores outcomes of batches that are gone, and counts each member once
+  for i = 4, #ARGV, 4 do batch_apply(ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', ARGV[i + 3], now) end
+  return (#ARGV - 3) / 4
+end
+
 if redis.call('EXISTS', bk) == 0 then return -1 end
 
 if op == 'add' then
@@ -56,9 +63,6 @@ if op == 'add' then
 elseif op == 'seal' then
   redis.call('HSET', bk, 'sealed', 1)
   batch_maybe_finish(bid, now)
-  return 1
-elseif op == 'apply' then
-  batch_apply(bid, ARGV[4], ARGV[5] == '1', ARGV[6], now)
   return 1
 elseif op == 'cancel' then
   if redis.call('HGET', bk, 's') ~= 'open' then return 0 end

@@ -1,51 +1,64 @@
 --[[ enqueue: add jobs, immediate or delayed; idempotent on the job id.
   KEYS[1..13] the shared transition keys (see _lib)
-  ARGV[1] key base   ARGV[2] n, the number of jobs
-  then per job 11 values: id, task, payload, max_attempts, delay_ms (-1 none), at_ms (-1 none),
-  priority, group ('' none), batch id ('' none), the batch's queue when it is another one
-  ('' = this queue; the caller then has counted the job into its batch there), options JSON
-  ('' none)
-  Returns {now_ms, code_1, ..., code_n}: code 1 queued, 2 scheduled, 0 a job with this id exists ]]
-local n = tonumber(ARGV[2])
+  ARGV[1] key base   ARGV[2] r, the number of runs: jobs that share everything but id and payload
+  then per run: 9 template values: task, max_attempts, delay_ms (-1 none), at_ms (-1 none),
+  priority, group ('' none), batch id ('' none), the batch's queue when it is another one ('' =
+  this queue; the caller then has counted the job into its batch there), options JSON ('' none);
+  then k, the number of jobs in the run, and k pairs: id, payload
+  Returns {now_ms, code_1, ..., code_n}, one code per job in order: 1 queued, 2 scheduled, 0 a job
+  with this id exists ]]
 local now = now_ms()
 local out = {now}
-local queued, added = 0, 0
-for i = 0, n - 1 do
-  local b = 3 + i * 11
-  local id = ARGV[b]
-  local jk = job_key(id)
-  if redis.call('EXISTS', jk) == 1 then
-    out[#out + 1] = 0
-  else
-    local delay, at, pr = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), ARGV[b + 6]
-    local g, bid, bhome, opts = ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
-    local due = -1
-    if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
-    redis.call('HSET', jk, 't', ARGV[b + 1], 'p', ARGV[b + 2], 'a', 0, 'm', ARGV[b + 3], 'ct', now)
-    if pr ~= '0' then redis.call('HSET', jk, 'pr', pr) end
-    if g ~= '' then redis.call('HSET', jk, 'g', g) end
-    if bid ~= '' then
-      redis.call('HSET', jk, 'b', bid)
-      if bhome == '' then
-        batch_add(bid, id)
-      else
-        redis.call('HSET', jk, 'bh', bhome, 'bm', ARGV[1] .. id)
-      end
-    end
-    if opts ~= '' then redis.call('HSET', jk, 'o', opts) end
-    if due > now then
-      redis.call('HSET', jk, 's', 'scheduled', 'due', due)
-      redis.call('ZADD', K_SCHED, due, id)
-      out[#out + 1] = 2
+local pos = 3
+local added = 0
+local plain = {}
+for _ = 1, tonumber(ARGV[2]) do
+  local task, m, delay, at = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
+  local pr, g, bid, bhome, opts = ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8]
+  local k = tonumber(ARGV[pos + 9])
+  pos = pos + 10
+  local due = -1
+  if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
+  local state = 'queued'
+  if due > now then state = 'scheduled' end
+  local fields = {'t', task, 'p', '', 'a', 0, 'm', m, 'ct', now, 's', state}
+  if pr ~= '0' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = pr end
+  if g ~= '' then fields[#fields + 1] = 'g'; fields[#fields + 1] = g end
+  if opts ~= '' then fields[#fields + 1] = 'o'; fields[#fields + 1] = opts end
+  if state == 'scheduled' then fields[#fields + 1] = 'due'; fields[#fields + 1] = due end
+  if bid ~= '' then fields[#fields + 1] = 'b'; fields[#fields + 1] = bid end
+  if bid ~= '' and bhome ~= '' then
+    fields[#fields + 1] = 'bh'; fields[#fields + 1] = bhome
+    fields[#fields + 1] = 'bm'; fields[#fields + 1] = ''
+  end
+  local bm = #fields
+  for _ = 1, k do
+    local id = ARGV[pos]
+    local jk = job_key(id)
+    fields[4] = ARGV[pos + 1]
+    pos = pos + 2
+    if redis.call('EXISTS', jk) == 1 then
+      out[#out + 1] = 0
     else
-      redis.call('HSET', jk, 's', 'queued')
-      push_ready(id, pr, false, g)
-      queued = queued + 1
-      out[#out + 1] = 1
+      if bid ~= '' and bhome ~= '' then fields[bm] = ARGV[1] .. id end
+      redis.call('HSET', jk, unpack(fields))
+      if state == 'scheduled' then
+        redis.call('ZADD', K_SCHED, due, id)
+        out[#out + 1] = 2
+      else
+        if g == '' and pr == '0' then plain[#plain + 1] = id else push_ready(id, pr, false, g) end
+        out[#out + 1] = 1
+      end
+      if bid ~= '' and bhome == '' then batch_add(bid, id) end
+      added = added + 1
     end
-    added = added + 1
   end
 end
+-- the plain FIFO lane gets its new jobs in one push, in order
+for i = 1, #plain, 1000 do
+  redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + 999, #plain)))
+end
+if #plain > 0 then redis.call('ZADD', K_RING, 'NX', 0, '') end
 -- a delayed job may fall due before an idle consumer's current wake-up time: wake one to look
 if added > 0 then
   wake()
