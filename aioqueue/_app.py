@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from ._exceptions import ClosedError, ConfigurationError
 from ._exceptions import ConnectionError as AQConnectionError
@@ -164,6 +166,12 @@ class App:
             "health_check_interval": 10,
             "max_connections": self.max_connections,
             "timeout": 30.0,  # longest wait for a free connection of the pool
+            # a pooled connection the server closed while idle (its timeout, a proxy, a
+            # restart) fails on first use: try again on a fresh one. Safe: every script is
+            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
+            # lease to run out (a claim whose reply was lost)
+            "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
         }
         opts.update(self.redis_options)
         # a blocking pool: a burst of callers waits for a free connection instead of failing

@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
         help="queue to consume (repeatable; default: the App's default queue)",
     )
     w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (default 100)")
+    w.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="jobs leased ahead of free slots (default: concurrency/10, at most 100; 0: none)",
+    )
     w.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     w.add_argument("--grace", type=float, default=30.0, help="shutdown grace in seconds (30)")
     w.add_argument("--url", help="Redis URL (overrides the App's and $AIOQUEUE_REDIS_URL)")
@@ -142,6 +148,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             burst=args.burst,
             grace=args.grace,
+            prefetch=args.prefetch,
         )
         loop = asyncio.get_running_loop()
         signals = 0

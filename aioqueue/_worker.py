@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from ._batch import Batch, forward_outbox
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
 from ._queue import Queue, error_record
-from ._scripts import Claimed, ClaimResult, QueueScripts
+from ._scripts import CANCEL_REQUESTED, Claimed, ClaimResult, QueueScripts
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class Worker:
         grace: seconds running jobs get to finish on shutdown before they are cancelled and
             returned to the queue without spending an attempt.
         max_batch: most jobs leased per round trip (default: ``concurrency``, at most 500).
+        prefetch: jobs leased ahead of free slots, started the moment a slot frees (their
+            leases are renewed like running jobs'; on shutdown they go back at once, without
+            spending an attempt). Default: a tenth of ``concurrency``, at most 100; 0 for none.
         idle_block: longest single blocking wait when idle, in seconds.
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
@@ -93,6 +97,7 @@ class Worker:
         grace: float = 30.0,
         max_batch: int | None = None,
         idle_block: float = 5.0,
+        prefetch: int | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
@@ -105,6 +110,12 @@ class Worker:
         self.burst = burst
         self.grace = to_seconds(grace, "grace") or 0.0
         self.max_batch = max(1, min(max_batch or concurrency, 500))
+        if prefetch is None:
+            prefetch = min(concurrency // 10, 100)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigurationError(f"prefetch must be an int >= 0, not {prefetch!r}")
+        self.prefetch = prefetch
+        self._buffer: deque[tuple[_QueueState, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
             raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
@@ -140,7 +151,8 @@ class Worker:
 
     @property
     def running_jobs(self) -> int:
-        return len(self._running)
+        """Jobs running now, plus prefetched ones waiting for a slot."""
+        return len(self._running) + len(self._buffer)
 
     async def __aenter__(self) -> Worker:
         self._runner = asyncio.create_task(self.run())
@@ -212,6 +224,12 @@ class Worker:
         for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
+        # prefetched jobs never started: back to their queues at once, attempt refunded
+        buffered, self._buffer = self._buffer, deque()
+        for qs in self._queues:
+            pairs = [(c.id, c.token) for q, c in buffered if q is qs]
+            if pairs:
+                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
         if self._running and not self._force and self.grace > 0:
             logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
             await asyncio.wait(list(self._running), timeout=self.grace)
@@ -239,7 +257,7 @@ class Worker:
     async def _fetch_loop(self, qs: _QueueState) -> None:
         backoff = 0.05
         while not self._stop.is_set():
-            free = self.concurrency - len(self._running)
+            free = self.concurrency + self.prefetch - len(self._running) - len(self._buffer)
             if free <= 0:
                 await self._wait_slot(qs)
                 continue
@@ -247,12 +265,20 @@ class Worker:
             try:
                 res = await self._claim(qs, want)
                 for c in res.jobs:
-                    self._start_job(qs, c)
+                    if len(self._running) < self.concurrency:
+                        self._start_job(qs, c)
+                    else:
+                        self._buffer.append((qs, c))
                 backoff = 0.05
                 if len(res.jobs) >= want:
                     continue
                 if self.burst and not res.jobs:
                     if not self._running:
+                        # our own acks may still hold group slots: send them, look once more
+                        if qs.acks or self._shielded:
+                            await self._flush_acks()
+                            await asyncio.gather(*list(self._shielded), return_exceptions=True)
+                            continue
                         return
                     await self._wait_slot(qs)
                     continue
@@ -302,6 +328,8 @@ class Worker:
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+        if self._buffer and not self._stopping:
+            self._start_job(*self._buffer.popleft())
         self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:  # pragma: no cover - a bug
             logger.error("job wrapper crashed", exc_info=task.exception())
@@ -480,7 +508,9 @@ class Worker:
             await asyncio.sleep(interval)
             for qs in self._queues:
                 entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+                held = [c for q, c in self._buffer if q is qs]
                 pairs = [(e.job_id, e.token) for _, e in entries]
+                pairs += [(c.id, c.token) for c in held]
                 pairs += [(a[0], a[1]) for a in qs.acks]
                 if not pairs:
                     continue
@@ -489,6 +519,7 @@ class Worker:
                 except _TRANSIENT as exc:
                     logger.warning("heartbeat failed (%s); will retry", exc)
                     continue
+                self._drop_buffered(qs, held, codes[len(entries) : len(entries) + len(held)])
                 for (task, entry), code in zip(entries, codes, strict=False):
                     if code == -3 and not task.done():
                         logger.info("job %s was cancelled; stopping it", entry.job_id)
@@ -499,6 +530,19 @@ class Worker:
                         logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
                         entry.lost = True
                         task.cancel()
+
+    def _drop_buffered(self, qs: _QueueState, held: list[Claimed], codes: list[int]) -> None:
+        """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
+        gone = {c.id for c, code in zip(held, codes, strict=True) if code != 1}
+        if not gone:
+            return
+        for c, code in zip(held, codes, strict=True):
+            if code == CANCEL_REQUESTED:
+                err = error_record(self.app, _Unrunnable("Cancelled", "cancelled before it ran"))
+                self._shield(
+                    qs.scripts.fail(c.id, c.token, err, -2, self.app.dead_ttl_ms), log=True
+                )
+        self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
 
     async def _reap_loop(self) -> None:
         interval = max(self.app.lease / 2, 0.05)

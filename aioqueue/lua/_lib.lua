@@ -50,13 +50,18 @@ local function group_limit(g)
   return tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g) or redis.call('HGET', K_QCONF, 'glimit'))
 end
 
--- put a lane in the ring if it has runnable jobs and nothing blocks it; a lane that joins
--- takes the front turn (score 0), so a newly active group waits at most one job per lane
+-- a lane that joins the ring takes the last turn: it waits at most one job per lane already
+-- there, and a lane that empties and refills at once cannot jump ahead of waiting backlogs
+local function join_ring(g)
+  if not redis.call('ZSCORE', K_RING, g) then
+    redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
+  end
+end
+
+-- put a lane in the ring if it has runnable jobs and nothing blocks it
 local function activate(g)
   if g == '' then
-    if redis.call('LLEN', K_READY) > 0 or redis.call('ZCARD', K_PRIO) > 0 then
-      redis.call('ZADD', K_RING, 'NX', 0, '')
-    end
+    if redis.call('LLEN', K_READY) > 0 or redis.call('ZCARD', K_PRIO) > 0 then join_ring('') end
     return
   end
   if redis.call('ZCARD', lane_key(g)) == 0 then return end
@@ -64,7 +69,7 @@ local function activate(g)
   if redis.call('ZSCORE', K_GWAIT, g) then return end
   local limit = group_limit(g)
   if limit and (tonumber(redis.call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
-  redis.call('ZADD', K_RING, 'NX', 0, g)
+  join_ring(g)
 end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
@@ -78,7 +83,7 @@ local function push_ready(id, pr, front, g)
       if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
       redis.call('ZADD', K_PRIO, -pr * PRIO_SPAN + seq, id)
     end
-    redis.call('ZADD', K_RING, 'NX', 0, '')
+    join_ring('')
   else
     if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
     redis.call('ZADD', lane_key(g), -pr * PRIO_SPAN + seq, id)
@@ -375,8 +380,9 @@ local function do_claim(want, lease, dead_ttl, now)
   local zargs = {}
   local taken_total = 0
   local guard = 2 * want + 100
+  -- bounded: a turn that keeps its lane in the ring takes (or drops) jobs and counts against
+  -- guard; a turn that parks or empties a lane removes it from the ring
   while taken_total < want and guard > 0 do
-    guard = guard - 1
     local head = redis.call('ZRANGE', K_RING, 0, 0)
     if #head == 0 then break end
     local g = head[1]
@@ -464,6 +470,7 @@ local function do_claim(want, lease, dead_ttl, now)
       if wait_until and not empty then redis.call('ZADD', K_GWAIT, wait_until, g) end
     else
       redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
+      guard = guard - 1
     end
   end
 
@@ -472,7 +479,9 @@ local function do_claim(want, lease, dead_ttl, now)
     redis.call('INCRBY', qrate_key, taken_total)
     redis.call('PEXPIRE', qrate_key, 2 * tonumber(q[3]))
   end
-  if has_ready() then wake() end
+  -- runnable jobs left for other consumers; not while paused or out of rate, or every
+  -- consumer's blocking wait would return at once and spin
+  if not q[1] and rate_wake < 0 and has_ready() then wake() end
   if taken_total < asked then
     local nw = next_wake()
     if rate_wake >= 0 and (nw < 0 or rate_wake < nw) then nw = rate_wake end

@@ -58,7 +58,7 @@ end
 for i = 1, #plain, 1000 do
   redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + 999, #plain)))
 end
-if #plain > 0 then redis.call('ZADD', K_RING, 'NX', 0, '') end
+if #plain > 0 then join_ring('') end
 -- a delayed job may fall due before an idle consumer's current wake-up time: wake one to look
 if added > 0 then
   wake()
