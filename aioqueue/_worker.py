@@ -131,6 +131,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._force = False
         self._stopping = False
+        self._finished = False
         self._runner: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lease_ms = int(app.lease * 1000)
@@ -239,15 +240,22 @@ class Worker:
                 t.cancel()
             await asyncio.gather(*self._running, return_exceptions=True)
         acker.cancel()
-        await asyncio.gather(acker, return_exceptions=True)
+        await asyncio.wait([acker], timeout=5.0)
         await self._flush_acks()
         # acks, failures, retries and releases in flight finish before we leave; if the
         # server is gone they cannot, and the leases bring those jobs back
         if self._shielded:
             await asyncio.wait(list(self._shielded), timeout=5.0 if self._force else 30.0)
+        # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
+        # can, on Python 3.11) must not keep the worker from stopping
+        self._finished = True
         for t in helpers:
             t.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
+        _, pending = await asyncio.wait(helpers, timeout=1.0)
+        for t in pending:
+            t.cancel()
+        if pending:
+            logger.warning("%d background loops did not stop in time; leaving them", len(pending))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         logger.info(
@@ -454,7 +462,7 @@ class Worker:
 
     # ------------------------------------------------------------------ background loops
     async def _ack_loop(self) -> None:
-        while True:
+        while not self._finished:
             await self._ack_event.wait()
             # let a fetch loop that is about to claim take these acks along first
             await asyncio.sleep(0)
@@ -493,7 +501,7 @@ class Worker:
     async def _forward_loop(self) -> None:
         """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
         an ack reports one (failures and cancellations are caught by the reap loop)."""
-        while True:
+        while not self._finished:
             await self._forward.wait()
             self._forward.clear()
             for qs in self._queues:
@@ -504,7 +512,7 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         interval = max(self.app.lease / 3, 0.05)
-        while True:
+        while not self._finished:
             await asyncio.sleep(interval)
             for qs in self._queues:
                 entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
@@ -547,7 +555,7 @@ class Worker:
     async def _reap_loop(self) -> None:
         interval = max(self.app.lease / 2, 0.05)
         lock_ms = max(int(interval * 1000) - 10, 1)
-        while True:
+        while not self._finished:
             for qs in self._queues:
                 try:
                     await qs.scripts.reap(1000, self.app.dead_ttl_ms, lock_ms)
