@@ -21,7 +21,7 @@ from ._job import JobError
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._scripts import use_fast_packing
+from ._scripts import load_scripts, use_fast_packing
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
 from ._signing import Signer
 from ._task import Backoff, Task, check_attempts
@@ -77,8 +77,10 @@ class App:
         max_attempts, timeout, backoff: defaults for tasks that do not set their own.
         max_connections: size of the connection pool; callers beyond it wait for a free
             connection (up to 30 s).
-        socket_timeout: seconds a reply may take before the connection counts as dead;
-            blocking waits (idle workers, results) are kept well below it.
+        socket_timeout: seconds a reply to aioqueue's own calls may take before the connection
+            counts as dead (blocking waits are kept well below it). It is enforced with
+            asyncio timeouts around those calls, not redis-py's socket timeout: on Python 3.11
+            redis-py's timeout path can swallow a task's cancellation.
         signing_key: sign every job payload with HMAC-SHA256 (at least 16 bytes); workers
             then dead-letter unsigned or tampered jobs (reason ``BadSignature``).
         verify_keys: older keys still accepted when verifying (key rotation).
@@ -161,7 +163,8 @@ class App:
         opts: dict[str, Any] = {
             "decode_responses": False,
             "socket_connect_timeout": 5.0,
-            "socket_timeout": self.socket_timeout,
+            # None: see socket_timeout above; our calls carry their own asyncio timeout
+            "socket_timeout": None,
             "socket_keepalive": True,
             "health_check_interval": 10,
             "max_connections": self.max_connections,
@@ -177,7 +180,7 @@ class App:
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
-        use_fast_packing(client)
+        use_fast_packing(client, self.socket_timeout)
         try:
             await client.ping()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
@@ -186,6 +189,13 @@ class App:
         except rexc.AuthenticationError as exc:  # pragma: no cover - subclass of ConnectionError
             await client.aclose()
             raise AQConnectionError(f"Redis refused the credentials: {exc}") from exc
+        try:
+            # load every script once, so that pipelines (enqueue_many, batches) run in order
+            # rather than replaying the calls that met NOSCRIPT after the others
+            await load_scripts(client)
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            await client.aclose()
+            raise AQConnectionError(f"cannot load scripts at {redact(self.url)}: {exc}") from exc
         self._redis = client
         self._state = _State.OPEN
 

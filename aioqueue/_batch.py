@@ -272,6 +272,10 @@ def _plan(
     jobs: list[Job[Any]] = []
     for call in calls:
         o = call.opts
+        if o.job_id is not None:
+            raise ConfigurationError(
+                "sub-jobs of a batch get their own ids; job_id= cannot be used with a batch"
+            )
         queue = app.queue(o.queue or call.task.queue)
         if opts["group"] is not None and queue is not home:
             raise ConfigurationError(

@@ -315,7 +315,8 @@ class Queue:
         """Block until a producer leaves a wake token or ``seconds`` pass (no polling);
         True if a token was taken."""
         try:
-            return await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001)) is not None
+            async with asyncio.timeout(seconds + self.app.socket_timeout / 2):
+                return await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001)) is not None
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise wrap_redis_error(exc) from exc
 

@@ -7,6 +7,7 @@ prepended to every script. Scripts are run with EVALSHA and reloaded transparent
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,9 +140,11 @@ class _FastPack:
 _FAST: dict[type, type] = {}
 
 
-def use_fast_packing(client: aioredis.Redis) -> None:
-    """Make the client's pool create connections that splice pre-packed script heads."""
+def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> None:
+    """Make the client's pool create connections that splice pre-packed script heads, and
+    give script calls on it a time limit (``timeout`` seconds)."""
     pool = client.connection_pool
+    pool.aioqueue_timeout = timeout  # type: ignore[attr-defined]
     base = pool.connection_class
     if issubclass(base, _FastPack):
         return
@@ -166,15 +169,25 @@ async def evalsha(
     ``args[0]`` is always the queue's key base (every script's ARGV[1])."""
     command = _command(client, script, keys, args)
     try:
-        try:
-            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-        except rexc.NoScriptError:
-            await client.execute_command(  # type: ignore[no-untyped-call]
-                "SCRIPT", "LOAD", script.source
-            )
-            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+        async with asyncio.timeout(getattr(client.connection_pool, "aioqueue_timeout", None)):
+            try:
+                return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+            except rexc.NoScriptError:
+                await client.execute_command(  # type: ignore[no-untyped-call]
+                    "SCRIPT", "LOAD", script.source
+                )
+                return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        # OSError covers TimeoutError: the call outlived the App's socket_timeout
         raise wrap_redis_error(exc) from exc
+
+
+async def load_scripts(client: aioredis.Redis) -> None:
+    """SCRIPT LOAD every script, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for script in SCRIPTS.values():
+        pipe.execute_command("SCRIPT", "LOAD", script.source)
+    await pipe.execute()
 
 
 async def evalsha_many(
@@ -186,7 +199,8 @@ async def evalsha_many(
         pipe = client.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.execute_command(*_command(client, script, keys, args))
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+        async with asyncio.timeout(getattr(client.connection_pool, "aioqueue_timeout", None)):
+            results: list[Any] = await pipe.execute(raise_on_error=False)
         for i, res in enumerate(results):
             if isinstance(res, rexc.NoScriptError):
                 results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 import logging
 import os
 import socket
@@ -55,6 +56,7 @@ class _QueueState:
     queue: Queue
     scripts: QueueScripts
     acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
+    keys_wake: str = ""
     idle: bool = False  # blocked waiting for work: safe to cancel
 
 
@@ -177,7 +179,8 @@ class Worker:
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
         self._queues = [
-            _QueueState(q, q._scripts) for q in (self.app.queue(n) for n in self.queue_names)
+            _QueueState(q, q._scripts, keys_wake=q.keys.wake)
+            for q in (self.app.queue(n) for n in self.queue_names)
         ]
         logger.info(
             "worker %s consuming %s at concurrency %d",
@@ -244,8 +247,10 @@ class Worker:
         await self._flush_acks()
         # acks, failures, retries and releases in flight finish before we leave; if the
         # server is gone they cannot, and the leases bring those jobs back
-        if self._shielded:
-            await asyncio.wait(list(self._shielded), timeout=5.0 if self._force else 30.0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (5.0 if self._force else 30.0)
+        while self._shielded and loop.time() < deadline:  # one may start another (a release)
+            await asyncio.wait(list(self._shielded), timeout=deadline - loop.time())
         # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
         # can, on Python 3.11) must not keep the worker from stopping
         self._finished = True
@@ -280,50 +285,97 @@ class Worker:
                 backoff = 0.05
                 if len(res.jobs) >= want:
                     continue
-                if self.burst and not res.jobs:
-                    if not self._running:
-                        # our own acks may still hold group slots: send them, look once more
-                        if qs.acks or self._shielded:
-                            await self._flush_acks()
-                            await asyncio.gather(*list(self._shielded), return_exceptions=True)
-                            continue
+                if self.burst:
+                    if await self._burst_done(qs, res):
                         return
-                    await self._wait_slot(qs)
                     continue
-                block = self.idle_block
-                if res.next_wake_ms >= 0:
-                    block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-                # a blocking call can never hang forever, even if the socket silently died
-                async with asyncio.timeout(block + self.app.socket_timeout / 2):
-                    await self._idle(qs, qs.queue.wait_for_wake(block))
+                await self._wait_for_work(qs, res)
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
 
+    async def _burst_done(self, qs: _QueueState, res: ClaimResult) -> bool:
+        """Burst mode found the queue drained for now: True once nothing more can come from
+        this worker's own jobs; else wait for one of them to finish and look again."""
+        if self._running or self._buffer:
+            await self._wait_slot(qs)
+            return False
+        if qs.acks or self._shielded:  # our own acks may still hold group slots
+            await self._flush_acks()
+            await asyncio.gather(*list(self._shielded), return_exceptions=True)
+            return False
+        return True
+
+    async def _wait_for_work(self, qs: _QueueState, res: ClaimResult) -> None:
+        """Block on the queue's wake list until a producer adds work, or the next delayed job
+        falls due or lease runs out (no polling)."""
+        block = self.idle_block
+        timer = None
+        if res.next_wake_ms >= 0:
+            block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
+            if block < self.idle_block:
+                # the server checks BLPOP timeouts only on its clock tick (100 ms at hz 10):
+                # leave ourselves a wake token at the due time instead
+                timer = asyncio.get_running_loop().call_later(block, self._wake_soon, qs)
+            block += 0.2  # the token is the wake-up; the timeout is the fallback
+        try:
+            # a blocking call can never hang forever, even if the socket silently died
+            async with asyncio.timeout(block + self.app.socket_timeout / 2):
+                await self._idle(qs, qs.queue.wait_for_wake(block))
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _wake_soon(self, qs: _QueueState) -> None:
+        push = qs.scripts.client.lpush(qs.keys_wake, b"1")
+        self._shield(push, log=True)
+
     async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
         lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
-        if not qs.acks:
-            return await qs.scripts.claim(want, lease, dead_ttl)
         acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+        coro: Any
+        if acks:
+            coro = qs.scripts.complete_claim(acks, want, lease, dead_ttl)
+        else:
+            coro = _with_no_codes(qs.scripts.claim(want, lease, dead_ttl))
+        # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
+        fut = asyncio.ensure_future(coro)
+        self._shielded.add(fut)
+        fut.add_done_callback(self._shielded.discard)
         try:
-            res, codes = await self._shield(qs.scripts.complete_claim(acks, want, lease, dead_ttl))
+            res, codes = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # stopping: hand back what this claim leased as soon as its reply is in
+            fut.add_done_callback(functools.partial(self._release_claimed, qs))
+            raise
         except _TRANSIENT:
             qs.acks[:0] = acks
             raise
         self._check_acks(codes)
         return res  # type: ignore[no-any-return]
 
+    def _release_claimed(self, qs: _QueueState, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return  # nothing reached us: any lease it took runs out and the job comes back
+        res: ClaimResult = fut.result()[0]
+        pairs = [(c.id, c.token) for c in res.jobs]
+        if pairs:
+            self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+
     async def _wait_slot(self, qs: _QueueState) -> None:
         self._slot_freed.clear()
         await self._idle(qs, self._slot_freed.wait())
 
-    @staticmethod
-    async def _idle(qs: _QueueState, waiting: Awaitable[Any]) -> None:
+    async def _idle(self, qs: _QueueState, waiting: Awaitable[Any]) -> None:
         """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
         qs.idle = True
         try:
+            if self._stop.is_set():  # stopping: do not start a blocking wait
+                if inspect.iscoroutine(waiting):
+                    waiting.close()
+                return
             await waiting
         finally:
             qs.idle = False
@@ -444,7 +496,11 @@ class Worker:
             )
         err = error_record(self.app, exc, with_traceback=not isinstance(exc, _Unrunnable))
         try:
-            await self._shield(qs.scripts.fail(c.id, c.token, err, retry_ms, self.app.dead_ttl_ms))
+            code = await self._shield(
+                qs.scripts.fail(c.id, c.token, err, retry_ms, self.app.dead_ttl_ms)
+            )
+            if code in (2, 3):  # dead-lettered or cancelled: its batch may live elsewhere
+                self._forward.set()
         except _TRANSIENT as e:
             logger.warning(
                 "could not record the failure of job %s (%r); its lease expires", c.id, e
@@ -577,3 +633,7 @@ def _log_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         # the lease brings the job back; nothing is lost
         logger.warning("could not record a job outcome: %r", fut.exception())
+
+
+async def _with_no_codes(claim: Awaitable[ClaimResult]) -> tuple[ClaimResult, list[int]]:
+    return await claim, []

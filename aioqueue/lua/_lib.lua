@@ -120,7 +120,8 @@ end
                                    n (ids handed out), sealed, policy (continue|fail|ignore),
                                    cb (callback job id), grp / pri (sub-jobs' group and
                                    priority), lim (set: grp's limit is the batch's own), ttl, w
-  base.."batch:"..bid..":all"  ZSET  sub-job members ("id" on the home queue, else "queue|id"),
+  base.."batch:"..bid..":all"  ZSET  sub-job members (the id for one on the home queue, else
+                                     its own queue's key base followed by the id),
                                      scored by the order they were added
   base.."batch:"..bid..":seen" SET   members whose outcome was counted (exactly once)
   base.."batch:"..bid..":res"  HASH  member -> result      base..":err" HASH member -> error
@@ -141,6 +142,36 @@ end
 
 local BATCH_KEYS = {':all', ':seen', ':res', ':err'}
 
+-- a batch that ended keeps its record and collected results for its retention (ms; 0 forever)
+local function expire_batch(bk, ttl)
+  if ttl > 0 then
+    redis.call('PEXPIRE', bk, ttl)
+    for _, s in ipairs(BATCH_KEYS) do redis.call('PEXPIRE', bk .. s, ttl) end
+  end
+end
+
+-- cancel a job that has not started (waiting, scheduled or queued): it leaves its lane at
+-- once (LREM on the plain FIFO list is O(n) in its length); returns true if it was cancelled
+local function cancel_waiting(id, jk, now, ttl)
+  local r = redis.call('HMGET', jk, 's', 'g', 'pr')
+  local s = r[1]
+  if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
+  redis.call('HSET', jk, 's', 'cancelled', 'f', now)
+  redis.call('ZREM', K_SCHED, id)
+  if s == 'queued' then
+    if r[2] then
+      redis.call('ZREM', lane_key(r[2]), id)
+    elseif (tonumber(r[3]) or 0) ~= 0 then
+      redis.call('ZREM', K_PRIO, id)
+    else
+      redis.call('LREM', K_READY, 1, id)
+    end
+  end
+  if ttl > 0 then redis.call('PEXPIRE', jk, ttl) end
+  notify(id, jk)
+  return true
+end
+
 -- fire the batch once every sub-job has an outcome and no more can be added
 local function batch_maybe_finish(bid, now)
   local bk = batch_key(bid)
@@ -159,24 +190,22 @@ local function batch_maybe_finish(bid, now)
         push_ready(b[7], redis.call('HGET', ck, 'pr'), false, redis.call('HGET', ck, 'g'))
         wake()
       else
-        redis.call('HSET', ck, 's', 'cancelled', 'f', now)
-        notify(b[7], ck)
+        cancel_waiting(b[7], ck, now, tonumber(b[9]) or 0)
       end
     end
   end
   if b[10] then redis.call('HDEL', K_GCONF, 'limit:' .. b[8]) end
-  local ttl = tonumber(b[9]) or 0
-  if ttl > 0 then
-    redis.call('PEXPIRE', bk, ttl)
-    for _, s in ipairs(BATCH_KEYS) do redis.call('PEXPIRE', bk .. s, ttl) end
-  end
+  expire_batch(bk, tonumber(b[9]) or 0)
   announce(bk, 'batch:' .. bid)
 end
 
 -- record a sub-job's outcome in its batch (on this queue); exactly once per member
 local function batch_apply(bid, member, ok, value, now)
   local bk = batch_key(bid)
-  if redis.call('EXISTS', bk) == 0 then return end
+  local state = redis.call('HGET', bk, 's')
+  -- a batch that is gone or finished takes no more outcomes; a cancelled one still counts
+  -- the sub-jobs that were running, and keeps its expiry
+  if state ~= 'open' and state ~= 'cancelled' then return end
   if redis.call('SADD', bk .. ':seen', member) == 0 then return end
   if ok then
     redis.call('HINCRBY', bk, 'done', 1)
@@ -185,7 +214,11 @@ local function batch_apply(bid, member, ok, value, now)
     redis.call('HINCRBY', bk, 'failed', 1)
     redis.call('HSET', bk .. ':err', member, value)
   end
-  batch_maybe_finish(bid, now)
+  if state == 'cancelled' then
+    expire_batch(bk, tonumber(redis.call('HGET', bk, 'ttl')) or 0)
+  else
+    batch_maybe_finish(bid, now)
+  end
 end
 
 -- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any

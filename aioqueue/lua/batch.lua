@@ -20,9 +20,13 @@ local bk = batch_key(bid)
 local now = now_ms()
 
 if op == 'open' then
-  if redis.call('EXISTS', bk) == 1 then return 0 end
-  redis.call('HSET', bk, 's', 'open', 'total', 0, 'done', 0, 'failed', 0, 'n', 0,
-    'policy', ARGV[4], 'ttl', ARGV[5], 'ct', now)
+  -- a hash without a state may exist already: sub-jobs counted in by an enqueue that ran
+  -- first (a pipeline replayed after NOSCRIPT); keep their counts
+  if redis.call('HEXISTS', bk, 's') == 1 then return 0 end
+  redis.call('HSETNX', bk, 'total', 0)
+  redis.call('HSETNX', bk, 'n', 0)
+  redis.call('HSET', bk, 's', 'open', 'done', 0, 'failed', 0, 'policy', ARGV[4], 'ttl', ARGV[5],
+    'ct', now)
   if ARGV[6] ~= '' then
     redis.call('HSET', bk, 'grp', ARGV[6])
     if ARGV[7] ~= '' then
@@ -67,27 +71,20 @@ elseif op == 'seal' then
 elseif op == 'cancel' then
   if redis.call('HGET', bk, 's') ~= 'open' then return 0 end
   redis.call('HSET', bk, 's', 'cancelled', 'f', now)
+  local ttl = tonumber(redis.call('HGET', bk, 'ttl')) or 0
   local n = 0
   local cb = redis.call('HGET', bk, 'cb')
-  if cb then
-    redis.call('HSET', job_key(cb), 's', 'cancelled', 'f', now)
-    notify(cb, job_key(cb))
-  end
-  -- sub-jobs on this queue that have not started are cancelled here (claim drops them);
-  -- those on other queues are cancelled by the caller on their own queues
+  if cb then cancel_waiting(cb, job_key(cb), now, ttl) end
+  -- sub-jobs on this queue that have not started are cancelled here; those on other queues
+  -- are cancelled by the caller on their own queues; running ones finish, uncounted
   for _, member in ipairs(redis.call('ZRANGE', bk .. ':all', 0, -1)) do
-    local jk = job_key(member)
-    local s = redis.call('HGET', jk, 's')
-    if s == 'queued' or s == 'scheduled' then
-      redis.call('HSET', jk, 's', 'cancelled', 'f', now)
-      redis.call('ZREM', K_SCHED, member)
-      notify(member, jk)
-      n = n + 1
-    end
+    if cancel_waiting(member, job_key(member), now, ttl) then n = n + 1 end
   end
+  if n > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', n) end
   local own = redis.call('HMGET', bk, 'grp', 'lim')
   if own[2] then redis.call('HDEL', K_GCONF, 'limit:' .. own[1]) end
   announce(bk, 'batch:' .. bid)
+  expire_batch(bk, ttl)
   return n
 end
 return redis.error_reply('unknown operation ' .. tostring(op))

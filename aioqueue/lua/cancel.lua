@@ -1,6 +1,5 @@
 --[[ cancel: cancel jobs from any process. Waiting, scheduled and queued jobs become cancelled
-  at once and leave their lane (LREM on the plain FIFO list is O(n) in its length); an active
-  job is flagged, and its
+  at once and leave their lane (see cancel_waiting in _lib); an active job is flagged, and its
   worker's next heartbeat (extend returns -3) stops it and records it as cancelled.
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] retention of cancelled records ms (0: forever)   ARGV[3..] job ids
@@ -11,25 +10,10 @@ local done, flagged = 0, 0
 for i = 3, #ARGV do
   local id = ARGV[i]
   local jk = job_key(id)
-  local r = redis.call('HMGET', jk, 's', 'g', 'pr')
-  local s = r[1]
-  if s == 'queued' or s == 'scheduled' or s == 'waiting' then
-    redis.call('HSET', jk, 's', 'cancelled', 'f', now)
-    redis.call('ZREM', K_SCHED, id)
-    if s == 'queued' then
-      if r[2] then
-        redis.call('ZREM', lane_key(r[2]), id)
-      elseif (tonumber(r[3]) or 0) ~= 0 then
-        redis.call('ZREM', K_PRIO, id)
-      else
-        redis.call('LREM', K_READY, 1, id)
-      end
-    end
-    if ttl > 0 then redis.call('PEXPIRE', jk, ttl) end
-    notify(id, jk)
+  if cancel_waiting(id, jk, now, ttl) then
     batch_outcome(id, jk, false, cjson.encode({type = 'Cancelled', message = 'cancelled'}), now)
     done = done + 1
-  elseif s == 'active' then
+  elseif redis.call('HGET', jk, 's') == 'active' then
     redis.call('HSET', jk, 'x', 1)
     flagged = flagged + 1
   end
