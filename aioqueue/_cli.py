@@ -110,7 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.embedded:
         from ._embedded import attach_or_start
 
-        embedded = attach_or_start()
+        try:
+            embedded = attach_or_start()
+        except AioQueueError as exc:
+            print(f"aioqueue: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         app.url = embedded.url
     elif args.url:
         from ._app import resolve_url

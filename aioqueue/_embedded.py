@@ -370,7 +370,7 @@ def attach_or_start(base: Path = DEV_DIR, port: int = DEV_PORT) -> DevServer:
     if probe._ping(port):
         logger.info("using the embedded server already running at %s", url)
         return DevServer(url, None)
-    data = base / "valkey"
+    data = (base / "valkey").resolve()  # the server runs inside it: no relative paths
     data.mkdir(parents=True, exist_ok=True)
     server = EmbeddedServer(data, port=port, appendonly=True)
     server.start()

@@ -61,6 +61,7 @@ class JobInfo:
     error: JobError | None
     args: tuple[Any, ...] | None
     kwargs: dict[str, Any] | None
+    progress: Any = None
 
 
 class Job(Generic[R]):

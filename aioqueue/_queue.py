@@ -53,6 +53,10 @@ def error_record(app: App, error: BaseException | str, *, with_traceback: bool =
     return app.json.dumps(rec)
 
 
+# the most jobs one claim leases (lua/_lib.lua MAX_BATCH)
+MAX_CLAIM = 1000
+
+
 class Queue:
     """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App."""
 
@@ -240,6 +244,7 @@ class Queue:
             error=self.app.load_error(h["e"]) if "e" in h else None,
             args=args,
             kwargs=kwargs,
+            progress=self.app.json.loads(h["pg"]) if "pg" in h else None,
         )
 
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
@@ -268,7 +273,7 @@ class Queue:
         """Lease up to ``n`` runnable jobs, highest priority first.
 
         Args:
-            n: how many jobs at most.
+            n: how many jobs at most (one call leases at most 1,000).
             lease: seconds until an abandoned reservation returns to the queue (default: the
                 App's ``lease``); renew it with ``extend``.
             wait: when nothing is runnable, block up to this many seconds for a job (no
@@ -288,7 +293,7 @@ class Queue:
         deadline = None if wait_s is None else loop.time() + wait_s
         woken = False
         while True:
-            res = await self._scripts.claim(n, lease_ms, self.app.dead_ttl_ms)
+            res = await self._scripts.claim(min(n, MAX_CLAIM), lease_ms, self.app.dead_ttl_ms)
             out = []
             for c in res.jobs:
                 r = await self._decode(c)
@@ -417,7 +422,13 @@ class Queue:
         Workers do this on their own; this is for pull-API-only setups."""
         from ._batch import forward_outbox
 
-        rec, pro, trimmed = await self._scripts.reap(limit, self.app.dead_ttl_ms)
+        rec = pro = trimmed = 0
+        while True:  # the script moves at most 1,000 jobs per step
+            r, p, t = await self._scripts.reap(min(limit, 1000), self.app.dead_ttl_ms)
+            rec, pro, trimmed = rec + r, pro + p, trimmed + t
+            limit -= max(r, p)
+            if limit <= 0 or max(r, p) < 1000:
+                break
         forwarded = await forward_outbox(self, limit)
         return {
             "recovered": rec,

@@ -260,7 +260,7 @@ class Worker:
         for t in pending:
             t.cancel()
         if pending:
-            logger.warning("%d background loops did not stop in time; leaving them", len(pending))
+            logger.debug("%d background loops did not stop in time; leaving them", len(pending))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         logger.info(
@@ -426,10 +426,12 @@ class Worker:
                 if timeout is None:
                     result = await task.fn(*args, **kwargs)
                 else:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout(timeout) as scope:
                         result = await task.fn(*args, **kwargs)
             else:
-                result = await self._run_sync(task.fn, args, kwargs, timeout)
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    result = await self._run_sync(task.fn, args, kwargs)
         except asyncio.CancelledError:
             entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
             if entry is not None and entry.cancelled:
@@ -443,10 +445,16 @@ class Worker:
             raise
         except Retry as r:
             delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
+            if c.attempt >= c.max_attempts:
+                why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
+                if r.args:
+                    why += f": {r}"
+                await self._fail(qs, c, _Unrunnable("Retry", why), retry_ms=-1)
+                return
             await self._fail(qs, c, r, retry_ms=int(delay * 1000))
             return
         except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout is not None:
+            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
                 exc = _Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             await self._fail(qs, c, exc, retry_ms=int(task.backoff.delay(c.attempt) * 1000))
             return
@@ -459,19 +467,14 @@ class Worker:
         self._ack_event.set()
         self.completed += 1
 
-    async def _run_sync(
-        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
-    ) -> Any:
+    async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
+        the job fails and its thread is left to finish)."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aioqueue")
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, fn, *args, **kwargs)
-        fut = asyncio.get_running_loop().run_in_executor(self._executor, call)
-        if timeout is None:
-            return await fut
-        # the thread cannot be stopped; the job is failed and its thread left to finish
-        async with asyncio.timeout(timeout):
-            return await fut
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _fail(self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int) -> None:
         self.failed += 1

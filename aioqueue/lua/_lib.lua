@@ -31,6 +31,8 @@ local K_QCONF, K_RING, K_GACTIVE, K_GCONF, K_GWAIT = KEYS[9], KEYS[10], KEYS[11]
 local BASE = ARGV[1]
 -- priority p is stored with score (-p * 2^44 + seq): higher first, FIFO within a level
 local PRIO_SPAN = 17592186044416
+-- the most jobs one call moves at once (unpack() of their ids must stay within Lua's limits)
+local MAX_BATCH = 1000
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -252,6 +254,7 @@ end
 -- hand back jobs whose lease ran out (their worker died or hung): requeue, or dead-letter
 -- those that have used up their attempts; returns how many were recovered
 local function recover(now, limit, dead_ttl)
+  limit = math.min(limit, MAX_BATCH)
   local ids = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
   local dead, cancelled = 0, 0
@@ -289,6 +292,7 @@ end
 
 -- make delayed jobs that are due runnable, and groups whose rate window passed servable again
 local function promote(now, limit)
+  limit = math.min(limit, MAX_BATCH)
   local groups = redis.call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
   if #groups > 0 then
     redis.call('ZREM', K_GWAIT, unpack(groups))
@@ -368,6 +372,8 @@ end
 
 -- lease up to want runnable jobs (see claim.lua for the order and the reply)
 local function do_claim(want, lease, dead_ttl, now)
+  -- Lua's unpack() takes a few thousand values at most: callers ask for at most MAX_BATCH
+  want = math.min(want, MAX_BATCH)
   local asked = want
   recover(now, 100, dead_ttl)
   promote(now, math.max(want, 100))
