@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -170,6 +171,13 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig.name)
         await worker.run()
+        if worker.abandoned:
+            # asyncio.run() would wait for those tasks forever: leave now, their leases
+            # bring the jobs back
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(app.aclose(), 2.0)
+            logging.shutdown()
+            os._exit(EXIT_OK)
         return EXIT_OK
     finally:
         await app.aclose()

@@ -124,6 +124,8 @@ class Worker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.completed = 0
         self.failed = 0
+        #: jobs still running after shutdown because they ignored their cancellation
+        self.abandoned = 0
         self._queues: list[_QueueState] = []
         self._running: dict[asyncio.Task[None], _Running] = {}
         self._shielded: set[asyncio.Future[Any]] = set()
@@ -132,6 +134,7 @@ class Worker:
         self._forward = asyncio.Event()
         self._stop = asyncio.Event()
         self._force = False
+        self._forced = asyncio.Event()
         self._stopping = False
         self._finished = False
         self._runner: asyncio.Task[None] | None = None
@@ -148,6 +151,7 @@ class Worker:
         seconds (none with ``force``), then are cancelled and returned to their queue."""
         if force:
             self._force = True
+            self._forced.set()
             for task in list(self._running):
                 task.cancel()
         self._stop.set()
@@ -236,12 +240,29 @@ class Worker:
                 self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
         if self._running and not self._force and self.grace > 0:
             logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
-            await asyncio.wait(list(self._running), timeout=self.grace)
+            # a forced stop (a second signal) ends the grace period at once
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.grace
+            forced = asyncio.ensure_future(self._forced.wait())
+            try:
+                while self._running and not forced.done() and loop.time() < deadline:
+                    await asyncio.wait(
+                        [*self._running, forced],
+                        timeout=deadline - loop.time(),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+            finally:
+                forced.cancel()
         if self._running:
             logger.warning("returning %d unfinished jobs to their queues", len(self._running))
             for t in list(self._running):
                 t.cancel()
-            await asyncio.gather(*self._running, return_exceptions=True)
+            # a job that ignores its cancellation cannot hold the worker: after a short wait it
+            # is left behind, and its lease brings it back
+            _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
+            if stubborn:
+                logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
+                self.abandoned = len(stubborn)
         acker.cancel()
         await asyncio.wait([acker], timeout=5.0)
         await self._flush_acks()

@@ -513,7 +513,13 @@ local function do_claim(want, lease, dead_ttl, now)
     end
   end
 
-  if #zargs > 0 then redis.call('ZADD', K_ACTIVE, unpack(zargs)) end
+  if #zargs > 0 then
+    -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
+    -- for it (it blocked knowing only the earlier deadlines), so leave it a token
+    local first = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', K_ACTIVE, unpack(zargs))
+    if not first[2] or now + lease < tonumber(first[2]) then wake() end
+  end
   if qrate_key and taken_total > 0 then
     redis.call('INCRBY', qrate_key, taken_total)
     redis.call('PEXPIRE', qrate_key, 2 * tonumber(q[3]))
