@@ -430,17 +430,20 @@ local function do_claim(want, lease, dead_ttl, now)
     local blocked, wait_until = false, nil
     local limit, active, rate_key, rate_n, rate_ms, rate_used = nil, 0, nil, nil, nil, 0
     if g ~= '' then
-      if redis.call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then
+      -- every setting of the group in one read
+      local gc = redis.call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
+        'rate_ms:' .. g)
+      if gc[1] then
         blocked = true
       else
-        limit = tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g)) or glimit_default
+        limit = tonumber(gc[2]) or glimit_default
         if limit then
           active = tonumber(redis.call('HGET', K_GACTIVE, g)) or 0
           if active >= limit then blocked = true elseif limit - active < room then room = limit - active end
         end
-        rate_n = tonumber(redis.call('HGET', K_GCONF, 'rate_n:' .. g)) or grate_n_default
+        rate_n = tonumber(gc[3]) or grate_n_default
         if rate_n and not blocked then
-          rate_ms = tonumber(redis.call('HGET', K_GCONF, 'rate_ms:' .. g)) or grate_ms_default
+          rate_ms = tonumber(gc[4]) or grate_ms_default
           local window = math.floor(now / rate_ms)
           rate_key = BASE .. 'grate:' .. g .. ':' .. window
           rate_used = tonumber(redis.call('GET', rate_key)) or 0
