@@ -47,7 +47,12 @@ class _State(enum.Enum):
 def resolve_url(url: str | None) -> str:
     """The Redis URL: the argument, else ``$AIOQUEUE_REDIS_URL``, else localhost."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-    scheme = urlsplit(url).scheme
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+    scheme = parts.scheme
     if scheme not in _SCHEMES:
         raise ConfigurationError(
             f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://"
@@ -114,8 +119,12 @@ class App:
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.json: Serializer = JsonSerializer()
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
-            raise ConfigurationError("max_payload_bytes must be an int")
+        if (
+            isinstance(max_payload_bytes, bool)
+            or not isinstance(max_payload_bytes, int)
+            or max_payload_bytes < 0
+        ):
+            raise ConfigurationError("max_payload_bytes must be an int >= 0 (0: no limit)")
         self.max_payload_bytes = max_payload_bytes
         self.lease = to_seconds(lease, "lease") or 0.0
         if self.lease < 0.1:
@@ -165,7 +174,6 @@ class App:
             "socket_connect_timeout": 5.0,
             # None: see socket_timeout above; our calls carry their own asyncio timeout
             "socket_timeout": None,
-            "socket_keepalive": True,
             "health_check_interval": 10,
             "max_connections": self.max_connections,
             "timeout": 30.0,  # longest wait for a free connection of the pool
@@ -176,6 +184,8 @@ class App:
             "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
             "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
         }
+        if not self.url.startswith("unix:"):
+            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
         opts.update(self.redis_options)
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)

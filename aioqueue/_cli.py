@@ -120,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.url:
         from ._app import resolve_url
 
-        app.url = resolve_url(args.url)
+        try:
+            app.url = resolve_url(args.url)
+        except AioQueueError as exc:
+            print(f"aioqueue: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         runner = _run_worker(app, args)
         if not args.no_uvloop:

@@ -98,6 +98,10 @@ class Queue:
         """
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, not {task!r}")
+        if not isinstance(args, list | tuple):
+            raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise ConfigurationError(f"kwargs must be a mapping, not {type(kwargs).__name__}")
         if delay is not None and at is not None:
             raise ConfigurationError("give delay= or at=, not both")
         extra: dict[str, float] = {}
@@ -391,7 +395,10 @@ class Queue:
         """Give a reserved job back unfinished; by default its attempt is not counted."""
         code = (
             await self._scripts.release(
-                [(reservation.id, reservation.token)], to_ms(delay, "delay"), refund
+                [(reservation.id, reservation.token)],
+                to_ms(delay, "delay"),
+                refund,
+                self.app.dead_ttl_ms,
             )
         )[0]
         check_code(code, reservation.id)

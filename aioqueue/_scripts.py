@@ -294,9 +294,13 @@ class QueueScripts:
         return int(await evalsha(self.client, SCRIPTS["fail"], self.lanes, args))
 
     async def release(
-        self, pairs: Sequence[tuple[str, str]], delay_ms: int = 0, refund: bool = False
+        self,
+        pairs: Sequence[tuple[str, str]],
+        delay_ms: int = 0,
+        refund: bool = False,
+        dead_ttl_ms: int = 0,
     ) -> list[int]:
-        args: list[Any] = [self.base, delay_ms, 1 if refund else 0, len(pairs)]
+        args: list[Any] = [self.base, delay_ms, 1 if refund else 0, dead_ttl_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
         return list(await evalsha(self.client, SCRIPTS["release"], self.lanes, args))
@@ -364,7 +368,7 @@ def parse_claim(res: list[Any]) -> ClaimResult:
             res[i].decode(),
             str(res[i + 1]),
             int(res[i + 2]),
-            res[i + 3].decode(),
+            res[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
             res[i + 4],
             res[i + 5],
             int(res[i + 6]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from ._exceptions import ConfigurationError
 from ._job import Job
+from ._keys import check_name
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -37,6 +39,9 @@ class Backoff:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
+        values = (self.base, self.factor, self.max, self.jitter)
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise ConfigurationError(f"invalid {self!r}: every value must be a finite number")
         if self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter <= 1:
             raise ConfigurationError(f"invalid {self!r}: base>=0, factor>=1, max>=0, 0<=jitter<=1")
 
@@ -238,7 +243,7 @@ class Task(Generic[P, R]):
             max_attempts=None if max_attempts is None else check_attempts(max_attempts),
             timeout=to_seconds(timeout, "timeout"),
             result_ttl=to_seconds(result_ttl, "result_ttl"),
-            queue=queue,
+            queue=None if queue is None else check_name("queue name", queue),
             group=None if group is None else check_group(group),
         )
         if opts.delay is not None and opts.at is not None:

@@ -315,6 +315,11 @@ class Worker:
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+            except Exception:  # a bug, or a reply nobody expected: never stop fetching
+                logger.exception(
+                    "queue %s: unexpected error; retrying in %.2f s", qs.queue.name, 1.0
+                )
+                await asyncio.sleep(1.0)
 
     async def _burst_done(self, qs: _QueueState, res: ClaimResult) -> bool:
         """Burst mode found the queue drained for now: True once nothing more can come from
@@ -423,26 +428,28 @@ class Worker:
             msg = f"no task named {c.task!r} in this worker (known: {known})"
             await self._fail(qs, c, _Unrunnable("UnknownTask", msg), retry_ms=-1)
             return
+        batch: Batch[Any] | None = None
         try:
+            # everything read from the record is checked here: garbage dead-letters the job
             args, kwargs = app.load_args(c.id, c.task, c.payload)
             opts = app.load_options(c.options) if c.options else {}
+            timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
+            ttl_ms = app.result_ttl_ms(opts, task)
+            if "batch" in opts:  # a batch's callback (or a chain's second step)
+                batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
         except BadSignature as exc:
             await self._fail(qs, c, exc, retry_ms=-1)
             return
         except Exception as exc:
             await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
             return
-        batch: Batch[Any] | None = None
-        if "batch" in opts:  # a batch's callback (or a chain's second step)
-            batch = Batch(app.queue(opts["bq"]), opts["batch"])
-            if opts.get("chain"):
-                items = await batch.results()
-                args = (items[0].result, *args[1:]) if items else args
         # each job runs in its own asyncio task, hence its own context: no reset needed
         ctx = JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app, batch)
         _current.set(ctx)
-        timeout = opts.get("timeout", task.timeout)
         try:
+            if batch is not None and opts.get("chain"):
+                items = await batch.results()
+                args = (items[0].result, *args[1:]) if items else args
             if task.is_async:
                 if timeout is None:
                     result = await task.fn(*args, **kwargs)
@@ -484,7 +491,7 @@ class Worker:
         except AioQueueError as exc:
             await self._fail(qs, c, exc, retry_ms=-1)
             return
-        qs.acks.append((c.id, c.token, data, app.result_ttl_ms(opts, task)))
+        qs.acks.append((c.id, c.token, data, ttl_ms))
         self._ack_event.set()
         self.completed += 1
 

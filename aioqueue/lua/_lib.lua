@@ -34,6 +34,19 @@ local PRIO_SPAN = 17592186044416
 -- the most jobs one call moves at once (unpack() of their ids must stay within Lua's limits)
 local MAX_BATCH = 1000
 
+-- a number read from a record that anyone with write access could have garbled: nil, NaN and
+-- infinities become the default
+local function num(v, default)
+  local n = tonumber(v)
+  if not n or n ~= n or n == math.huge or n == -math.huge then return default end
+  return n
+end
+
+-- a job's priority, as claim orders by it: a finite integer in -100..100
+local function prio_of(v)
+  return math.max(-100, math.min(100, math.floor(num(v, 0))))
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -76,7 +89,7 @@ end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
 local function push_ready(id, pr, front, g)
-  pr = tonumber(pr) or 0
+  pr = prio_of(pr)
   local seq = 0
   if not g or g == '' then
     if pr == 0 then
@@ -251,6 +264,19 @@ local function to_dead(id, jk, now, err, dead_ttl)
   batch_outcome(id, jk, false, err, now)
 end
 
+local STATES = {waiting = true, scheduled = true, queued = true, active = true,
+  completed = true, failed = true, cancelled = true}
+
+-- a record whose state was garbled is kept as a dead letter with the reason, never dropped
+local function dead_if_corrupt(id, jk, state, now, dead_ttl)
+  if state and not STATES[state] then
+    to_dead(id, jk, now, cjson.encode({type = 'CorruptState',
+      message = 'the job record had an unknown state: ' .. tostring(state)}), dead_ttl)
+    return true
+  end
+  return false
+end
+
 -- hand back jobs whose lease ran out (their worker died or hung): requeue, or dead-letter
 -- those that have used up their attempts; returns how many were recovered
 local function recover(now, limit, dead_ttl)
@@ -262,8 +288,10 @@ local function recover(now, limit, dead_ttl)
   for _, id in ipairs(ids) do
     local jk = job_key(id)
     local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x')
-    if r[1] == 'active' then
-      local a, m = tonumber(r[2]) or 0, tonumber(r[3]) or 1
+    if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
+      dead = dead + 1
+    elseif r[1] == 'active' then
+      local a, m = num(r[2], 0), num(r[3], 1)
       if r[6] then
         -- cancelled while its holder was lost: it stays cancelled, it is not run again
         local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
@@ -273,11 +301,14 @@ local function recover(now, limit, dead_ttl)
         batch_outcome(id, jk, false, err, now)
         cancelled = cancelled + 1
       elseif a >= m then
+        redis.call('HDEL', jk, 'l')
         to_dead(id, jk, now, cjson.encode({type = 'LeaseExpired',
           message = 'lease expired on attempt ' .. a .. ' of ' .. m .. ' (worker lost)'}), dead_ttl)
         dead = dead + 1
       else
+        -- the expired holder's token no longer counts, not even as a resent ack
         redis.call('HSET', jk, 's', 'queued')
+        redis.call('HDEL', jk, 'l')
         push_ready(id, r[4], true, r[5])
       end
       release_slot(r[5])
@@ -382,8 +413,9 @@ local function do_claim(want, lease, dead_ttl, now)
   local rate_wake = -1
   local qrate_key = nil
   if q[1] then want = 0 end
-  if want > 0 and q[2] then
-    local rn, rms = tonumber(q[2]), tonumber(q[3])
+  local qrn, qrms = num(q[2], nil), num(q[3], nil)
+  if want > 0 and qrn and qrms and qrms > 0 then
+    local rn, rms = qrn, qrms
     local window = math.floor(now / rms)
     qrate_key = BASE .. 'qrate:' .. window
     local left = rn - (tonumber(redis.call('GET', qrate_key)) or 0)
@@ -394,7 +426,7 @@ local function do_claim(want, lease, dead_ttl, now)
       want = left
     end
   end
-  local glimit_default, grate_n_default, grate_ms_default = tonumber(q[4]), tonumber(q[5]), tonumber(q[6])
+  local glimit_default, grate_n_default, grate_ms_default = num(q[4], nil), num(q[5], nil), num(q[6], nil)
 
   local function pop_default(room)
     local ids = {}
@@ -436,14 +468,15 @@ local function do_claim(want, lease, dead_ttl, now)
       if gc[1] then
         blocked = true
       else
-        limit = tonumber(gc[2]) or glimit_default
+        limit = num(gc[2], glimit_default)
         if limit then
-          active = tonumber(redis.call('HGET', K_GACTIVE, g)) or 0
+          active = num(redis.call('HGET', K_GACTIVE, g), 0)
           if active >= limit then blocked = true elseif limit - active < room then room = limit - active end
         end
-        rate_n = tonumber(gc[3]) or grate_n_default
+        rate_n = num(gc[3], grate_n_default)
+        rate_ms = num(gc[4], grate_ms_default)
+        if not (rate_ms and rate_ms > 0) then rate_n = nil end  -- a garbled rate is no rate
         if rate_n and not blocked then
-          rate_ms = tonumber(gc[4]) or grate_ms_default
           local window = math.floor(now / rate_ms)
           rate_key = BASE .. 'grate:' .. g .. ':' .. window
           rate_used = tonumber(redis.call('GET', rate_key)) or 0
@@ -470,11 +503,14 @@ local function do_claim(want, lease, dead_ttl, now)
     for _, id in ipairs(got) do
       local jk = job_key(id)
       local r = redis.call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
-      -- anything not queued (cancelled, or its record expired) is dropped from the lane here
-      if r[1] == 'queued' then
+      -- anything not queued (cancelled, or its record expired) is dropped from the lane here;
+      -- a garbled state is dead-lettered
+      if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
+        redis.call('HINCRBY', K_STATS, 'failed', 1)
+      elseif r[1] == 'queued' then
         tok = tok + 1
         taken = taken + 1
-        local a = (tonumber(r[2]) or 0) + 1
+        local a = math.floor(num(r[2], 0)) + 1
         redis.call('HSET', jk, 's', 'active', 'a', a, 'l', tok)
         zargs[#zargs + 1] = now + lease
         zargs[#zargs + 1] = id
@@ -485,7 +521,7 @@ local function do_claim(want, lease, dead_ttl, now)
         out[n + 4] = r[3] or ''
         out[n + 5] = r[4] or ''
         out[n + 6] = r[5] or ''
-        out[n + 7] = tonumber(r[6]) or 1
+        out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
       end
     end
     taken_total = taken_total + taken

@@ -3,17 +3,20 @@
   max_attempts.
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] delay ms (0: runnable now, ahead of its priority level)
-  ARGV[3] refund the attempt (1) or not (0)   ARGV[4] n   then n pairs: id, lease token
+  ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n
+  then n pairs: id, lease token
+  A job released without a refund on its last attempt is dead-lettered (AttemptsExhausted).
   Returns {code_1, ..., code_n}: 1 released (also when this token already released it: a
   resent ack), -1 no such job, -2 lease token mismatch ]]
-local delay, refund, n = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
+local dead_ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_ms()
 local out = {}
 local any = false
 for i = 0, n - 1 do
-  local id, tok = ARGV[5 + i * 2], ARGV[6 + i * 2]
+  local id, tok = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local jk = job_key(id)
-  local r = redis.call('HMGET', jk, 's', 'l', 'pr', 'g')
+  local r = redis.call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[2] == tok and (r[1] == 'queued' or r[1] == 'scheduled') then
@@ -21,10 +24,19 @@ for i = 0, n - 1 do
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
+    local a, m = num(r[5], 0), num(r[6], 1)
     redis.call('ZREM', K_ACTIVE, id)
     release_slot(r[4])
-    if refund then redis.call('HINCRBY', jk, 'a', -1) end
-    if delay > 0 then
+    if refund then
+      a = math.max(a - 1, 0)
+      redis.call('HSET', jk, 'a', a)
+    end
+    if a >= m then
+      -- released without a refund on its last attempt: no attempt is left to run it
+      to_dead(id, jk, now, cjson.encode({type = 'AttemptsExhausted',
+        message = 'released on its last attempt (' .. a .. ' of ' .. m .. ')'}), dead_ttl)
+      redis.call('HINCRBY', K_STATS, 'failed', 1)
+    elseif delay > 0 then
       redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
       redis.call('ZADD', K_SCHED, now + delay, id)
     else

@@ -1,0 +1,1 @@
+"""The chaos soak: worker processes, producers and a server under random faults."""

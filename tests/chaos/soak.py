@@ -1,0 +1,905 @@
+"""The chaos soak: the contract (I1, I2, I3, I5, I8) under random faults, with figures.
+
+Worker processes (``tests.chaos.chaosapp``) and concurrent producers work through tens of
+thousands of jobs of mixed durations, priorities, groups and delays on a private server with an
+append-only file, while the soak
+
+- SIGKILLs random worker processes (and restarts them), besides the poison jobs that kill the
+  worker running them;
+- kills random connections of workers and producers with ``CLIENT KILL``;
+- restarts the server (SIGTERM, AOF replayed), and in the long mode also SIGKILLs it and
+  restarts it from its AOF.
+
+Then it checks: every job completed, or (poison and doomed jobs, and only they) dead-lettered
+with the expected reason; none lost; none completed twice in the store; side effects repeated
+only for jobs whose earlier run was on a worker that died; no lease left; every job record gone
+once retention has run, and the server's memory back near its baseline. It prints a JSON summary::
+
+    python -m tests.chaos.soak                      # the bounded mode CI runs (~45 s)
+    python -m tests.chaos.soak --long               # 40,000 jobs, ~3 minutes
+    python -m tests.chaos.soak --jobs N --seconds S --workers W --seed X
+
+Exit status 0 when every check passed, 1 otherwise.
+
+How store completions are observed: result records expire after ``result_ttl``, so a monitor
+polls every unfinished job's record (one pipelined ``HMGET`` per job, every half second) and
+remembers when each was first seen finished; a finished record seen later in another state or
+with another finish time counts as completed twice, as does a ``completed`` counter above the
+number of distinct completed jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import redis.exceptions as rexc
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from aioqueue import AioQueueError, App, EmbeddedServer
+from aioqueue._keys import QueueKeys
+from aioqueue._scripts import SCRIPTS
+
+from ..store_checks import check_invariants, text
+from .chaosapp import POISON_EXIT, done_key, started_key
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER_NAME = "chaos-w"
+PRODUCER_NAME = "chaos-p"
+
+
+@dataclass(frozen=True, slots=True)
+class SoakConfig:
+    """One soak run. Times are seconds."""
+
+    jobs: int = 8000
+    seconds: float = 30.0  # the chaos phase; producers enqueue over its first 60 %
+    workers: int = 3
+    concurrency: int = 32
+    producers: int = 6
+    seed: int = 1
+    lease: float = 3.0
+    result_ttl: float = 6.0
+    dead_ttl: float = 6.0
+    worker_kills: int = 8
+    client_kill_rounds: int = 8
+    server_restarts: int = 1  # SIGTERM (AOF flushed), then start on the same AOF
+    server_crashes: int = 0  # SIGKILL, then start on the same AOF
+    poison: int = 2
+    doomed: int = 6
+    drain_timeout: float = 90.0
+    memory_tolerance: int = 512 * 1024
+
+    @classmethod
+    def long(cls, **overrides: Any) -> SoakConfig:
+        """The longer local mode: 40,000 jobs over about three minutes."""
+        base = cls(
+            jobs=40_000,
+            seconds=150.0,
+            workers=3,
+            concurrency=48,
+            worker_kills=30,
+            client_kill_rounds=30,
+            server_restarts=2,
+            server_crashes=1,
+            poison=5,
+            doomed=20,
+            drain_timeout=180.0,
+        )
+        return replace(base, **overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """One job the producers enqueue, and what must become of it."""
+
+    id: str
+    task: str
+    kwargs: dict[str, Any]
+    delay: float | None
+    priority: int
+    group: str | None
+    expect: str  # "completed" or "failed"
+    reason: str | None = None  # the error type of an expected dead letter
+    at: float = 0.0  # seconds after the start of the producers
+    max_attempts: int = 25  # by-name enqueue does not know the task's own setting
+
+
+def plan_jobs(cfg: SoakConfig, rng: random.Random) -> list[JobPlan]:
+    """The jobs of a run: mostly quick ones, some long (beyond the lease), some failing once,
+    a few doomed (always raise) and poison (kill their worker)."""
+    spread = cfg.seconds * 0.6
+    special = rng.sample(range(cfg.jobs // 10, cfg.jobs // 2), cfg.poison + cfg.doomed)
+    poison = set(special[: cfg.poison])
+    doomed = set(special[cfg.poison :])
+    plans = []
+    for i in range(cfg.jobs):
+        jid = f"s{cfg.seed}-{i:06d}"
+        at = spread * i / cfg.jobs
+        if i in poison:
+            plans.append(
+                JobPlan(jid, "poison", {"i": i}, None, 0, None, "failed", "LeaseExpired", at, 3)
+            )
+            continue
+        if i in doomed:
+            plans.append(
+                JobPlan(jid, "doomed", {"i": i}, None, 0, None, "failed", "ValueError", at, 2)
+            )
+            continue
+        roll = rng.random()
+        if roll < 0.45:
+            ms = 0
+        elif roll < 0.80:
+            ms = rng.randint(1, 20)
+        elif roll < 0.95:
+            ms = rng.randint(20, 200)
+        elif roll < 0.99:
+            ms = rng.randint(200, 1000)
+        else:
+            ms = rng.randint(int(cfg.lease * 1000) + 500, int(cfg.lease * 1000) + 2500)
+        task = "flaky" if rng.random() < 0.03 else "work"
+        delay = round(rng.uniform(0.05, 2.0), 3) if rng.random() < 0.08 else None
+        priority = rng.choice([p for p in range(-10, 11) if p]) if rng.random() < 0.15 else 0
+        group = f"tenant-{rng.randrange(6)}" if rng.random() < 0.25 else None
+        plans.append(
+            JobPlan(jid, task, {"i": i, "ms": ms}, delay, priority, group, "completed", at=at)
+        )
+    return plans
+
+
+# ---------------------------------------------------------------------- worker processes
+@dataclass(slots=True)
+class _Proc:
+    popen: subprocess.Popen[bytes]
+    name: str
+    log: Path
+
+
+class WorkerPool:
+    """Keeps ``n`` worker processes running: whichever dies is replaced at once."""
+
+    def __init__(self, cfg: SoakConfig, url: str, prefix: str, log_dir: Path) -> None:
+        self.cfg = cfg
+        self.url = url
+        self.prefix = prefix
+        self.log_dir = log_dir
+        self.procs: list[_Proc] = []
+        self.all: list[_Proc] = []
+        self.killed: set[int] = set()  # pids we SIGKILLed
+        self.poisoned: set[int] = set()  # pids a poison job killed
+        self.unexpected: list[str] = []  # other deaths: "name pid code"
+        self.start_failures: list[str] = []  # workers that could not connect at startup
+        self.restarts = 0
+        self._stopping = False
+
+    @property
+    def dead_pids(self) -> set[int]:
+        """Every worker pid that died with jobs possibly in flight."""
+        return self.killed | self.poisoned
+
+    def start(self) -> None:
+        for _ in range(self.cfg.workers):
+            self.procs.append(self._spawn())
+
+    def _spawn(self) -> _Proc:
+        n = len(self.all) + 1
+        name = f"{WORKER_NAME}{n}"
+        log = self.log_dir / f"worker{n}.log"
+        env = dict(os.environ)
+        env.update(
+            AIOQUEUE_REDIS_URL=self.url,
+            CHAOS_PREFIX=self.prefix,
+            CHAOS_LEASE=str(self.cfg.lease),
+            CHAOS_RESULT_TTL=str(self.cfg.result_ttl),
+            CHAOS_DEAD_TTL=str(self.cfg.dead_ttl),
+            CHAOS_CLIENT_NAME=name,
+        )
+        args = [sys.executable, "-m", "aioqueue", "worker", "tests.chaos.chaosapp:app"]
+        args += ["--url", self.url, "--concurrency", str(self.cfg.concurrency), "--grace", "5"]
+        args += ["--log-level", "WARNING"]
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
+        proc = _Proc(popen, name, log)
+        self.all.append(proc)
+        return proc
+
+    def kill_random(self, rng: random.Random) -> int | None:
+        """SIGKILL one running worker (it is replaced by ``supervise``); its pid."""
+        alive = [p for p in self.procs if p.popen.poll() is None]
+        if not alive:
+            return None
+        victim = rng.choice(alive)
+        self.killed.add(victim.popen.pid)
+        victim.popen.kill()
+        return victim.popen.pid
+
+    def supervise(self) -> None:
+        """Replace dead workers, recording why each died."""
+        if self._stopping:
+            return
+        for i, proc in enumerate(self.procs):
+            code = proc.popen.poll()
+            if code is None:
+                continue
+            self._classify(proc, code)
+            self.procs[i] = self._spawn()
+            self.restarts += 1
+
+    def _classify(self, proc: _Proc, code: int) -> None:
+        """Record why a worker died."""
+        pid = proc.popen.pid
+        if pid in self.killed:
+            pass
+        elif code == POISON_EXIT:
+            self.poisoned.add(pid)
+        elif code == 1 and "cannot reach Redis" in proc.log.read_text(errors="replace"):
+            # started while the server was restarting: the CLI gives up at once (it does not
+            # wait for a server that is loading its AOF); replaced like any other
+            self.start_failures.append(f"{proc.name}: {_last_line(proc.log)}")
+        else:
+            self.unexpected.append(f"{proc.name} pid {pid} exit {code}")
+
+    async def stop(self, timeout: float = 20.0) -> list[str]:
+        """SIGTERM every worker and wait; problems (non-zero exits, hangs) are returned."""
+        self._stopping = True
+        problems = []
+        signalled = []
+        for proc in self.procs:
+            code = proc.popen.poll()
+            if code is None:
+                proc.popen.send_signal(signal.SIGTERM)
+                signalled.append(proc)
+            else:
+                self._classify(proc, code)
+        deadline = time.monotonic() + timeout
+        for proc in signalled:
+            while time.monotonic() < deadline:
+                if proc.popen.poll() is not None:
+                    break
+                await asyncio.sleep(0.05)
+            if proc.popen.poll() is None:
+                problems.append(f"{proc.name} ignored SIGTERM for {timeout} s")
+                proc.popen.kill()
+            elif proc.popen.returncode != 0:
+                problems.append(f"{proc.name} exited with {proc.popen.returncode} on SIGTERM")
+        return problems
+
+    def kill_all(self) -> None:
+        """Teardown: SIGKILL and reap every process ever started."""
+        self._stopping = True
+        for proc in self.all:
+            if proc.popen.poll() is None:
+                proc.popen.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(10)
+
+    def log_tails(self, names: Sequence[str] | None = None, chars: int = 2000) -> str:
+        out = []
+        for proc in self.all:
+            if names is None or proc.name in names:
+                text = proc.log.read_text(errors="replace") if proc.log.exists() else ""
+                out.append(f"--- {proc.name} (pid {proc.popen.pid}):\n{text[-chars:]}")
+        return "\n".join(out)
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------------- observing the store
+@dataclass(slots=True)
+class Tracker:
+    """What the monitor saw of each job's record."""
+
+    pending: set[str] = field(default_factory=set)  # enqueued, not yet seen finished
+    finished: dict[str, tuple[str, bytes, str]] = field(default_factory=dict)  # state, f, reason
+    alive: set[str] = field(default_factory=set)  # finished, record still there: re-checked
+    vanished: set[str] = field(default_factory=set)  # record gone before seen finished
+    regressions: list[str] = field(default_factory=list)  # finished, then seen otherwise
+    polls: int = 0
+    poll_errors: int = 0
+
+    async def poll(self, redis: Redis, keys: QueueKeys) -> None:
+        ids = [*self.pending, *self.alive]
+        for start in range(0, len(ids), 2000):
+            chunk = ids[start : start + 2000]
+            pipe = redis.pipeline(transaction=False)
+            for jid in chunk:
+                pipe.hmget(keys.job(jid), ["s", "f", "e"])
+            replies = await pipe.execute()
+            for jid, (s, f, e) in zip(chunk, replies, strict=True):
+                self._see(jid, s, f, e)
+        self.polls += 1
+
+    def _see(self, jid: str, s: bytes | None, f: bytes | None, e: bytes | None) -> None:
+        state = s.decode() if s is not None else None
+        if jid in self.pending:
+            if state is None:
+                self.pending.discard(jid)
+                self.vanished.add(jid)
+            elif state in ("completed", "failed", "cancelled"):
+                self.pending.discard(jid)
+                self.finished[jid] = (state, f or b"", _reason(e))
+                self.alive.add(jid)
+        elif jid in self.alive:
+            if state is None:
+                self.alive.discard(jid)  # its retention ran out
+            elif (state, f or b"") != self.finished[jid][:2]:
+                self.regressions.append(f"{jid}: {self.finished[jid][0]} then {state}")
+                self.alive.discard(jid)
+
+
+def _reason(e: bytes | None) -> str:
+    if not e:
+        return ""
+    try:
+        return str(json.loads(e)["type"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
+
+
+async def used_memory(redis: Redis) -> int:
+    info = await redis.info("memory")
+    return int(info["used_memory"])
+
+
+async def settled_memory(redis: Redis, timeout: float = 15.0) -> int:
+    """``used_memory`` once nothing is left to free in the background (DEL is lazy on
+    Valkey) and two readings 250 ms apart agree within 4 KiB."""
+    deadline = time.monotonic() + timeout
+    last = -1
+    while True:
+        info = await redis.info("memory")
+        used = int(info["used_memory"])
+        pending = int(info.get("lazyfree_pending_objects", 0))
+        if (pending == 0 and abs(used - last) < 4096) or time.monotonic() > deadline:
+            return used
+        last = used
+        await asyncio.sleep(0.25)
+
+
+async def memory_stats(redis: Redis) -> dict[str, int]:
+    """``MEMORY STATS``, flattened to its numeric fields."""
+    raw = await redis.execute_command("MEMORY", "STATS")  # type: ignore[no-untyped-call]
+    pairs = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+    out: dict[str, int] = {}
+    for k, v in pairs.items():
+        name = k.decode() if isinstance(k, bytes) else str(k)
+        if isinstance(v, int):
+            out[name] = v
+        elif isinstance(v, list):  # db.0: [overhead.hashtable.main, n, ...]
+            for kk, vv in zip(v[::2], v[1::2], strict=True):
+                if isinstance(vv, int):
+                    sub = kk.decode() if isinstance(kk, bytes) else str(kk)
+                    out[f"{name}.{sub}"] = vv
+    return out
+
+
+def memory_diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The fields of two ``memory_stats`` that moved by more than 1 KiB."""
+    names = sorted(set(before) | set(after))
+    return {
+        n: after.get(n, 0) - before.get(n, 0)
+        for n in names
+        if abs(after.get(n, 0) - before.get(n, 0)) > 1024
+    }
+
+
+async def load_scripts(redis: Redis) -> None:
+    """Load every script, so the script cache is the same at the baseline and at the end."""
+    for script in SCRIPTS.values():
+        await redis.script_load(script.source)
+
+
+async def count_keys(redis: Redis, match: str) -> int:
+    return len([k async for k in redis.scan_iter(match=match, count=2000)])
+
+
+def admin_client(url: str) -> Redis:
+    """The soak's own client: retries through killed connections and server restarts."""
+    return Redis.from_url(
+        url,
+        client_name="chaos-admin",
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), 100),
+        retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
+    )
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass(slots=True)
+class _Counts:
+    enqueue_retries: int = 0
+    client_kill_rounds: int = 0
+    connections_killed: int = 0
+    server_restarts: int = 0
+    server_crashes: int = 0
+    restart_downtime_ms: list[str] = field(default_factory=list)  # "restart 412", "crash 530"
+    peak_memory: int = 0
+
+
+async def _produce(
+    apps: list[App], plans: list[JobPlan], cfg: SoakConfig, tracker: Tracker, counts: _Counts
+) -> None:
+    t0 = time.monotonic()
+    queue = iter(plans)
+
+    async def producer(app: App) -> None:
+        for plan in queue:  # shared iterator: each plan goes to one producer
+            wait = t0 + plan.at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            backoff = 0.02
+            while True:
+                try:
+                    await app.queue().enqueue(
+                        plan.task,
+                        kwargs=plan.kwargs,
+                        delay=plan.delay,
+                        priority=plan.priority,
+                        group=plan.group,
+                        max_attempts=plan.max_attempts,
+                        job_id=plan.id,  # idempotent: a retry after a lost reply is harmless
+                    )
+                    break
+                except (AioQueueError, rexc.RedisError, OSError):
+                    counts.enqueue_retries += 1
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 0.5)
+            tracker.pending.add(plan.id)
+
+    await asyncio.gather(*(producer(apps[i % len(apps)]) for i in range(cfg.producers)))
+
+
+async def _client_kill(admin: Redis, rng: random.Random) -> int:
+    """Kill about half of the workers' and producers' connections; how many."""
+    clients = await admin.client_list()
+    victims = [
+        c["id"]
+        for c in clients
+        if c.get("name", "").startswith((WORKER_NAME, PRODUCER_NAME)) and rng.random() < 0.5
+    ]
+    killed = 0
+    for cid in victims:
+        with contextlib.suppress(rexc.ResponseError):  # it closed meanwhile
+            await admin.execute_command("CLIENT", "KILL", "ID", cid)  # type: ignore[no-untyped-call]
+            killed += 1
+    return killed
+
+
+async def _chaos(
+    cfg: SoakConfig,
+    rng: random.Random,
+    server: EmbeddedServer,
+    admin: Redis,
+    pool: WorkerPool,
+    counts: _Counts,
+) -> None:
+    """Run the faults at random times over ``cfg.seconds``, one at a time."""
+    length = cfg.seconds
+    events: list[tuple[float, str]] = []
+    events += [(rng.uniform(0.05, 0.9) * length, "kill") for _ in range(cfg.worker_kills)]
+    events += [(rng.uniform(0.05, 0.9) * length, "client") for _ in range(cfg.client_kill_rounds)]
+    n_srv = cfg.server_restarts + cfg.server_crashes
+    kinds = ["restart"] * cfg.server_restarts + ["crash"] * cfg.server_crashes
+    rng.shuffle(kinds)
+    for k, kind in enumerate(kinds):  # spread over the middle of the run
+        events.append(((0.25 + 0.5 * (k + 0.5) / n_srv) * length, kind))
+    events.sort()
+    t0 = time.monotonic()
+    for at, kind in events:
+        wait = t0 + at - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if kind == "kill":
+            pool.kill_random(rng)
+        elif kind == "client":
+            counts.connections_killed += await _client_kill(admin, rng)
+            counts.client_kill_rounds += 1
+        else:
+            began = time.monotonic()
+            if kind == "restart":
+                await asyncio.to_thread(server.restart)
+                counts.server_restarts += 1
+            else:
+                await asyncio.to_thread(server.kill_and_restart)
+                counts.server_crashes += 1
+            counts.restart_downtime_ms.append(f"{kind} {(time.monotonic() - began) * 1000:.0f}")
+
+
+async def _background(
+    admin: Redis, keys: QueueKeys, tracker: Tracker, pool: WorkerPool, counts: _Counts
+) -> None:
+    """Supervise workers, poll job records and sample memory until cancelled."""
+    last_poll = 0.0
+    last_mem = 0.0
+    while True:
+        pool.supervise()
+        now = time.monotonic()
+        if now - last_poll >= 0.5:
+            try:
+                await tracker.poll(admin, keys)
+            except (rexc.RedisError, OSError):
+                tracker.poll_errors += 1
+            last_poll = time.monotonic()
+        if now - last_mem >= 1.0:
+            with contextlib.suppress(rexc.RedisError, OSError):
+                counts.peak_memory = max(counts.peak_memory, await used_memory(admin))
+            last_mem = now
+        await asyncio.sleep(0.05)
+
+
+async def run_soak(cfg: SoakConfig, workdir: Path | None = None) -> dict[str, Any]:
+    """Run one soak and return its summary (``summary["ok"]``, ``summary["failures"]``)."""
+    own_dir = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="aioqueue-soak-")) if workdir is None else workdir
+    log_dir = base / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(cfg.seed)
+    plans = plan_jobs(cfg, rng)
+    prefix = f"soak{cfg.seed}"
+    started = time.monotonic()
+    server = EmbeddedServer(base / "valkey", appendonly=True)
+    await asyncio.to_thread(server.start)
+    pool = WorkerPool(cfg, server.url, prefix, log_dir)
+    admin = admin_client(server.url)
+    summary: dict[str, Any] = {}
+    try:
+        summary = await _soak(cfg, rng, plans, server, admin, pool, prefix, started)
+    finally:
+        pool.kill_all()
+        await admin.aclose()
+        await asyncio.to_thread(server.stop)
+    if not summary["ok"]:
+        summary["worker_logs"] = pool.log_tails(
+            [u.split()[0] for u in pool.unexpected] or None, chars=1500
+        )[-8000:]
+        summary["workdir"] = str(base)
+    elif own_dir:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+    return summary
+
+
+async def _soak(
+    cfg: SoakConfig,
+    rng: random.Random,
+    plans: list[JobPlan],
+    server: EmbeddedServer,
+    admin: Redis,
+    pool: WorkerPool,
+    prefix: str,
+    started: float,
+) -> dict[str, Any]:
+    keys = QueueKeys(prefix, "default")
+    counts = _Counts()
+    tracker = Tracker()
+    failures: list[str] = []
+    await load_scripts(admin)
+    pool.start()
+    await _wait_for_workers(admin, cfg.workers, pool)
+
+    names = [f"{PRODUCER_NAME}{i + 1}" for i in range(2)]
+    async with contextlib.AsyncExitStack() as stack:
+        apps = [
+            await stack.enter_async_context(
+                App(
+                    server.url,
+                    prefix=prefix,
+                    max_connections=max(cfg.producers, 2),
+                    redis_options={"client_name": name},
+                )
+            )
+            for name in names
+        ]
+        warm_stats = await _warm_up(apps[0], admin, keys, min(cfg.jobs // 2, 4000), rng)
+        await load_scripts(admin)
+        baseline = await settled_memory(admin)
+        baseline_stats = await memory_stats(admin)
+        counts.peak_memory = baseline
+        # the supervisor (and the record monitor) run until the memory is measured, so a
+        # worker killed by the last fault is replaced, and every worker is idle and alive
+        background = asyncio.ensure_future(_background(admin, keys, tracker, pool, counts))
+        try:
+            t_chaos = time.monotonic()
+            producing = asyncio.ensure_future(_produce(apps, plans, cfg, tracker, counts))
+            try:
+                await _chaos(cfg, rng, server, admin, pool, counts)
+                await producing
+            finally:
+                if not producing.done():
+                    producing.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await producing
+            chaos_s = time.monotonic() - t_chaos
+            t_drain = time.monotonic()
+            deadline = t_drain + cfg.drain_timeout
+            while time.monotonic() < deadline:
+                if not tracker.pending:
+                    break
+                await asyncio.sleep(0.2)
+            drain_s = time.monotonic() - t_drain
+            await tracker.poll(admin, keys)
+
+            # every job has an outcome and the workers are idle: the queue is quiescent
+            invariants = "ok"
+            try:
+                await check_invariants(admin, keys)
+            except AssertionError as exc:
+                invariants = str(exc)
+                failures.append(f"I1: {exc}")
+            leases_left = await admin.zcard(keys.active)
+            group_slots_left = await admin.hlen(keys.gactive)
+            raw_stats = await admin.hgetall(keys.stats)
+            stats = {text(k): int(v) - warm_stats.get(text(k), 0) for k, v in raw_stats.items()}
+            started_runs = await _runs(admin, started_key(prefix))
+            done_runs = await _runs(admin, done_key(prefix))
+
+            # retention: wait for every job record to expire and the dead set to be trimmed
+            t_ret = time.monotonic()
+            job_match = keys.base + "job:*"
+            retention_deadline = t_ret + max(cfg.result_ttl, cfg.dead_ttl) + 20
+            while time.monotonic() < retention_deadline:
+                with contextlib.suppress(AioQueueError):  # on a connection killed earlier
+                    await apps[0].queue().reap()
+                records = await count_keys(admin, job_match)  # SCAN also expires what it meets
+                if records == 0 and await admin.zcard(keys.dead) == 0:
+                    break
+                await asyncio.sleep(0.5)
+            records_left = await count_keys(admin, job_match)
+            dead_left = await admin.zcard(keys.dead)
+            retention_s = time.monotonic() - t_ret
+            await admin.delete(started_key(prefix), done_key(prefix))
+        finally:
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
+        await load_scripts(admin)
+        after = await settled_memory(admin)
+        keys_left = await _keys_left(admin, prefix)
+        moved = memory_diff(baseline_stats, await memory_stats(admin))
+        stop_problems = await pool.stop()
+
+    # ------------------------------------------------------------------ verdict
+    expected = {p.id: p for p in plans}
+    completed = {j for j, (s, _, _) in tracker.finished.items() if s == "completed"}
+    dead = {j: r for j, (s, _, r) in tracker.finished.items() if s == "failed"}
+    other = {j: s for j, (s, _, _) in tracker.finished.items() if s not in ("completed", "failed")}
+    lost = sorted(set(expected) - set(tracker.finished))
+    started_on: dict[str, set[int]] = {}
+    for jid, pid in started_runs:
+        started_on.setdefault(jid, set()).add(pid)
+
+    def allowed_reasons(plan: JobPlan) -> set[str]:
+        # a job whose last attempt ran on a worker that died is dead-lettered by its lease
+        if started_on.get(plan.id, set()) & pool.dead_pids:
+            return {plan.reason or "", "LeaseExpired"}
+        return {plan.reason or ""}
+
+    wrong_outcome = sorted(
+        j
+        for j, (s, _, r) in tracker.finished.items()
+        if s != expected[j].expect or (s == "failed" and r not in allowed_reasons(expected[j]))
+    )
+    completed_twice_stats = max(stats.get("completed", 0) - len(completed), 0)
+    completed_twice = completed_twice_stats + len(tracker.regressions)
+    by_job: dict[str, list[int]] = {}
+    for jid, pid in done_runs:
+        by_job.setdefault(jid, []).append(pid)
+    dead_pids = pool.dead_pids
+    duplicates = {j: pids for j, pids in by_job.items() if len(pids) > 1}
+    explained = {j for j, pids in duplicates.items() if sum(p not in dead_pids for p in pids) <= 1}
+    unexplained = sorted(set(duplicates) - explained)
+    starts = Counter(jid for jid, _ in started_runs)
+    missing_effect = sorted(j for j in completed if j not in by_job)
+
+    if lost:
+        failures.append(f"{len(lost)} jobs lost (no outcome seen): {lost[:10]}")
+    if tracker.vanished:
+        failures.append(f"{len(tracker.vanished)} records vanished before they finished")
+    if completed_twice:
+        failures.append(
+            f"completed twice: {completed_twice_stats} by the counter, "
+            f"regressions {tracker.regressions[:10]}"
+        )
+    if wrong_outcome:
+        detail = [(j, tracker.finished[j], expected[j].expect) for j in wrong_outcome[:10]]
+        failures.append(f"{len(wrong_outcome)} jobs with the wrong outcome: {detail}")
+    if other:
+        failures.append(f"jobs in unexpected final states: {list(other.items())[:10]}")
+    if stats.get("enqueued") != cfg.jobs:
+        failures.append(f"stats enqueued {stats.get('enqueued')} != {cfg.jobs}")
+    if stats.get("failed", 0) != len(dead):
+        failures.append(f"stats failed {stats.get('failed')} != {len(dead)} dead letters seen")
+    if unexplained:
+        failures.append(
+            f"{len(unexplained)} duplicate side effects not explained by a dead worker: "
+            f"{[(j, duplicates[j]) for j in unexplained[:10]]}"
+        )
+    if missing_effect:
+        failures.append(f"{len(missing_effect)} completed jobs without a side effect")
+    if leases_left or group_slots_left:
+        failures.append(f"leases left: {leases_left}, group slots left: {group_slots_left}")
+    if records_left or dead_left:
+        failures.append(f"after retention: {records_left} job records, {dead_left} dead ids")
+    if after > baseline + cfg.memory_tolerance:
+        failures.append(f"memory {after} not back near the baseline {baseline}")
+    if pool.unexpected:
+        failures.append(f"workers died unexpectedly: {pool.unexpected}")
+    failures += stop_problems
+    if cfg.worker_kills and not pool.killed:
+        failures.append("no worker was killed")
+
+    return {
+        "ok": not failures,
+        "failures": failures,
+        "config": asdict(cfg),
+        "seed": cfg.seed,
+        "jobs": cfg.jobs,
+        "worker_kills": len(pool.killed),
+        "poison_deaths": len(pool.poisoned),
+        "worker_restarts": pool.restarts,
+        "unexpected_worker_exits": len(pool.unexpected),
+        "worker_start_failures": pool.start_failures,
+        "client_kill_rounds": counts.client_kill_rounds,
+        "connections_killed": counts.connections_killed,
+        "server_restarts": counts.server_restarts,
+        "server_crashes": counts.server_crashes,
+        "restart_downtime_ms": counts.restart_downtime_ms,
+        "enqueue_retries": counts.enqueue_retries,
+        "completed": len(completed),
+        "dead_lettered": len(dead),
+        "dead_reasons": dict(Counter(dead.values())),
+        "lost": len(lost),
+        "vanished": len(tracker.vanished),
+        "completed_twice": completed_twice,
+        "runs_started": sum(starts.values()),
+        "jobs_started_more_than_once": sum(1 for n in starts.values() if n > 1),
+        "side_effects": len(done_runs),
+        "duplicate_side_effects": len(duplicates),
+        "extra_side_effects": sum(len(p) - 1 for p in duplicates.values()),
+        "duplicates_explained_by_kill": len(explained),
+        "duplicates_unexplained": len(unexplained),
+        "leases_left": leases_left,
+        "invariants": invariants,
+        "stats": stats,
+        "memory": {
+            "baseline": baseline,
+            "peak": counts.peak_memory,
+            "after_retention": after,
+            "delta": after - baseline,
+            "tolerance": cfg.memory_tolerance,
+            "moved": moved,
+        },
+        "records_left_after_retention": records_left,
+        "keys_left": keys_left,
+        "monitor": {"polls": tracker.polls, "poll_errors": tracker.poll_errors},
+        "seconds": {
+            "chaos_and_enqueue": round(chaos_s, 1),
+            "drain": round(drain_s, 1),
+            "retention": round(retention_s, 1),
+            "total": round(time.monotonic() - started, 1),
+        },
+    }
+
+
+async def _warm_up(
+    app: App, admin: Redis, keys: QueueKeys, n: int, rng: random.Random
+) -> dict[str, int]:
+    """Run ``n`` quick jobs at once and let their records expire, before the baseline.
+
+    The server keeps some memory after its keyspace first grows (measured: about 0.5 MB after
+    the first few thousand jobs, then flat however many follow), so the baseline is taken
+    after a first wave of the same kind; what the soak then checks is that memory does not
+    grow with the jobs it runs. Returns the queue's counters after the warm-up.
+    """
+
+    async def one(i: int) -> None:
+        await app.queue().enqueue(
+            "work",
+            kwargs={"i": i},
+            job_id=f"warm-{i}",
+            group=f"tenant-{i % 6}" if i % 4 == 0 else None,
+            priority=rng.randint(-3, 3),
+            result_ttl=0.2,
+        )
+
+    for start in range(0, n, 200):
+        await asyncio.gather(*(one(i) for i in range(start, min(start + 200, n))))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        raw = await admin.hgetall(keys.stats)
+        stats = {text(k): int(v) for k, v in raw.items()}
+        if stats.get("completed", 0) >= n and not await count_keys(admin, keys.base + "job:*"):
+            await admin.delete(started_key(keys.prefix), done_key(keys.prefix))
+            return stats
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"the warm-up did not finish: {stats}")
+
+
+async def _runs(redis: Redis, key: str) -> list[tuple[str, int]]:
+    raw = await redis.hgetall(key)
+    return [(text(k).split("|")[0], int(v)) for k, v in raw.items()]
+
+
+async def _keys_left(redis: Redis, prefix: str) -> dict[str, str]:
+    """Every key of the run still there: its type and size (each must be small and fixed)."""
+    out = {}
+    async for raw in redis.scan_iter(match=prefix + ":*", count=1000):
+        key = text(raw)
+        kind = text(await redis.type(raw))
+        size = {
+            "hash": redis.hlen,
+            "list": redis.llen,
+            "zset": redis.zcard,
+            "set": redis.scard,
+        }.get(kind)
+        out[key] = kind if size is None else f"{kind}[{await size(raw)}]"
+    return dict(sorted(out.items()))
+
+
+async def _wait_for_workers(admin: Redis, n: int, pool: WorkerPool) -> None:
+    """Until ``n`` workers are blocked idle on the server (they are up and connected)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pool.supervise()
+        clients = await admin.client_list()
+        idle = {
+            c["name"]
+            for c in clients
+            if c.get("name", "").startswith(WORKER_NAME) and "b" in c["flags"]
+        }
+        if len(idle) >= n:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the workers did not start:\n" + pool.log_tails())
+
+
+# ---------------------------------------------------------------------- command line
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tests.chaos.soak", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--long", action="store_true", help="40,000 jobs over about 3 minutes")
+    p.add_argument("--jobs", type=int)
+    p.add_argument("--seconds", type=float, help="length of the chaos phase")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--worker-kills", type=int)
+    p.add_argument("--client-kill-rounds", type=int)
+    p.add_argument("--server-restarts", type=int)
+    p.add_argument("--server-crashes", type=int)
+    p.add_argument("--workdir", type=Path, help="keep logs and the AOF here")
+    args = p.parse_args(argv)
+    overrides = {
+        k: v for k, v in vars(args).items() if v is not None and k not in ("long", "workdir")
+    }
+    overrides.setdefault("seed", random.randrange(1, 1_000_000))  # printed in the summary
+    cfg = SoakConfig.long(**overrides) if args.long else replace(SoakConfig(), **overrides)
+    summary = asyncio.run(run_soak(cfg, args.workdir))
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

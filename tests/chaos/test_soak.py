@@ -1,0 +1,50 @@
+"""The chaos soak in its bounded mode: about 8,000 jobs, 3 worker processes, ~45 s, with worker
+SIGKILLs, poison jobs, CLIENT KILLs and a server restart from its AOF (see ``soak.py``).
+
+The longer local mode: ``python -m tests.chaos.soak --long``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from .soak import SoakConfig, run_soak
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
+    # a new seed each run (the summary prints it); AIOQUEUE_SOAK_SEED replays one
+    seed = int(os.environ.get("AIOQUEUE_SOAK_SEED") or random.randrange(1, 1_000_000))
+    cfg = SoakConfig(seed=seed)
+    summary = await run_soak(cfg, tmp_path)
+    shown = {k: v for k, v in summary.items() if k not in ("config", "worker_logs")}
+    print("\nsoak summary:", json.dumps(shown, indent=1))
+    assert not summary["failures"], json.dumps(summary, indent=1)
+    # the faults really happened
+    assert summary["worker_kills"] >= 5
+    # each poison job killed the worker of each attempt (3), unless a chaos kill got there first
+    assert 1 <= summary["poison_deaths"] <= cfg.poison * 3
+    assert summary["client_kill_rounds"] >= 5
+    assert summary["connections_killed"] > 0
+    assert summary["server_restarts"] == 1
+    # the outcome: nothing lost, nothing completed twice, every job where it belongs
+    assert summary["lost"] == 0
+    assert summary["vanished"] == 0
+    assert summary["completed_twice"] == 0
+    assert summary["completed"] == cfg.jobs - cfg.poison - cfg.doomed
+    # poison jobs die by their lease; doomed ones by their error (or by their lease, when a
+    # worker died under their last attempt: the soak checks which)
+    assert summary["dead_lettered"] == cfg.poison + cfg.doomed
+    assert summary["dead_reasons"].get("LeaseExpired", 0) >= cfg.poison
+    assert summary["duplicate_side_effects"] <= summary["duplicates_explained_by_kill"]
+    assert summary["leases_left"] == 0
+    assert summary["invariants"] == "ok"
+    assert summary["records_left_after_retention"] == 0
+    memory = summary["memory"]
+    assert memory["after_retention"] <= memory["baseline"] + memory["tolerance"]

@@ -1,0 +1,602 @@
+"""Hostile and broken input (I7): garbage written straight into a job's fields, payloads that
+are truncated, not UTF-8 or fail to deserialise, unknown task names, huge arguments, invalid
+options.
+
+What must hold: a clear, typed error at the call (``ConfigurationError``, ``PayloadTooLarge``,
+...), or the job dead-lettered with its reason; never a script error or a lost job; and the
+worker keeps running: after each case it still runs a normal job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from aioqueue import (
+    AioQueueError,
+    App,
+    Backoff,
+    ConfigurationError,
+    EmbeddedServer,
+    PayloadTooLarge,
+    SerializationError,
+    Worker,
+)
+from aioqueue._keys import QueueKeys
+
+from .helpers import wait_until
+from .store_checks import check_invariants, server_ms, text, unique_prefix
+
+FINISHED = ("completed", "failed", "cancelled")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class MarkedSerializer:
+    """JSON, except that a payload containing ``boom`` makes ``loads`` raise."""
+
+    name = "marked"
+
+    def dumps(self, value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    def loads(self, data: bytes) -> Any:
+        if b"boom" in data:
+            raise RuntimeError("this deserialiser crashes on purpose")
+        return json.loads(data)
+
+
+def hostile_app(url: str, **options: Any) -> App:
+    options.setdefault("lease", 0.5)  # a job whose run is lost comes back quickly
+    options.setdefault("max_attempts", 2)
+    options.setdefault("backoff", Backoff(base=0.01, factor=1.0, max=0.01, jitter=0.0))
+    app = App(url, prefix=unique_prefix(), result_ttl=60, dead_ttl=60, **options)
+
+    @app.task
+    async def echo(x: int = 0) -> int:
+        return x
+
+    @app.task
+    async def hold(key: str) -> str:
+        """Run until ``key`` exists (bounded), so a test can change the job meanwhile."""
+        redis = app.redis
+        await wait_until(lambda: _exists(redis, key), timeout=10, what=f"{key} to exist")
+        return "held"
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def running(app: App) -> AsyncIterator[Worker]:
+    async with app, Worker(app, concurrency=4, idle_block=0.1, grace=0.5) as worker:
+        yield worker
+
+
+async def outcome(redis: Redis, keys: QueueKeys, job_id: str, timeout: float = 10.0) -> str:
+    """Wait for the job to finish: ``completed``, or ``failed:<reason type>``."""
+    found: list[Any] = []
+
+    async def finished() -> bool:
+        s, e = await redis.hmget(keys.job(job_id), ["s", "e"])
+        found[:] = [s, e]
+        return s is not None and text(s) in FINISHED
+
+    await wait_until(finished, timeout=timeout, what=f"job {job_id} to finish ({found})")
+    state, err = text(found[0]), found[1]
+    if state == "completed":
+        return state
+    return f"{state}:{json.loads(err)['type'] if err else '?'}"
+
+
+async def still_works(app: App) -> None:
+    """The worker is alive and fetching: a normal job runs."""
+    job = await app.queue().enqueue("echo", kwargs={"x": 41})
+    assert await job.result(timeout=5) == 41
+
+
+# ---------------------------------------------------------------------- payloads
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"\xff\xfe\x00\x80 not utf-8", id="not-utf8"),
+        pytest.param(b'[[1, 2], {"x": ', id="truncated-json"),
+        pytest.param(b"", id="empty"),
+        pytest.param(b'{"not": "an [args, kwargs] pair"}', id="not-a-pair"),
+        pytest.param(b'["args", {}]', id="args-not-a-list"),
+        pytest.param(b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01.", id="pickle-blob"),
+    ],
+)
+async def test_a_corrupt_payload_is_dead_lettered_and_the_worker_carries_on(
+    redis_url: str, redis: Redis, payload: bytes
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await q.pause()  # written before any worker can take it
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        await redis.hset(q.keys.job(job.id), "p", payload)
+        await q.resume()
+        assert await outcome(redis, q.keys, job.id) == "failed:CorruptPayload"
+        info = await job.info()
+        assert info.error is not None
+        assert "cannot decode" in info.error.message
+        assert info.attempts == 1  # not retried: a corrupt payload stays corrupt
+        await still_works(app)
+        await check_invariants(redis, q.keys)
+
+
+async def test_a_payload_the_deserialiser_chokes_on_is_dead_lettered(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url, serializer=MarkedSerializer())
+    async with running(app):
+        q = app.queue()
+        bad = await q.enqueue("echo", kwargs={"x": "boom"})
+        assert await outcome(redis, q.keys, bad.id) == "failed:CorruptPayload"
+        info = await bad.info()
+        assert info.error is not None
+        assert "crashes on purpose" in info.error.message
+        await still_works(app)
+
+
+async def test_the_pull_api_dead_letters_what_it_cannot_decode(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        bad = await q.enqueue("echo", kwargs={"x": 1})
+        good = await q.enqueue("echo", kwargs={"x": 2})
+        await redis.hset(q.keys.job(bad.id), "p", b"\xff")
+        got = await q.reserve(2)
+        assert [r.id for r in got] == [good.id]
+        # the reason is the decoder's own error here (a worker says CorruptPayload)
+        assert (await outcome(redis, q.keys, bad.id)).startswith("failed:")
+
+
+async def test_an_unknown_task_is_dead_lettered_with_the_known_ones_named(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        job = await q.enqueue("no.such.task", args=[1])
+        assert await outcome(redis, q.keys, job.id) == "failed:UnknownTask"
+        info = await job.info()
+        assert info.error is not None
+        assert "no.such.task" in info.error.message
+        assert "echo" in info.error.message
+        await still_works(app)
+
+
+async def test_huge_arguments_are_refused_at_enqueue_and_nothing_is_stored(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url, max_payload_bytes=10_000)
+    async with app:
+        q = app.queue()
+        echo = app.tasks["echo"]
+        big = "x" * 20_000
+        with pytest.raises(PayloadTooLarge, match="over the limit of 10,000"):
+            await q.enqueue("echo", args=[big])
+        with pytest.raises(PayloadTooLarge):
+            await echo.enqueue(big)
+        with pytest.raises(PayloadTooLarge):
+            await echo.enqueue_many([{"x": 1}, ((big,), {})])
+        assert isinstance(PayloadTooLarge("x"), SerializationError)
+        assert not [k async for k in redis.scan_iter(match=app.prefix + ":*")]
+
+
+# ---------------------------------------------------------------------- garbage in fields
+# field, value written while the job is queued, what must become of it
+QUEUED_GARBAGE = [
+    ("t", b"no.such.task", "failed:UnknownTask"),
+    ("t", b"", "failed:UnknownTask"),
+    ("a", b"abc", "completed"),  # claim sets the attempt count itself
+    ("a", b"-7", "completed"),
+    ("m", b"abc", "completed"),  # an unreadable maximum counts as 1
+    ("m", b"0", "completed"),
+    ("o", b"\xff\xfe", "failed:CorruptPayload"),
+    ("o", b"[1, 2]", "failed:CorruptPayload"),
+    ("o", b'{"timeout": "abc"}', "failed:CorruptPayload"),
+    ("l", b"\xff garbage", "completed"),  # claim writes a new token
+    ("pr", b"abc", "completed"),
+    ("pr", b"1e400", "completed"),
+    ("g", b"no-such-group", "completed"),
+    ("g", b"\xff\xfe", "completed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [pytest.param(*case, id=f"{case[0]}={case[1]!r}") for case in QUEUED_GARBAGE],
+)
+async def test_garbage_in_a_queued_jobs_field(
+    redis_url: str, redis: Redis, field: str, value: bytes, expected: str
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await q.pause()
+        job = await q.enqueue("echo", kwargs={"x": 5})
+        await redis.hset(q.keys.job(job.id), field, value)
+        await q.resume()
+        assert await outcome(redis, q.keys, job.id) == expected
+        await still_works(app)
+
+
+async def test_a_task_name_that_is_not_utf8_is_dead_lettered(redis_url: str, redis: Redis) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await q.pause()
+        bad = await q.enqueue("echo", kwargs={"x": 5})
+        good = await q.enqueue("echo", kwargs={"x": 6})
+        await redis.hset(q.keys.job(bad.id), "t", b"\xff\xfe")
+        await q.resume()
+        assert await outcome(redis, q.keys, bad.id, timeout=5) == "failed:UnknownTask"
+        assert await good.result(timeout=5) == 6
+        await still_works(app)
+
+
+async def test_a_job_with_a_garbage_state_is_dead_lettered_not_dropped(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await q.pause()
+        job = await q.enqueue("echo", kwargs={"x": 5})
+        await redis.hset(q.keys.job(job.id), "s", b"bogus")
+        await q.resume()
+        await still_works(app)  # the claim has passed over it by now
+        assert (await redis.hget(q.keys.job(job.id), "s")) in (b"failed", b"completed")
+
+
+@pytest.mark.parametrize(
+    "options", [b'{"result_ttl": "abc"}', b'{"batch": "b1"}'], ids=["result_ttl", "batch"]
+)
+async def test_garbage_options_dead_letter_the_job_with_the_reason(
+    redis_url: str, redis: Redis, options: bytes
+) -> None:
+    app = hostile_app(redis_url)
+    runs: list[str] = []
+
+    @app.task
+    async def count() -> None:
+        runs.append("run")
+
+    async with running(app):
+        q = app.queue()
+        await q.pause()
+        job = await q.enqueue("count")
+        await redis.hset(q.keys.job(job.id), "o", options)
+        await q.resume()
+        result = await outcome(redis, q.keys, job.id)
+        await still_works(app)
+        assert result == "failed:CorruptPayload", result
+        assert len(runs) <= 1, f"the body ran {len(runs)} times"
+
+
+async def test_garbage_in_a_running_jobs_lease_token_only_costs_a_rerun(
+    redis_url: str, redis: Redis
+) -> None:
+    """The worker's heartbeat and ack find the lease gone; the job's lease brings it back and
+    it completes; the worker carries on."""
+    app = hostile_app(redis_url, max_attempts=3)
+    async with running(app):
+        q = app.queue()
+        release = f"{app.prefix}:release"
+        job = await q.enqueue("hold", kwargs={"key": release})
+        await wait_until(
+            lambda: _state_is(redis, q.keys, job.id, b"active"), what="the job to start"
+        )
+        await redis.hset(q.keys.job(job.id), "l", b"forged")
+        await redis.set(release, 1)
+        assert await job.result(timeout=10) == "held"
+        assert (await job.info()).attempts == 2
+        await still_works(app)
+        await check_invariants(redis, q.keys)
+
+
+async def test_garbage_in_a_running_jobs_group_and_priority_is_harmless(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j", group="tenant")
+        [r] = await q.reserve(1)
+        await redis.hset(q.keys.job("j"), mapping={"g": b"\xff other", "pr": b"abc"})
+        await q.complete(r, 1)
+        assert await redis.hget(q.keys.job("j"), "s") == b"completed"
+        await check_invariants(redis, q.keys)
+
+
+async def test_a_refunded_release_of_a_job_with_garbage_attempts_loses_nothing(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j")
+        [r] = await q.reserve(1)
+        await redis.hset(q.keys.job("j"), "a", b"abc")
+        with contextlib.suppress(AioQueueError, Exception):
+            await q.release(r, refund=True)
+        await check_invariants(redis, q.keys)  # active job j is in no structure
+
+
+async def test_an_expired_job_with_a_nan_priority_is_not_lost(redis_url: str, redis: Redis) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j")
+        await q.reserve(1, lease=0.01)
+        await redis.hset(q.keys.job("j"), "pr", b"nan")
+        await _until_server_time_passes(redis, q.keys, "j")
+        with contextlib.suppress(AioQueueError, Exception):
+            await q.reap()
+        # (check_invariants cannot read a NaN priority; look at the lanes directly)
+        state = await redis.hget(q.keys.job("j"), "s")
+        lanes = {
+            "active": await redis.zscore(q.keys.active, "j") is not None,
+            "ready": b"j" in await redis.lrange(q.keys.ready, 0, -1),
+            "prio": await redis.zscore(q.keys.prio, "j") is not None,
+            "dead": await redis.zscore(q.keys.dead, "j") is not None,
+        }
+        assert any(lanes.values()), f"job j is {state!r} in no structure"
+
+
+async def test_a_garbage_max_attempts_still_bounds_the_attempts(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j", max_attempts=1)
+        await redis.hset(q.keys.job("j"), "m", b"nan")
+        for _ in range(3):  # a consumer that dies with it, three times
+            if not await q.reserve(1, lease=0.01):
+                break
+            await _until_server_time_passes(redis, q.keys, "j")
+            await q.reap()
+        assert await redis.hget(q.keys.job("j"), "s") == b"failed"
+
+
+@pytest.mark.parametrize(
+    ("where", "setting", "group"),
+    [
+        ("qconf", {"rate_n": "abc", "rate_ms": "1000"}, None),
+        ("qconf", {"rate_n": "5"}, None),
+        ("gconf", {"rate_n:g": "5"}, "g"),
+    ],
+    ids=["queue-rate-garbage", "queue-rate-without-period", "group-rate-without-period"],
+)
+async def test_garbage_queue_settings_do_not_stop_the_queue(
+    redis_url: str, redis: Redis, where: str, setting: dict[str, str], group: str | None
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j", group=group)
+        for name, value in setting.items():
+            await redis.hset(getattr(q.keys, where), name, value)
+        assert [r.id for r in await q.reserve(1)] == ["j"]
+
+
+async def test_a_worker_survives_every_kind_of_garbage_at_once(
+    redis_url: str, redis: Redis
+) -> None:
+    """One worker, many broken jobs among good ones: each broken one is dead-lettered with
+    its reason, each good one completes, and the worker keeps going."""
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await q.pause()
+        broken = {
+            "p": b"\xff\xfe",
+            "o": b"[1]",
+            "t": b"no.such.task",
+        }
+        bad_ids = {}
+        for field, value in broken.items():
+            job = await q.enqueue("echo", kwargs={"x": 0})
+            await redis.hset(q.keys.job(job.id), field, value)
+            bad_ids[job.id] = field
+        good = [await q.enqueue("echo", kwargs={"x": i}) for i in range(20)]
+        await q.resume()
+        assert [await j.result(timeout=10) for j in good] == list(range(20))
+        reasons = {bad_ids[j]: await outcome(redis, q.keys, j) for j in bad_ids}
+        assert reasons == {
+            "p": "failed:CorruptPayload",
+            "o": "failed:CorruptPayload",
+            "t": "failed:UnknownTask",
+        }
+        await still_works(app)
+        states = await check_invariants(redis, q.keys)
+        assert sorted(states.values()).count("completed") == 21
+
+
+# ---------------------------------------------------------------------- invalid options
+def _app(url: str, **options: Any) -> Callable[[], Any]:
+    return lambda: App(url, **options)
+
+
+INVALID: list[tuple[str, Callable[[App], Any]]] = [
+    ("App(lease=0)", lambda a: App(a.url, lease=0)),
+    ("App(lease=-1)", lambda a: App(a.url, lease=-1)),
+    ("App(lease=nan)", lambda a: App(a.url, lease=math.nan)),
+    ("App(lease='30')", lambda a: App(a.url, lease="30")),  # type: ignore[arg-type]
+    ("App(result_ttl=-1)", lambda a: App(a.url, result_ttl=-1)),
+    ("App(dead_ttl=inf)", lambda a: App(a.url, dead_ttl=math.inf)),
+    ("App(max_attempts=0)", lambda a: App(a.url, max_attempts=0)),
+    ("App(socket_timeout=0)", lambda a: App(a.url, socket_timeout=0)),
+    ("App(max_connections=1)", lambda a: App(a.url, max_connections=1)),
+    ("App(url=http://)", lambda a: App("http://localhost:6379/0")),
+    ("App(url=no scheme)", lambda a: App("localhost:6379")),
+    ("App(prefix=a{b})", lambda a: App(a.url, prefix="a{b}")),
+    ("App(serializer=yaml)", lambda a: App(a.url, serializer="yaml")),
+    ("App(signing_key=short)", lambda a: App(a.url, signing_key="short")),
+    ("Backoff(base=-1)", lambda a: Backoff(base=-1)),
+    ("Backoff(jitter=2)", lambda a: Backoff(jitter=2)),
+    ("options(delay=-1)", lambda a: a.tasks["echo"].options(delay=-1)),
+    ("options(delay=nan)", lambda a: a.tasks["echo"].options(delay=math.nan)),
+    ("options(delay=inf)", lambda a: a.tasks["echo"].options(delay=math.inf)),
+    ("options(priority=101)", lambda a: a.tasks["echo"].options(priority=101)),
+    ("options(priority=-101)", lambda a: a.tasks["echo"].options(priority=-101)),
+    ("options(priority=True)", lambda a: a.tasks["echo"].options(priority=True)),
+    ("options(priority=1.5)", lambda a: a.tasks["echo"].options(priority=1.5)),  # type: ignore[arg-type]
+    ("options(max_attempts=0)", lambda a: a.tasks["echo"].options(max_attempts=0)),
+    ("options(timeout=-1)", lambda a: a.tasks["echo"].options(timeout=-1)),
+    ("options(at=-5)", lambda a: a.tasks["echo"].options(at=-5)),
+    ("options(delay+at)", lambda a: a.tasks["echo"].options(delay=1, at=5)),
+    ("options(job_id='')", lambda a: a.tasks["echo"].options(job_id="")),
+    ("options(group='')", lambda a: a.tasks["echo"].options(group="")),
+    ("enqueue(delay=-1)", lambda a: a.queue().enqueue("echo", delay=-1)),
+    ("enqueue(priority=500)", lambda a: a.queue().enqueue("echo", priority=500)),
+    ("enqueue(task='')", lambda a: a.queue().enqueue("")),
+    ("queue('a b')", lambda a: a.queue("a b")),
+    ("reserve(0)", lambda a: a.queue().reserve(0)),
+    ("reserve(lease=0)", lambda a: a.queue().reserve(1, lease=0)),
+    ("reserve(lease=-1)", lambda a: a.queue().reserve(1, lease=-1)),
+    ("reserve(wait=-1)", lambda a: a.queue().reserve(1, wait=-1)),
+    ("Worker(concurrency=0)", lambda a: Worker(a, concurrency=0)),
+    ("Worker(concurrency=-5)", lambda a: Worker(a, concurrency=-5)),
+    ("Worker(concurrency=2.5)", lambda a: Worker(a, concurrency=2.5)),  # type: ignore[arg-type]
+    ("Worker(grace=-1)", lambda a: Worker(a, grace=-1)),
+    ("Worker(queues twice)", lambda a: Worker(a, queues=["q", "q"])),
+    ("set_group_limit(0)", lambda a: a.queue().set_group_limit("g", 0)),
+    ("set_rate_limit(5, period=0)", lambda a: a.queue().set_rate_limit(5, period=0)),
+]
+
+
+@pytest.mark.parametrize(("label", "make"), INVALID, ids=[label for label, _ in INVALID])
+async def test_invalid_options_are_refused_at_the_call(
+    redis_url: str, label: str, make: Callable[[App], Any]
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        with pytest.raises(ConfigurationError):
+            await _call(lambda: make(app))
+        assert not [k async for k in app.redis.scan_iter(match=app.prefix + ":*")]
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "port-out-of-range",
+        "broken-ipv6-url",
+        "negative-max-payload",
+        "nan-backoff",
+        "str-as-args",
+        "empty-queue-option",
+    ],
+)
+async def test_more_invalid_options_are_refused_at_the_call(redis_url: str, label: str) -> None:
+    app = hostile_app(redis_url)
+    makers: dict[str, Callable[[], Any]] = {
+        "port-out-of-range": _app("redis://127.0.0.1:99999/0"),
+        "broken-ipv6-url": _app("redis://[::1/0"),
+        "negative-max-payload": _app(redis_url, max_payload_bytes=-1),
+        "nan-backoff": lambda: Backoff(base=math.nan),
+        "str-as-args": lambda: app.queue().enqueue("echo", args="abc"),
+        "empty-queue-option": lambda: app.tasks["echo"].options(queue=""),
+    }
+    async with app:
+        with pytest.raises(ConfigurationError):
+            await _call(makers[label])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="unix sockets")
+async def test_a_unix_socket_url_works() -> None:
+    data = Path(tempfile.mkdtemp(prefix="aqu", dir="/tmp"))  # short: sun_path is ~104 bytes
+    try:
+        with EmbeddedServer(data, unix_socket=True, appendonly=False) as server:
+            async with App(server.url, prefix=unique_prefix()) as app:
+                job = await app.queue().enqueue("t")
+                assert (await app.queue().reserve(1))[0].id == job.id
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_the_cli_refuses_zero_concurrency(redis_url: str) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aioqueue",
+            "worker",
+            "tests.workerapp:app",
+            "--url",
+            redis_url,
+            "--concurrency",
+            "0",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert b"--concurrency must be >= 1" in proc.stderr
+
+
+def test_the_cli_refuses_a_bad_url() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aioqueue",
+            "worker",
+            "tests.workerapp:app",
+            "--url",
+            "http://localhost:6379",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert b"scheme must be redis://" in proc.stderr
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+
+
+# ---------------------------------------------------------------------- helpers
+async def _call(make: Callable[[], Any]) -> None:
+    """Call ``make``; await what it returns if that is a coroutine."""
+    result = make()
+    if asyncio.iscoroutine(result):
+        await result
+
+
+async def _exists(redis: Redis, key: str) -> bool:
+    return bool(await redis.exists(key))
+
+
+async def _state_is(redis: Redis, keys: QueueKeys, job_id: str, state: bytes) -> bool:
+    return bool(await redis.hget(keys.job(job_id), "s") == state)
+
+
+async def _until_server_time_passes(redis: Redis, keys: QueueKeys, job_id: str) -> None:
+    deadline = await redis.zscore(keys.active, job_id)
+    assert deadline is not None
+    await wait_until(
+        lambda: _after(redis, deadline), timeout=5, what=f"the lease of {job_id} to run out"
+    )
+
+
+async def _after(redis: Redis, ms: float) -> bool:
+    return await server_ms(redis) > ms
