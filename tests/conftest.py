@@ -54,7 +54,7 @@ async def app(redis_url: str) -> AsyncIterator[App]:
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[Redis]:
     """A raw redis-py client (bytes responses) on the shared server, for inspecting keys."""
-    client = Redis.from_url(redis_url)
+    client = Redis.from_url(redis_url, socket_timeout=None)  # see App(socket_timeout=)
     try:
         yield client
     finally:

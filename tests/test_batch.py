@@ -158,7 +158,7 @@ async def test_an_all_at_once_batch_is_one_round_trip(
     quiet_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     n = 1234  # three enqueue calls of at most 500, plus open and seal, pipelined
-    observer = Redis.from_url(quiet_server.url)
+    observer = Redis.from_url(quiet_server.url, socket_timeout=None)
     try:
         await load_scripts(observer)
         async with open_app(quiet_server.url) as app:
@@ -802,7 +802,7 @@ _QUIET_COMMANDS = {
 async def test_wait_issues_no_commands_while_nothing_happens(
     quiet_server: EmbeddedServer,
 ) -> None:
-    observer = Redis.from_url(quiet_server.url)
+    observer = Redis.from_url(quiet_server.url, socket_timeout=None)
     try:
         await load_scripts(observer)
         async with open_app(quiet_server.url) as app:
@@ -975,7 +975,7 @@ async def test_many_foreign_outcomes_are_forwarded_promptly(redis_url: str, redi
 async def test_first_batch_on_a_server_that_does_not_know_the_batch_script(
     quiet_server: EmbeddedServer,
 ) -> None:
-    observer = Redis.from_url(quiet_server.url)
+    observer = Redis.from_url(quiet_server.url, socket_timeout=None)
     try:
         await observer.script_flush()
         async with open_app(quiet_server.url) as app:

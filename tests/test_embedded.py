@@ -73,7 +73,7 @@ def test_bad_arguments(kwargs: dict[str, float], match: str) -> None:
 
 async def test_url_works_with_async_redis_py() -> None:
     async with EmbeddedServer(appendonly=False) as server:
-        client = redis.asyncio.Redis.from_url(server.url)
+        client = redis.asyncio.Redis.from_url(server.url, socket_timeout=None)
         try:
             await client.set("k", "v")
             assert await client.get("k") == b"v"

@@ -169,7 +169,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.runner = asyncio.Runner()
         self.prefix = unique_prefix()
         self.app = App(url, prefix=self.prefix, result_ttl=3600, dead_ttl=3600, lease=LONG)
-        self.redis = Redis.from_url(url)
+        self.redis = Redis.from_url(url, socket_timeout=None)
         self.run(self.app.open())
         self.queue = self.app.queue()
         self.keys: QueueKeys = self.queue.keys
