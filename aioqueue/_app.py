@@ -24,7 +24,7 @@ from ._results import ResultWaiter
 from ._scripts import load_scripts, use_fast_packing
 from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
 from ._signing import Signer
-from ._task import Backoff, Task, check_attempts
+from ._task import Backoff, Task, check_attempts, check_int
 from ._timeutil import to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -119,13 +119,7 @@ class App:
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.json: Serializer = JsonSerializer()
-        if (
-            isinstance(max_payload_bytes, bool)
-            or not isinstance(max_payload_bytes, int)
-            or max_payload_bytes < 0
-        ):
-            raise ConfigurationError("max_payload_bytes must be an int >= 0 (0: no limit)")
-        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
         self.lease = to_seconds(lease, "lease") or 0.0
         if self.lease < 0.1:
             raise ConfigurationError("lease must be at least 0.1 s")
@@ -136,13 +130,7 @@ class App:
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = backoff or Backoff()
-        if (
-            isinstance(max_connections, bool)
-            or not isinstance(max_connections, int)
-            or max_connections < 2
-        ):
-            raise ConfigurationError("max_connections must be an int >= 2")
-        self.max_connections = max_connections
+        self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
         st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
         if st is None or st < 1:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError
 from ._job import Job, JobError
 from ._scripts import SCRIPTS, enqueue_args, evalsha, evalsha_many
-from ._task import JobOptions, check_priority
+from ._task import JobOptions, check_int, check_priority
 from ._timeutil import to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -328,8 +328,7 @@ async def open_batch(
     if on_failure not in _POLICIES:
         raise ConfigurationError(f"on_failure must be one of {_POLICIES}, not {on_failure!r}")
     if concurrency is not None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+        check_int(concurrency, 1, "concurrency")
         if group is not None:
             raise ConfigurationError(
                 "a batch with a concurrency limit is its own group: drop group="

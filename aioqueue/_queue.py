@@ -18,7 +18,14 @@ from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
 from ._scripts import CANCEL_REQUESTED, Claimed, QueueScripts, check_code, wrap_redis_error
-from ._task import check_attempts, check_group, check_job_id, check_priority, new_job_id
+from ._task import (
+    check_attempts,
+    check_group,
+    check_int,
+    check_job_id,
+    check_priority,
+    new_job_id,
+)
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -287,8 +294,7 @@ class Queue:
             The reservations, possibly empty. Jobs whose payload cannot be decoded are
             dead-lettered with the reason instead of being returned.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigurationError(f"n must be an int >= 1, not {n!r}")
+        check_int(n, 1, "n")
         lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
         if lease_ms < 1:
             raise ConfigurationError("lease must be at least 1 ms")
@@ -452,9 +458,7 @@ def _group_arg(group: str | None) -> str:
 def _count_arg(value: int | None, what: str) -> str:
     if value is None:
         return ""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{what} must be an int >= 1 or None, not {value!r}")
-    return str(value)
+    return str(check_int(value, 1, what, " or None"))
 
 
 def _period_arg(n: str, period: float | timedelta) -> str:

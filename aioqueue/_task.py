@@ -84,10 +84,15 @@ def check_priority(priority: int) -> int:
     return priority
 
 
+def check_int(value: int, minimum: int, what: str, note: str = "") -> int:
+    """An int (not a bool) of at least ``minimum``, or ConfigurationError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{what} must be an int >= {minimum}{note}, not {value!r}")
+    return value
+
+
 def check_attempts(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigurationError(f"max_attempts must be an int >= 1, not {n!r}")
-    return n
+    return check_int(n, 1, "max_attempts")
 
 
 def check_job_id(job_id: str) -> str:

@@ -38,6 +38,7 @@ from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
 from ._queue import Queue, error_record
 from ._scripts import CANCEL_REQUESTED, Claimed, ClaimResult, QueueScripts
+from ._task import check_int
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,6 @@ class _QueueState:
     queue: Queue
     scripts: QueueScripts
     acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
-    keys_wake: str = ""
     idle: bool = False  # blocked waiting for work: safe to cancel
 
 
@@ -101,8 +101,7 @@ class Worker:
         idle_block: float = 5.0,
         prefetch: int | None = None,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+        check_int(concurrency, 1, "concurrency")
         self.app = app
         names = list(queues) if queues else [app.default_queue]
         if len(set(names)) != len(names):
@@ -114,9 +113,7 @@ class Worker:
         self.max_batch = max(1, min(max_batch or concurrency, 500))
         if prefetch is None:
             prefetch = min(concurrency // 10, 100)
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ConfigurationError(f"prefetch must be an int >= 0, not {prefetch!r}")
-        self.prefetch = prefetch
+        self.prefetch = check_int(prefetch, 0, "prefetch")
         self._buffer: deque[tuple[_QueueState, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
@@ -183,8 +180,7 @@ class Worker:
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
         self._queues = [
-            _QueueState(q, q._scripts, keys_wake=q.keys.wake)
-            for q in (self.app.queue(n) for n in self.queue_names)
+            _QueueState(q, q._scripts) for q in (self.app.queue(n) for n in self.queue_names)
         ]
         logger.info(
             "worker %s consuming %s at concurrency %d",
@@ -354,7 +350,7 @@ class Worker:
                 timer.cancel()
 
     def _wake_soon(self, qs: _QueueState) -> None:
-        push = qs.scripts.client.lpush(qs.keys_wake, b"1")
+        push = qs.scripts.client.lpush(qs.queue.keys.wake, b"1")
         self._shield(push, log=True)
 
     async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:

@@ -114,6 +114,17 @@ local function release_slot(g)
   end
 end
 
+-- a job given back (retry, release): runnable after delay ms (0: now), by the server's clock
+local function requeue(id, jk, delay, now, pr, g, front)
+  if delay > 0 then
+    redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
+    redis.call('ZADD', K_SCHED, now + delay, id)
+  else
+    redis.call('HSET', jk, 's', 'queued')
+    push_ready(id, pr, front, g)
+  end
+end
+
 -- leave one token in the wake list (never more), so that one blocked consumer wakes up
 local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end

@@ -31,15 +31,9 @@ if delay == -2 then
   if has_ready() then wake() end
   return 3
 end
-if delay >= 0 and (tonumber(r[3]) or 0) < (tonumber(r[4]) or 1) then
+if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
   redis.call('HSET', jk, 'e', err)
-  if delay > 0 then
-    redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
-    redis.call('ZADD', K_SCHED, now + delay, id)
-  else
-    redis.call('HSET', jk, 's', 'queued')
-    push_ready(id, r[5], false, r[6])
-  end
+  requeue(id, jk, delay, now, r[5], r[6], false)
   wake()
   redis.call('HINCRBY', K_STATS, 'retried', 1)
   return 1

@@ -36,12 +36,8 @@ for i = 0, n - 1 do
       to_dead(id, jk, now, cjson.encode({type = 'AttemptsExhausted',
         message = 'released on its last attempt (' .. a .. ' of ' .. m .. ')'}), dead_ttl)
       redis.call('HINCRBY', K_STATS, 'failed', 1)
-    elseif delay > 0 then
-      redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
-      redis.call('ZADD', K_SCHED, now + delay, id)
     else
-      redis.call('HSET', jk, 's', 'queued')
-      push_ready(id, r[3], true, r[4])
+      requeue(id, jk, delay, now, r[3], r[4], true)
     end
     any = true
     out[#out + 1] = 1
