@@ -182,7 +182,9 @@ class StoreMachine(RuleBasedStateMachine):
         """Run one awaitable on the machine's private event loop."""
 
         async def wrapped() -> T:
-            return await step
+            # a step takes well under a second: one that waits longer is a hang, reported here
+            async with asyncio.timeout(60):
+                return await step
 
         return self.runner.run(wrapped())
 
@@ -489,6 +491,7 @@ MODEL_SETTINGS = settings(
 )
 
 
+@pytest.mark.model
 def test_store_and_pull_api_follow_the_model(redis_url: str) -> None:
     EVENTS.clear()
     t0 = time.monotonic()
