@@ -14,6 +14,11 @@ slot::
     <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
+                                           end of their registration (server ms)
+    <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
+    <prefix>:{<queue>}:hand:<wid>   LIST   jobs leased to a parked worker by enqueue, 7 values
+                                           each as in claim's reply (expires with the lease)
 
 Quality of service (see lua/_lib.lua for how claim uses them)::
 
@@ -97,6 +102,17 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return self.base + "wake"
+
+    @property
+    def idle(self) -> str:
+        return self.base + "idle"
+
+    @property
+    def idlew(self) -> str:
+        return self.base + "idlew"
+
+    def hand(self, worker_id: str) -> str:
+        return f"{self.base}hand:{worker_id}"
 
     @property
     def seq(self) -> str:

@@ -17,7 +17,14 @@ import redis.exceptions as rexc
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
-from ._scripts import CANCEL_REQUESTED, Claimed, QueueScripts, check_code, wrap_redis_error
+from ._scripts import (
+    CANCEL_REQUESTED,
+    Claimed,
+    QueueScripts,
+    check_code,
+    parse_claim,
+    wrap_redis_error,
+)
 from ._task import (
     check_attempts,
     check_group,
@@ -334,6 +341,22 @@ class Queue:
                 return await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001)) is not None
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise wrap_redis_error(exc) from exc
+
+    async def wait_for_handoff(self, seconds: float, worker_id: str) -> list[Claimed]:
+        """A parked worker's wait: block until jobs are handed to ``worker_id`` (returned,
+        already leased to it), a wake token is left, or ``seconds`` pass (both: [])."""
+        hand = self.keys.hand(worker_id)
+        try:
+            async with asyncio.timeout(seconds + self.app.socket_timeout / 2):
+                res = await self.app.redis.execute_command(  # type: ignore[no-untyped-call]
+                    "BLMPOP", max(seconds, 0.001), 2, hand, self.keys.wake,
+                    "LEFT", "COUNT", 7 * MAX_CLAIM,
+                )  # fmt: skip
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise wrap_redis_error(exc) from exc
+        if res is None or res[0] != hand.encode():
+            return []
+        return parse_claim(res[1], first=0).jobs
 
     async def _decode(self, c: Claimed) -> Reservation | None:
         try:

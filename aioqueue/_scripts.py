@@ -258,11 +258,13 @@ class QueueScripts:
             codes.extend(res[1:])
         return codes
 
-    async def claim(self, n: int, lease_ms: int, dead_ttl_ms: int) -> ClaimResult:
-        res = await evalsha(
-            self.client, SCRIPTS["claim"], self.lanes, (self.base, n, lease_ms, dead_ttl_ms)
-        )
-        return parse_claim(res)
+    async def claim(
+        self, n: int, lease_ms: int, dead_ttl_ms: int, worker_id: str = "", park_ms: int = 0
+    ) -> ClaimResult:
+        """Lease up to ``n`` jobs; a worker (``worker_id``) also takes back what was handed to
+        it while parked, and parks for ``park_ms`` when it got fewer than ``n``."""
+        args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms)
+        return parse_claim(await evalsha(self.client, SCRIPTS["claim"], self.lanes, args))
 
     async def complete_claim(
         self,
@@ -270,9 +272,11 @@ class QueueScripts:
         n: int,
         lease_ms: int,
         dead_ttl_ms: int,
+        worker_id: str = "",
+        park_ms: int = 0,
     ) -> tuple[ClaimResult, list[int]]:
-        """Complete ``items`` and lease up to ``n`` jobs in one round trip."""
-        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, len(items)]
+        """Complete ``items`` and lease up to ``n`` jobs in one round trip (see ``claim``)."""
+        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, len(items)]
         for item in items:
             args.extend(item)
         res = await evalsha(self.client, SCRIPTS["complete_claim"], self.lanes, args)
@@ -362,17 +366,21 @@ def enqueue_args(base: str, jobs: Sequence[Sequence[Any]]) -> list[Any]:
     return args
 
 
-def parse_claim(res: list[Any]) -> ClaimResult:
+def parse_claim(res: list[Any], first: int = 2) -> ClaimResult:
+    """claim's reply; from ``first`` on, 7 values per job (integers arrive as bytes when the
+    job was handed over through a list)."""
     jobs = [
         Claimed(
             res[i].decode(),
-            str(res[i + 1]),
+            str(int(res[i + 1])),
             int(res[i + 2]),
             res[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
             res[i + 4],
             res[i + 5],
             int(res[i + 6]),
         )
-        for i in range(2, len(res), 7)
+        for i in range(first, len(res), 7)
     ]
+    if first == 0:
+        return ClaimResult(-1, -1, jobs)
     return ClaimResult(int(res[0]), int(res[1]), jobs)

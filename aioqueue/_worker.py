@@ -137,6 +137,9 @@ class Worker:
         self._runner: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lease_ms = int(app.lease * 1000)
+        # a parking outlasts the longest wait by a second: a worker that died parked stops
+        # getting jobs handed over that long after
+        self._park_ms = int(self.idle_block * 1000) + 1000
         self._started = False
 
     def __repr__(self) -> str:
@@ -228,6 +231,8 @@ class Worker:
         for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
+        if not self.burst:
+            await self._unpark()
         # prefetched jobs never started: back to their queues at once, attempt refunded
         buffered, self._buffer = self._buffer, deque()
         for qs in self._queues:
@@ -294,11 +299,7 @@ class Worker:
             want = min(free, self.max_batch)
             try:
                 res = await self._claim(qs, want)
-                for c in res.jobs:
-                    if len(self._running) < self.concurrency:
-                        self._start_job(qs, c)
-                    else:
-                        self._buffer.append((qs, c))
+                self._take(qs, res.jobs)
                 backoff = 0.05
                 if len(res.jobs) >= want:
                     continue
@@ -306,7 +307,8 @@ class Worker:
                     if await self._burst_done(qs, res):
                         return
                     continue
-                await self._wait_for_work(qs, res)
+                # parked by that claim: new jobs may be handed over in the wait
+                self._take(qs, await self._wait_for_work(qs, res))
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
@@ -316,6 +318,13 @@ class Worker:
                     "queue %s: unexpected error; retrying in %.2f s", qs.queue.name, 1.0
                 )
                 await asyncio.sleep(1.0)
+
+    def _take(self, qs: _QueueState, jobs: list[Claimed]) -> None:
+        for c in jobs:
+            if len(self._running) < self.concurrency:
+                self._start_job(qs, c)
+            else:
+                self._buffer.append((qs, c))
 
     async def _burst_done(self, qs: _QueueState, res: ClaimResult) -> bool:
         """Burst mode found the queue drained for now: True once nothing more can come from
@@ -329,9 +338,9 @@ class Worker:
             return False
         return True
 
-    async def _wait_for_work(self, qs: _QueueState, res: ClaimResult) -> None:
-        """Block on the queue's wake list until a producer adds work, or the next delayed job
-        falls due or lease runs out (no polling)."""
+    async def _wait_for_work(self, qs: _QueueState, res: ClaimResult) -> list[Claimed]:
+        """Parked: block until a producer hands over jobs (returned) or leaves a wake token, or
+        the next delayed job falls due or lease runs out (no polling)."""
         block = self.idle_block
         timer = None
         if res.next_wake_ms >= 0:
@@ -344,7 +353,10 @@ class Worker:
         try:
             # a blocking call can never hang forever, even if the socket silently died
             async with asyncio.timeout(block + self.app.socket_timeout / 2):
-                await self._idle(qs, qs.queue.wait_for_wake(block))
+                handed: list[Claimed] = await self._idle(
+                    qs, qs.queue.wait_for_handoff(block, self.id)
+                )
+                return handed
         finally:
             if timer is not None:
                 timer.cancel()
@@ -358,10 +370,12 @@ class Worker:
         lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
         acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
         coro: Any
+        # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
+        park = 0 if self.burst else self._park_ms
         if acks:
-            coro = qs.scripts.complete_claim(acks, want, lease, dead_ttl)
+            coro = qs.scripts.complete_claim(acks, want, lease, dead_ttl, self.id, park)
         else:
-            coro = _with_no_codes(qs.scripts.claim(want, lease, dead_ttl))
+            coro = _with_no_codes(qs.scripts.claim(want, lease, dead_ttl, self.id, park))
         # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = asyncio.ensure_future(coro)
         self._shielded.add(fut)
@@ -378,6 +392,21 @@ class Worker:
         self._check_acks(codes)
         return res  # type: ignore[no-any-return]
 
+    async def _unpark(self) -> None:
+        """Leave every queue's parking, and hand back what was handed over but never reached
+        us (if the server cannot be reached, the leases bring those jobs back)."""
+        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
+        for qs in self._queues:
+            try:
+                async with asyncio.timeout(5.0):
+                    res = await qs.scripts.claim(0, lease, dead_ttl, self.id, 0)
+            except (TimeoutError, *_TRANSIENT) as exc:
+                logger.warning("queue %s: could not leave the parking: %r", qs.queue.name, exc)
+                continue
+            pairs = [(c.id, c.token) for c in res.jobs]
+            if pairs:
+                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+
     def _release_claimed(self, qs: _QueueState, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return  # nothing reached us: any lease it took runs out and the job comes back
@@ -390,15 +419,15 @@ class Worker:
         self._slot_freed.clear()
         await self._idle(qs, self._slot_freed.wait())
 
-    async def _idle(self, qs: _QueueState, waiting: Awaitable[Any]) -> None:
+    async def _idle(self, qs: _QueueState, waiting: Awaitable[Any]) -> Any:
         """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
         qs.idle = True
         try:
             if self._stop.is_set():  # stopping: do not start a blocking wait
                 if inspect.iscoroutine(waiting):
                     waiting.close()
-                return
-            await waiting
+                return []
+            return await waiting
         finally:
             qs.idle = False
 

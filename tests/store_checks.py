@@ -68,9 +68,11 @@ async def clients_named(redis: Redis, name: str) -> list[dict[str, str]]:
     return [c for c in await redis.client_list() if c.get("name") == name]
 
 
-async def blocked_in(redis: Redis, name: str, command: str = "blpop") -> bool:
-    """Whether a connection called ``name`` is blocked on the server in ``command``."""
-    return any("b" in c["flags"] and c["cmd"] == command for c in await clients_named(redis, name))
+async def blocked_in(redis: Redis, name: str, command: str = "") -> bool:
+    """Whether a connection called ``name`` is blocked on the server in ``command`` (default:
+    in an idle wait, a worker's BLMPOP or a pull-API consumer's BLPOP)."""
+    commands = (command,) if command else ("blpop", "blmpop")
+    return any("b" in c["flags"] and c["cmd"] in commands for c in await clients_named(redis, name))
 
 
 async def job_keys(redis: Redis, keys: QueueKeys) -> list[str]:
@@ -144,6 +146,15 @@ async def check_invariants(
         # active, so that an ack resent after a lost reply is recognised (lua/_lib.lua)
         if state == "active":
             assert lease is not None, f"active job {job_id} has no lease token"
+    # jobs handed to a parked worker (7 values each, as claim replies) hold its current lease
+    async for hand in redis.scan_iter(match=keys.base + "hand:*", count=1000):
+        values = await redis.lrange(hand, 0, -1)
+        assert len(values) % 7 == 0, f"{text(hand)} holds a partial record"
+        for i in range(0, len(values), 7):
+            job_id, token = text(values[i]), text(values[i + 1])
+            state, _, lease, _ = records.get(job_id, ("gone", None, None, None))
+            assert state == "active", f"job {job_id} handed over in {text(hand)} is {state}"
+            assert text(lease) == token, f"job {job_id} handed over with a stale lease"
     return {job_id: rec[0] for job_id, rec in records.items()}
 
 

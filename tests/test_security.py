@@ -56,6 +56,7 @@ ACL_COMMANDS = (
     "evalsha",
     "script|load",
     "blpop",
+    "blmpop",
     "lpush",
     "lrange",
     "lrem",

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from aioqueue import App, JobFailed, JobStatus
 
 from .helpers import wait_until
+from .store_checks import text
 from .worker_helpers import (
     JobRecord,
     WorkerProcess,
@@ -106,6 +107,39 @@ async def test_kill_9_mid_job_is_recovered_once_within_the_lease(
     assert await check_queue(redis, producer.queue().keys) == {
         job.id: JobRecord("completed", 2, None)
     }
+
+
+async def test_jobs_handed_to_a_worker_killed_while_parked_come_back_with_the_lease(
+    workers: WorkerProcesses, producer: App, redis: Redis, prefix: str
+) -> None:
+    """A worker killed while parked stays registered for a few seconds: jobs enqueued then
+    are leased to it (see test_handoff.py) and come back when the lease runs out."""
+    lease = 1.0
+    victim = workers.start(lease=lease)
+    await workers.wait_idle(redis, victim)
+    victim.signal(signal.SIGKILL)
+    assert await victim.wait_exit(5) == -signal.SIGKILL
+    keys = producer.queue().keys
+    jobs = [await producer.queue().enqueue("record", kwargs={"tag": str(i)}) for i in range(3)]
+    victim_id = await _parked_id(redis, keys.idle)
+    handed = await redis.lrange(keys.hand(victim_id), 0, -1)
+    assert len(handed) == 3 * 7, "the jobs were not handed to the dead worker"
+    enqueued_ms = await server_ms(redis)
+    survivor = workers.start(lease=lease)
+    assert [await j.result(timeout=lease + 5) for j in jobs] == [survivor.pid] * 3
+    runs = await run_records(redis, prefix)
+    assert sorted((r.pid, r.attempt) for r in runs) == [(survivor.pid, 2)] * 3
+    waited = max(r.ms for r in runs) - enqueued_ms
+    print(f"\njobs handed to a dead parked worker ran after {waited} ms (lease {lease} s)")
+    assert waited < lease * 1000 + 1000
+    assert await redis.exists(keys.hand(victim_id)) == 0
+    assert (await producer.queue().stats())["expired"] == 3
+
+
+async def _parked_id(redis: Redis, idle_key: str) -> str:
+    parked = [text(w) for w in await redis.zrange(idle_key, 0, -1)]
+    assert len(parked) == 1, parked
+    return parked[0]
 
 
 async def test_slow_job_keeps_its_lease_and_runs_once(

@@ -35,6 +35,7 @@ from aioqueue._keys import QueueKeys
 from aioqueue._scripts import QueueScripts
 
 from .helpers import wait_until
+from .store_checks import blocked_in as blocked_in  # re-exported for the worker tests
 from .workerapp import done_key, runs_key, starts_key
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +57,6 @@ async def server_ms(redis: Redis) -> int:
 async def connections_named(redis: Redis, name: str) -> list[dict[str, str]]:
     """The server's view (``CLIENT LIST``) of the connections called ``name``."""
     return [c for c in await redis.client_list() if c.get("name") == name]
-
-
-async def blocked_in(redis: Redis, name: str, command: str = "blpop") -> bool:
-    """Whether a connection called ``name`` is blocked on the server in ``command``."""
-    return any(
-        "b" in c["flags"] and c["cmd"] == command for c in await connections_named(redis, name)
-    )
 
 
 def _text(value: object) -> str:

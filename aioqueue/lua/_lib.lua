@@ -584,3 +584,82 @@ local function do_claim(want, lease, dead_ttl, now)
   end
   return out
 end
+
+-- Parking (an idle worker's fast path): a worker whose claim found too little registers in
+-- base.."idle" (ZSET wid -> end of the registration) with what it can take in base.."idlew";
+-- it then blocks on its hand list and the wake list at once. enqueue claims new jobs for
+-- parked workers on their behalf (do_claim: every QoS rule applies) and pushes the leases,
+-- 7 values per job as in claim's reply, onto base.."hand:"..wid, so a job reaches an idle
+-- worker in one hop. A worker that dies parked holds what it was handed only until the
+-- leases run out (recover brings the jobs back) and its registration ends by itself.
+
+-- a worker's claim: take back its own registration and the jobs handed to it meanwhile
+-- (appended to out); returns how many jobs that was
+local function unpark(wid, out)
+  redis.call('ZREM', BASE .. 'idle', wid)
+  redis.call('HDEL', BASE .. 'idlew', wid)
+  local hk = BASE .. 'hand:' .. wid
+  local held = redis.call('LRANGE', hk, 0, -1)
+  if #held == 0 then return 0 end
+  redis.call('DEL', hk)
+  for _, v in ipairs(held) do out[#out + 1] = v end
+  return #held / 7
+end
+
+-- register a worker as parked for reg_ms, able to take want more jobs
+local function park(wid, want, lease, dead_ttl, now, reg_ms)
+  redis.call('ZADD', BASE .. 'idle', now + reg_ms, wid)
+  redis.call('HSET', BASE .. 'idlew', wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
+end
+
+-- runnable jobs have just been added: lease them to parked workers, the one whose parking ends
+-- last first (a worker with room left stays parked; has_ready() ends the loop when none remain)
+local function hand_off(now)
+  local ik, wk = BASE .. 'idle', BASE .. 'idlew'
+  local stale = redis.call('ZRANGEBYSCORE', ik, '-inf', now)
+  if #stale > 0 then
+    redis.call('ZREM', ik, unpack(stale))
+    redis.call('HDEL', wk, unpack(stale))
+  end
+  while has_ready() do
+    local head = redis.call('ZRANGE', ik, -1, -1, 'WITHSCORES')
+    if #head == 0 then return end
+    local wid = head[1]
+    local reg = redis.call('HGET', wk, wid) or ''
+    local want, lease, dead_ttl = string.match(reg, '^(%d+) (%d+) (%d+)$')
+    redis.call('ZREM', ik, wid)
+    redis.call('HDEL', wk, wid)
+    if want then
+      local out = do_claim(tonumber(want), tonumber(lease), tonumber(dead_ttl), now)
+      if #out == 2 then
+        -- nothing it may take now (a pause, a limit): it stays parked, and so do the others
+        redis.call('ZADD', ik, head[2], wid)
+        redis.call('HSET', wk, wid, reg)
+        return
+      end
+      local hk = BASE .. 'hand:' .. wid
+      redis.call('RPUSH', hk, unpack(out, 3))
+      redis.call('PEXPIRE', hk, tonumber(lease))
+      local left = tonumber(want) - (#out - 2) / 7
+      if left > 0 then
+        -- room left: it stays parked for the rest (it has all it can take if jobs remain)
+        redis.call('ZADD', ik, head[2], wid)
+        redis.call('HSET', wk, wid, left .. ' ' .. lease .. ' ' .. dead_ttl)
+      end
+    end
+  end
+end
+
+-- claim for a worker (wid '' = a pull-API consumer, which never parks)
+local function claim_for(wid, want, lease, dead_ttl, park_ms, now)
+  local handed = {}
+  local n = 0
+  if wid ~= '' then n = unpark(wid, handed) end
+  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now)
+  local taken = (#out - 2) / 7
+  for _, v in ipairs(handed) do out[#out + 1] = v end
+  if wid ~= '' and park_ms > 0 and n + taken < want then
+    park(wid, want - n - taken, lease, dead_ttl, now, park_ms)
+  end
+  return out
+end

@@ -2,12 +2,14 @@
   worker does between two batches); the same as complete.lua then claim.lua.
   KEYS[1..13] the shared transition keys (see _lib)
   ARGV[1] key base   ARGV[2] n to claim (>= 0)   ARGV[3] lease_ms   ARGV[4] dead_ttl_ms
-  ARGV[5] m, the number of jobs to complete   then m groups of 4 values as in complete.lua
+  ARGV[5] worker id ('' = none)   ARGV[6] parking ms (see claim.lua)
+  ARGV[7] m, the number of jobs to complete   then m groups of 4 values as in complete.lua
   Returns {claim reply as in claim.lua..., then m completion codes}: the last m values are the
   completion codes; the claim reply comes first ]]
-local m = tonumber(ARGV[5])
+local m = tonumber(ARGV[7])
 local now = now_ms()
-local codes = do_complete(6, m, now)
-local out = do_claim(tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now)
+local codes = do_complete(8, m, now)
+local out = claim_for(ARGV[5], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[6]), now)
 for _, c in ipairs(codes) do out[#out + 1] = c end
 return out

@@ -12,6 +12,7 @@ local out = {now}
 local pos = 3
 local added = 0
 local plain = {}
+local scheduled = false
 for _ = 1, tonumber(ARGV[2]) do
   local task, m, delay, at = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
   local pr, g, bid, bhome, opts = ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8]
@@ -44,6 +45,7 @@ for _ = 1, tonumber(ARGV[2]) do
       redis.call('HSET', jk, unpack(fields))
       if state == 'scheduled' then
         redis.call('ZADD', K_SCHED, due, id)
+        scheduled = true
         out[#out + 1] = 2
       else
         if g == '' and pr == '0' then plain[#plain + 1] = id else push_ready(id, pr, false, g) end
@@ -59,9 +61,12 @@ for i = 1, #plain, 1000 do
   redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + 999, #plain)))
 end
 if #plain > 0 then join_ring('') end
--- a delayed job may fall due before an idle consumer's current wake-up time: wake one to look
 if added > 0 then
-  wake()
   redis.call('HINCRBY', K_STATS, 'enqueued', added)
+  -- idle workers parked by their last claim get the new jobs handed over at once; a wake
+  -- token for the jobs left over, and for a delayed job that may fall due before an idle
+  -- consumer's current wake-up time
+  hand_off(now)
+  if scheduled or has_ready() then wake() end
 end
 return out

@@ -1,0 +1,174 @@
+"""Hand-off to parked workers: a worker whose claim found too little parks, and enqueue leases
+new jobs to it directly (lua/_lib.lua: parking), so an idle worker gets a job in one hop.
+
+Store level (the scripts driven by hand, a parked "worker" nobody runs): what is handed over,
+that every QoS rule still applies, that a registration ends by itself, and that jobs handed to
+a worker that never takes them come back with the lease. Worker level: the hop count, and a
+clean parking after shutdown. A parked worker killed with kill -9 is in test_worker_crash.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from redis.asyncio import Redis
+
+from aioqueue import App, Worker
+from aioqueue._scripts import QueueScripts
+
+from .helpers import wait_until
+from .store_checks import check_invariants, open_app, server_ms, text
+from .worker_helpers import blocked_in, instrument
+
+LEASE_MS = 60_000
+DEAD_TTL_MS = 3_600_000
+
+
+async def park(
+    app: App, worker_id: str, want: int, *, park_ms: int = 60_000, lease_ms: int = LEASE_MS
+) -> None:
+    """Register ``worker_id`` as parked on the default queue, able to take ``want`` jobs."""
+    res = await scripts(app).claim(want, lease_ms, DEAD_TTL_MS, worker_id, park_ms)
+    assert res.jobs == []
+
+
+def scripts(app: App) -> QueueScripts:
+    return app.queue()._scripts
+
+
+async def handed(redis: Redis, app: App, worker_id: str) -> list[tuple[str, int]]:
+    """(id, attempt) of the jobs waiting in ``worker_id``'s hand list."""
+    values = await redis.lrange(app.queue().keys.hand(worker_id), 0, -1)
+    return [(text(values[i]), int(values[i + 2])) for i in range(0, len(values), 7)]
+
+
+async def parked(redis: Redis, app: App) -> list[str]:
+    return [text(w) for w in await redis.zrange(app.queue().keys.idle, 0, -1)]
+
+
+async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redis: Redis) -> None:
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "w1", want=2)
+        assert await parked(redis, app) == ["w1"]
+        jobs = [await q.enqueue("t", args=[i]) for i in range(3)]
+        # the first two fill w1's room; the third waits in the queue, with a wake token
+        assert await handed(redis, app, "w1") == [(jobs[0].id, 1), (jobs[1].id, 1)]
+        assert await parked(redis, app) == []
+        states = await check_invariants(redis, q.keys)
+        assert [states[j.id] for j in jobs] == ["active", "active", "queued"]
+        assert await redis.llen(q.keys.wake) == 1
+        assert 0 < await redis.pttl(q.keys.hand("w1")) <= LEASE_MS
+        # the worker's next claim takes what was handed over first, counted towards n
+        res = await scripts(app).claim(2, LEASE_MS, DEAD_TTL_MS, "w1", 0)
+        assert sorted(c.id for c in res.jobs) == [jobs[0].id, jobs[1].id]
+        assert all(c.payload and c.task == "t" and c.max_attempts >= 1 for c in res.jobs)
+        assert await redis.exists(q.keys.hand("w1")) == 0
+        # the leases are the real ones: complete works with the handed-over token
+        held = {c.id: c.token for c in res.jobs}
+        tokens = await scripts(app).complete([(i, t, b"1", 60_000) for i, t in held.items()])
+        assert tokens == [1, 1]
+        assert (await check_invariants(redis, q.keys))[jobs[2].id] == "queued"
+
+
+async def test_the_worker_parked_longest_ahead_is_served_first(
+    redis_url: str, redis: Redis
+) -> None:
+    async with open_app(redis_url) as app:
+        await park(app, "older", want=1, park_ms=60_000)
+        await park(app, "newer", want=1, park_ms=61_000)  # its parking ends last
+        a = await app.queue().enqueue("t")
+        b = await app.queue().enqueue("t")
+        assert await handed(redis, app, "newer") == [(a.id, 1)]
+        assert await handed(redis, app, "older") == [(b.id, 1)]
+
+
+async def test_no_hand_off_past_a_pause_a_group_limit_or_a_delay(
+    redis_url: str, redis: Redis
+) -> None:
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "w1", want=5)
+        await q.pause()
+        paused = await q.enqueue("t")
+        assert await handed(redis, app, "w1") == []
+        assert await parked(redis, app) == ["w1"]  # still parked, for later jobs
+        await q.resume()
+        await q.set_group_limit("g", 1)
+        g1 = await q.enqueue("t", group="g")
+        g2 = await q.enqueue("t", group="g")
+        later = await q.enqueue("t", delay=60)
+        # the paused job and the first of group g go to w1, within g's limit of one
+        got = [job_id for job_id, _ in await handed(redis, app, "w1")]
+        assert sorted(got) == sorted([paused.id, g1.id])
+        states = await check_invariants(redis, q.keys)
+        assert (states[g2.id], states[later.id]) == ("queued", "scheduled")
+
+
+async def test_a_registration_ends_by_itself(redis_url: str, redis: Redis) -> None:
+    async with open_app(redis_url) as app:
+        await park(app, "gone", want=5, park_ms=50)
+        end = await server_ms(redis) + 50
+        await wait_until(lambda: _after(redis, end), interval=0.005, what="the parking to end")
+        job = await app.queue().enqueue("t")
+        assert await handed(redis, app, "gone") == []
+        assert await parked(redis, app) == []  # the stale registration was cleared
+        assert (await check_invariants(redis, app.queue().keys))[job.id] == "queued"
+
+
+async def _after(redis: Redis, ms: int) -> bool:
+    return await server_ms(redis) > ms
+
+
+async def test_jobs_handed_to_a_worker_that_never_took_them_come_back(
+    redis_url: str, redis: Redis
+) -> None:
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "dead", want=1, lease_ms=100)
+        job = await q.enqueue("t")
+        assert await handed(redis, app, "dead") == [(job.id, 1)]
+
+        async def recovered() -> bool:
+            return (await q.reap())["recovered"] == 1
+
+        await wait_until(recovered, interval=0.02, what="the lease to run out")
+        assert await redis.exists(q.keys.hand("dead")) == 0  # expired with the lease
+        assert (await check_invariants(redis, q.keys))[job.id] == "queued"
+        got = await q.reserve(1)
+        assert [(r.id, r.attempt) for r in got] == [(job.id, 2)]
+
+
+async def test_pull_api_consumers_never_park(redis_url: str, redis: Redis) -> None:
+    async with open_app(redis_url) as app:
+        assert await app.queue().reserve(3, wait=0.05) == []
+        assert await parked(redis, app) == []
+
+
+async def test_a_parked_worker_gets_a_new_job_in_one_hop(redis_url: str, redis: Redis) -> None:
+    name = f"c{time.monotonic_ns()}"
+    async with App(redis_url, prefix=name, redis_options={"client_name": name}) as app:
+        claims_at_start: list[int] = []
+        done = asyncio.Event()
+
+        @app.task
+        async def ping() -> None:
+            claims_at_start.append(calls["claim"] + calls["complete_claim"])
+            done.set()
+
+        calls = instrument(app).calls
+        async with Worker(app, concurrency=4, grace=1) as worker:
+            for _ in range(5):
+                done.clear()
+                await wait_until(lambda: blocked_in(redis, name, "blmpop"), what="parking")
+                before = calls["claim"] + calls["complete_claim"]
+                await ping.enqueue()
+                await asyncio.wait_for(done.wait(), 5)
+                # the job reached the worker without a claim of its own
+                assert claims_at_start[-1] == before
+            assert await parked(redis, app) == [worker.id]
+        # a stopped worker has left its parking
+        assert await parked(redis, app) == []
+        assert await redis.exists(app.queue().keys.hand(worker.id)) == 0
+        assert (await app.queue().stats())["completed"] == 5
