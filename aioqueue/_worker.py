@@ -79,7 +79,8 @@ class Worker:
         burst: stop once the queues are empty and nothing runs (for scripts and tests).
         grace: seconds running jobs get to finish on shutdown before they are cancelled and
             returned to the queue without spending an attempt.
-        max_batch: most jobs leased per round trip (default: ``concurrency``, at most 500).
+        max_batch: most jobs leased per round trip (default: half of ``concurrency`` plus
+            ``prefetch``, so that the next claim overlaps the jobs of the last; at most 500).
         prefetch: jobs leased ahead of free slots, started the moment a slot frees (their
             leases are renewed like running jobs'; on shutdown they go back at once, without
             spending an attempt). Default: a tenth of ``concurrency``, at most 100; 0 for none.
@@ -110,10 +111,11 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.grace = to_seconds(grace, "grace") or 0.0
-        self.max_batch = max(1, min(max_batch or concurrency, 500))
         if prefetch is None:
             prefetch = min(concurrency // 10, 100)
         self.prefetch = check_int(prefetch, 0, "prefetch")
+        # half the room by default: the server leases the next batch while this one runs
+        self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
         self._buffer: deque[tuple[_QueueState, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
