@@ -22,7 +22,7 @@ from ._scripts import (
     Claimed,
     QueueScripts,
     check_code,
-    parse_claim,
+    parse_claimed,
     wrap_redis_error,
 )
 from ._task import (
@@ -356,7 +356,7 @@ class Queue:
             raise wrap_redis_error(exc) from exc
         if res is None or res[0] != hand.encode():
             return []
-        return parse_claim(res[1], first=0).jobs
+        return parse_claimed(res[1])
 
     async def _decode(self, c: Claimed) -> Reservation | None:
         try:

@@ -366,21 +366,23 @@ def enqueue_args(base: str, jobs: Sequence[Sequence[Any]]) -> list[Any]:
     return args
 
 
-def parse_claim(res: list[Any], first: int = 2) -> ClaimResult:
-    """claim's reply; from ``first`` on, 7 values per job (integers arrive as bytes when the
-    job was handed over through a list)."""
-    jobs = [
+def parse_claim(res: list[Any]) -> ClaimResult:
+    """claim's reply: now, next wake-up, then the leased jobs."""
+    return ClaimResult(int(res[0]), int(res[1]), parse_claimed(res, 2))
+
+
+def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
+    """Leased jobs, 7 values each from ``first`` on, as claim replies them and enqueue hands
+    them to a parked worker (integers then arrive as bytes, from a list)."""
+    return [
         Claimed(
-            res[i].decode(),
-            str(int(res[i + 1])),
-            int(res[i + 2]),
-            res[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
-            res[i + 4],
-            res[i + 5],
-            int(res[i + 6]),
+            values[i].decode(),
+            str(int(values[i + 1])),
+            int(values[i + 2]),
+            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
+            values[i + 4],
+            values[i + 5],
+            int(values[i + 6]),
         )
-        for i in range(first, len(res), 7)
+        for i in range(first, len(values), 7)
     ]
-    if first == 0:
-        return ClaimResult(-1, -1, jobs)
-    return ClaimResult(int(res[0]), int(res[1]), jobs)

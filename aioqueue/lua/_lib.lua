@@ -29,6 +29,8 @@ local K_READY, K_PRIO, K_SCHED, K_ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DEAD, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_QCONF, K_RING, K_GACTIVE, K_GCONF, K_GWAIT = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local BASE = ARGV[1]
+-- parked workers (see "Parking" below): who, until when, and on what terms
+local K_IDLE, K_IDLEW = BASE .. 'idle', BASE .. 'idlew'
 -- priority p is stored with score (-p * 2^44 + seq): higher first, FIFO within a level
 local PRIO_SPAN = 17592186044416
 -- the most jobs one call moves at once (unpack() of their ids must stay within Lua's limits)
@@ -593,12 +595,21 @@ end
 -- worker in one hop. A worker that dies parked holds what it was handed only until the
 -- leases run out (recover brings the jobs back) and its registration ends by itself.
 
+local function hand_key(wid) return BASE .. 'hand:' .. wid end
+
+-- (re)register a worker as parked until the server time `ends`, able to take want more jobs
+-- on these terms
+local function park(wid, ends, want, lease, dead_ttl)
+  redis.call('ZADD', K_IDLE, ends, wid)
+  redis.call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
+end
+
 -- a worker's claim: take back its own registration and the jobs handed to it meanwhile
 -- (appended to out); returns how many jobs that was
 local function unpark(wid, out)
-  redis.call('ZREM', BASE .. 'idle', wid)
-  redis.call('HDEL', BASE .. 'idlew', wid)
-  local hk = BASE .. 'hand:' .. wid
+  redis.call('ZREM', K_IDLE, wid)
+  redis.call('HDEL', K_IDLEW, wid)
+  local hk = hand_key(wid)
   local held = redis.call('LRANGE', hk, 0, -1)
   if #held == 0 then return 0 end
   redis.call('DEL', hk)
@@ -606,46 +617,35 @@ local function unpark(wid, out)
   return #held / 7
 end
 
--- register a worker as parked for reg_ms, able to take want more jobs
-local function park(wid, want, lease, dead_ttl, now, reg_ms)
-  redis.call('ZADD', BASE .. 'idle', now + reg_ms, wid)
-  redis.call('HSET', BASE .. 'idlew', wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
-end
-
 -- runnable jobs have just been added: lease them to parked workers, the one whose parking ends
 -- last first (a worker with room left stays parked; has_ready() ends the loop when none remain)
 local function hand_off(now)
-  local ik, wk = BASE .. 'idle', BASE .. 'idlew'
-  local stale = redis.call('ZRANGEBYSCORE', ik, '-inf', now)
+  -- the busy case (nobody parked) costs one command
+  if redis.call('EXISTS', K_IDLE) == 0 then return end
+  local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now)
   if #stale > 0 then
-    redis.call('ZREM', ik, unpack(stale))
-    redis.call('HDEL', wk, unpack(stale))
+    redis.call('ZREM', K_IDLE, unpack(stale))
+    redis.call('HDEL', K_IDLEW, unpack(stale))
   end
   while has_ready() do
-    local head = redis.call('ZRANGE', ik, -1, -1, 'WITHSCORES')
+    local head = redis.call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
     if #head == 0 then return end
-    local wid = head[1]
-    local reg = redis.call('HGET', wk, wid) or ''
+    local wid, ends = head[1], head[2]
+    local reg = redis.call('HGET', K_IDLEW, wid) or ''
     local want, lease, dead_ttl = string.match(reg, '^(%d+) (%d+) (%d+)$')
-    redis.call('ZREM', ik, wid)
-    redis.call('HDEL', wk, wid)
+    redis.call('ZREM', K_IDLE, wid)
+    redis.call('HDEL', K_IDLEW, wid)
     if want then
-      local out = do_claim(tonumber(want), tonumber(lease), tonumber(dead_ttl), now)
-      if #out == 2 then
-        -- nothing it may take now (a pause, a limit): it stays parked, and so do the others
-        redis.call('ZADD', ik, head[2], wid)
-        redis.call('HSET', wk, wid, reg)
-        return
-      end
-      local hk = BASE .. 'hand:' .. wid
+      want = tonumber(want)
+      local out = do_claim(want, tonumber(lease), tonumber(dead_ttl), now)
+      local taken = (#out - 2) / 7
+      -- room left: it stays parked for the rest
+      if taken < want then park(wid, ends, want - taken, lease, dead_ttl) end
+      -- nothing it may take now (a pause, a limit): neither may the others
+      if taken == 0 then return end
+      local hk = hand_key(wid)
       redis.call('RPUSH', hk, unpack(out, 3))
       redis.call('PEXPIRE', hk, tonumber(lease))
-      local left = tonumber(want) - (#out - 2) / 7
-      if left > 0 then
-        -- room left: it stays parked for the rest (it has all it can take if jobs remain)
-        redis.call('ZADD', ik, head[2], wid)
-        redis.call('HSET', wk, wid, left .. ' ' .. lease .. ' ' .. dead_ttl)
-      end
     end
   end
 end
@@ -659,7 +659,7 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now)
   local taken = (#out - 2) / 7
   for _, v in ipairs(handed) do out[#out + 1] = v end
   if wid ~= '' and park_ms > 0 and n + taken < want then
-    park(wid, want - n - taken, lease, dead_ttl, now, park_ms)
+    park(wid, now + park_ms, want - n - taken, lease, dead_ttl)
   end
   return out
 end

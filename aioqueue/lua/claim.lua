@@ -12,5 +12,5 @@
   Returns {now_ms, next_wake_ms, id_1, token_1, attempt_1, task_1, payload_1, options_1,
   max_attempts_1, ...}: 7 values per leased job; next_wake_ms (-1: nothing pending) is set only
   when fewer than n jobs were leased. ]]
-return claim_for(ARGV[5] or '', tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
-  tonumber(ARGV[6] or 0), now_ms())
+return claim_for(ARGV[5], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[6]), now_ms())
