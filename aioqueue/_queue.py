@@ -148,6 +148,14 @@ class Queue:
         await self._scripts.enqueue(specs)
         return [Job(self, spec[0]) for spec in specs]
 
+    async def enqueue_run(self, template: Sequence[Any], pairs: list[Any]) -> list[Job[Any]]:
+        """Store jobs that share one template (enqueue.lua's 9 values): ``pairs`` is id,
+        payload, id, payload, ... (the fast path of ``enqueue_many``)."""
+        if not pairs:
+            return []
+        await self._scripts.enqueue_run(template, pairs)
+        return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
+
     def job(self, job_id: str) -> Job[Any]:
         """A handle on a job of this queue by id (no I/O)."""
         return Job(self, job_id)

@@ -249,6 +249,24 @@ class QueueScripts:
             (SCRIPTS["enqueue"], self.lanes, enqueue_args(self.base, jobs[i : i + chunk]))
             for i in range(0, len(jobs), chunk)
         ]
+        return await self._enqueue_calls(calls)
+
+    async def enqueue_run(
+        self, template: Sequence[Any], pairs: list[Any], chunk: int = 500
+    ) -> list[int]:
+        """Add jobs that share one template (9 values: task, then enqueue.lua's template):
+        ``pairs`` is id, payload, id, payload, ...; returns one code per job."""
+        head = [self.base, 1, *template]
+        step = 2 * chunk
+        calls = [
+            (SCRIPTS["enqueue"], self.lanes, [*head, len(part) // 2, *part])
+            for part in (pairs[i : i + step] for i in range(0, len(pairs), step))
+        ]
+        return await self._enqueue_calls(calls)
+
+    async def _enqueue_calls(
+        self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]
+    ) -> list[int]:
         if len(calls) == 1:
             results = [await evalsha(self.client, *calls[0])]
         else:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import pickle
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from ._exceptions import ConfigurationError, SerializationError
+from ._exceptions import ConfigurationError, PayloadTooLarge, SerializationError
 
 _orjson: Any
 try:  # orjson is optional: several times faster, same wire format
@@ -61,7 +61,9 @@ class JsonSerializer:
     def dumps(self, value: Any) -> bytes:
         if _orjson is not None:
             # datetimes and dataclasses are refused, as by the json module, not converted
-            data = cast(bytes, _orjson.dumps(value, option=_ORJSON_STRICT))
+            # copied into a right-sized object: orjson's own result sits in a buffer of a page
+            # or more, so keeping many of them (enqueue_many, batches) costs a fresh page each
+            data = memoryview(_orjson.dumps(value, option=_ORJSON_STRICT)).tobytes()
             # orjson writes NaN and infinities as null: refuse them as the json module does
             if value is not None and b"null" in data and _has_nonfinite(value):
                 raise ValueError("Out of range float values are not JSON compliant")
@@ -102,8 +104,6 @@ def get_serializer(spec: str | Serializer) -> Serializer:
 def dumps_checked(serializer: Serializer, value: Any, limit: int, what: str) -> bytes:
     """Serialise ``value``, turning encoder errors into SerializationError and refusing
     payloads over ``limit`` bytes (0 = no limit)."""
-    from ._exceptions import PayloadTooLarge
-
     try:
         data = serializer.dumps(value)
     except (TypeError, ValueError, OverflowError, pickle.PicklingError, AttributeError) as exc:

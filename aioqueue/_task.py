@@ -298,31 +298,37 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
-        specs = []
+        app, name, check = queue.app, self.name, self._sig.check
+        # every job of the call shares one template: only ids and payloads vary
+        pairs: list[Any] = []
         for call in calls:
             if isinstance(call, tuple):
                 args, kwargs = call
             else:
                 args, kwargs = (), call
-            self._sig.check(args, kwargs)
-            specs.append(self._spec(queue.app, opts, args, kwargs))
-        return await queue.enqueue_specs(specs)
+            check(args, kwargs)
+            job_id = new_job_id()
+            pairs.append(job_id)
+            pairs.append(app.dump_args(job_id, name, args, kwargs))
+        return await queue.enqueue_run(self._template(app, opts), pairs)
 
     def _spec(
         self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> list[Any]:
         """The 11 enqueue.lua values for one job (not in a batch)."""
         job_id = opts.job_id or new_job_id()
-        payload = app.dump_args(job_id, self.name, args, kwargs)
+        template = self._template(app, opts)
+        return [job_id, template[0], app.dump_args(job_id, self.name, args, kwargs), *template[1:]]
+
+    def _template(self, app: App, opts: JobOptions) -> list[Any]:
+        """enqueue.lua's 9 template values (everything but id and payload) for these options."""
         extra: dict[str, float] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
             extra["result_ttl"] = opts.result_ttl
         return [
-            job_id,
             self.name,
-            payload,
             opts.max_attempts or self.max_attempts,
             -1 if opts.delay is None else to_ms(opts.delay, "delay"),
             -1 if opts.at is None else at_to_ms(opts.at),
