@@ -117,6 +117,23 @@ async def test_a_registration_ends_by_itself(redis_url: str, redis: Redis) -> No
         assert (await check_invariants(redis, app.queue().keys))[job.id] == "queued"
 
 
+async def test_reap_drops_a_dead_registration_behind_a_live_one(
+    redis_url: str, redis: Redis
+) -> None:
+    async with open_app(redis_url) as app:
+        await park(app, "gone", want=5, park_ms=50)
+        await park(app, "alive", want=1, park_ms=60_000)
+        end = await server_ms(redis) + 50
+        await wait_until(lambda: _after(redis, end), interval=0.005, what="the parking to end")
+        job = await app.queue().enqueue("t")
+        assert [i for i, _ in await handed(redis, app, "alive")] == [job.id]
+        # the live worker's room is used up; the dead one's registration is left to reap
+        assert await parked(redis, app) == ["gone"]
+        await scripts(app).reap(100, DEAD_TTL_MS)
+        assert await parked(redis, app) == []
+        assert await redis.hlen(app.queue().keys.idlew) == 0
+
+
 async def _after(redis: Redis, ms: int) -> bool:
     return await server_ms(redis) > ms
 

@@ -414,13 +414,17 @@ local function do_complete(first, n, now)
   return out
 end
 
--- lease up to want runnable jobs (see claim.lua for the order and the reply)
-local function do_claim(want, lease, dead_ttl, now)
+-- lease up to want runnable jobs (see claim.lua for the order and the reply). handing: a claim
+-- made by enqueue for a parked worker, which skips the maintenance (the worker's own claims and
+-- reap do it) and the next wake-up time (nobody reads it)
+local function do_claim(want, lease, dead_ttl, now, handing)
   -- Lua's unpack() takes a few thousand values at most: callers ask for at most MAX_BATCH
   want = math.min(want, MAX_BATCH)
   local asked = want
-  recover(now, 100, dead_ttl)
-  promote(now, math.max(want, 100))
+  if not handing then
+    recover(now, 100, dead_ttl)
+    promote(now, math.max(want, 100))
+  end
 
   local q = redis.call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n', 'grate_ms')
   local rate_wake = -1
@@ -441,23 +445,29 @@ local function do_claim(want, lease, dead_ttl, now)
   end
   local glimit_default, grate_n_default, grate_ms_default = num(q[4], nil), num(q[5], nil), num(q[6], nil)
 
+  -- the default lane's next jobs, and true when it is known to be empty after them
   local function pop_default(room)
     local ids = {}
     -- priority above 0 (negative scores), then the plain FIFO lane, then priority below 0
-    local hi = redis.call('ZRANGEBYSCORE', K_PRIO, '-inf', '(0', 'LIMIT', 0, room)
-    if #hi > 0 then
-      redis.call('ZREM', K_PRIO, unpack(hi))
-      for _, id in ipairs(hi) do ids[#ids + 1] = id end
+    local prio = redis.call('EXISTS', K_PRIO) == 1
+    if prio then
+      local hi = redis.call('ZRANGEBYSCORE', K_PRIO, '-inf', '(0', 'LIMIT', 0, room)
+      if #hi > 0 then
+        redis.call('ZREM', K_PRIO, unpack(hi))
+        for _, id in ipairs(hi) do ids[#ids + 1] = id end
+      end
     end
     if #ids < room then
       local plain = redis.call('LPOP', K_READY, room - #ids)
       if plain then for _, id in ipairs(plain) do ids[#ids + 1] = id end end
+      -- the plain lane ran dry, and there was no priority lane: empty
+      if #ids < room and not prio then return ids, true end
     end
-    if #ids < room then
+    if prio and #ids < room then
       local lo = redis.call('ZPOPMIN', K_PRIO, room - #ids)
       for i = 1, #lo, 2 do ids[#ids + 1] = lo[i] end
     end
-    return ids
+    return ids, false
   end
 
   local out = {now, -1}
@@ -502,9 +512,10 @@ local function do_claim(want, lease, dead_ttl, now)
       end
     end
     local got = {}
+    local drained = false
     if not blocked then
       if g == '' then
-        got = pop_default(room)
+        got, drained = pop_default(room)
       else
         local z = redis.call('ZPOPMIN', lane_key(g), room)
         for i = 1, #z, 2 do got[#got + 1] = z[i] end
@@ -548,7 +559,7 @@ local function do_claim(want, lease, dead_ttl, now)
     -- the lane's next turn: back of the ring, or parked until what blocks it is lifted
     local empty
     if g == '' then
-      empty = redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0
+      empty = drained or (redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0)
     else
       empty = redis.call('EXISTS', lane_key(g)) == 0
       if not blocked and limit and active >= limit then blocked = true end
@@ -579,7 +590,7 @@ local function do_claim(want, lease, dead_ttl, now)
   -- runnable jobs left for other consumers; not while paused or out of rate, or every
   -- consumer's blocking wait would return at once and spin
   if not q[1] and rate_wake < 0 and has_ready() then wake() end
-  if taken_total < asked then
+  if taken_total < asked and not handing then
     local nw = next_wake()
     if rate_wake >= 0 and (nw < 0 or rate_wake < nw) then nw = rate_wake end
     out[2] = nw
@@ -618,35 +629,51 @@ local function unpark(wid, out)
 end
 
 -- runnable jobs have just been added: lease them to parked workers, the one whose parking ends
--- last first (a worker with room left stays parked; has_ready() ends the loop when none remain)
+-- last first (a worker with room left stays parked; has_ready() ends the loop when none remain).
+-- Registrations that ran out (a worker that died parked) are dropped once they reach the head,
+-- i.e. once every registration left has run out; reap drops them all the while.
 local function hand_off(now)
-  -- the busy case (nobody parked) costs one command
-  if redis.call('EXISTS', K_IDLE) == 0 then return end
-  local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now)
+  while true do
+    -- the busy case (nobody parked) costs one command
+    local head = redis.call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
+    if #head == 0 then return end
+    local wid = head[1]
+    if tonumber(head[2]) <= now then
+      redis.call('DEL', K_IDLE, K_IDLEW)
+      return
+    end
+    local reg = redis.call('HGET', K_IDLEW, wid) or ''
+    local want, lease, dead_ttl = string.match(reg, '^(%d+) (%d+) (%d+)$')
+    local taken = 0
+    if want then
+      want = tonumber(want)
+      local out = do_claim(want, tonumber(lease), tonumber(dead_ttl), now, true)
+      taken = (#out - 2) / 7
+      if taken > 0 then
+        local hk = hand_key(wid)
+        redis.call('RPUSH', hk, unpack(out, 3))
+        redis.call('PEXPIRE', hk, tonumber(lease))
+      end
+      -- nothing it may take now (a pause, a limit): neither may the others
+      if taken == 0 then return end
+    end
+    if want and taken < want then
+      -- room left: it stays parked for the rest
+      redis.call('HSET', K_IDLEW, wid, (want - taken) .. ' ' .. lease .. ' ' .. dead_ttl)
+    else
+      redis.call('ZREM', K_IDLE, wid)
+      redis.call('HDEL', K_IDLEW, wid)
+    end
+    if not has_ready() then return end
+  end
+end
+
+-- registrations that ran out (workers that died parked), for reap
+local function drop_stale_parking(now)
+  local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_BATCH)
   if #stale > 0 then
     redis.call('ZREM', K_IDLE, unpack(stale))
     redis.call('HDEL', K_IDLEW, unpack(stale))
-  end
-  while has_ready() do
-    local head = redis.call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
-    if #head == 0 then return end
-    local wid, ends = head[1], head[2]
-    local reg = redis.call('HGET', K_IDLEW, wid) or ''
-    local want, lease, dead_ttl = string.match(reg, '^(%d+) (%d+) (%d+)$')
-    redis.call('ZREM', K_IDLE, wid)
-    redis.call('HDEL', K_IDLEW, wid)
-    if want then
-      want = tonumber(want)
-      local out = do_claim(want, tonumber(lease), tonumber(dead_ttl), now)
-      local taken = (#out - 2) / 7
-      -- room left: it stays parked for the rest
-      if taken < want then park(wid, ends, want - taken, lease, dead_ttl) end
-      -- nothing it may take now (a pause, a limit): neither may the others
-      if taken == 0 then return end
-      local hk = hand_key(wid)
-      redis.call('RPUSH', hk, unpack(out, 3))
-      redis.call('PEXPIRE', hk, tonumber(lease))
-    end
   end
 end
 

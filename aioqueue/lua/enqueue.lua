@@ -11,6 +11,7 @@ local now = now_ms()
 local out = {now}
 local pos = 3
 local added = 0
+local runnable = 0
 local plain = {}
 local scheduled = false
 for _ = 1, tonumber(ARGV[2]) do
@@ -49,6 +50,7 @@ for _ = 1, tonumber(ARGV[2]) do
         out[#out + 1] = 2
       else
         if g == '' and pr == '0' then plain[#plain + 1] = id else push_ready(id, pr, false, g) end
+        runnable = runnable + 1
         out[#out + 1] = 1
       end
       if bid ~= '' and bhome == '' then batch_add(bid, id) end
@@ -66,7 +68,7 @@ if added > 0 then
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time
-  hand_off(now)
+  if runnable > 0 then hand_off(now) end
   if scheduled or has_ready() then wake() end
 end
 return out

@@ -1,5 +1,6 @@
 --[[ reap: queue maintenance, safe to run from any number of processes at once: hand back
-  expired leases, promote due delayed jobs, and drop dead letters older than their retention.
+  expired leases, promote due delayed jobs, drop dead letters older than their retention and
+  the parking of workers that died parked.
   With a lock period, only the first caller in each period does the work, so N workers do it
   once, not N times.
   KEYS[1..13] the shared transition keys (see _lib)   KEYS[14] the maintenance lock
@@ -15,6 +16,7 @@ end
 local rec = recover(now, limit, dead_ttl)
 local pro = promote(now, limit)
 if pro > 0 then wake() end
+drop_stale_parking(now)
 local trimmed = 0
 if dead_ttl > 0 then trimmed = redis.call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}
