@@ -123,8 +123,7 @@ Runner = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 class Workload:
     """One of our workloads.
 
-    ``group``: "extra" runs by default, "scale" only with ``--scale``, "planned" is a placeholder
-    for a workload designed but not written yet (listed, never run).  ``run`` executes in the
+    ``group``: "extra" runs by default, "scale" only with ``--scale``.  ``run`` executes in the
     aioqueue venv (``--role extra``) and returns a dict holding ``headline``.
     """
 
@@ -413,7 +412,52 @@ async def wl_s1(url: str, p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def wl_q(url: str, p: dict[str, Any]) -> dict[str, Any]:
+    """One scenario of benchmarks/groups.py (fair groups, priorities, group limits)."""
+    sys.path.insert(0, str(BENCH_DIR))
+    import groups  # benchmarks/groups.py, beside this file
+
+    cfg = groups.Config(
+        jobs=int(p["jobs"]),
+        groups=int(p["groups"]),
+        limit=int(p["limit"]),
+        concurrency=100,
+        repeats=1,
+        uvloop=True,
+    )
+    t = await groups.trial(url, str(p["scenario"]), cfg)
+    return {
+        "jobs_per_s": t.jobs_per_s,
+        "seconds": t.seconds,
+        "server_us_per_job": t.server_us_per_job,
+    }
+
+
+async def wl_c4(url: str, p: dict[str, Any]) -> dict[str, Any]:
+    """W4 without a queue: N jobs of ``asyncio.sleep(0.01)`` on C slots, each slot starting
+    the next job the moment its last one ends; steady = N / (last end - first start)."""
+    n, c = int(p["n"]), int(p["concurrency"])
+    left = n
+    first = last = 0.0
+
+    async def slot() -> None:
+        nonlocal left, first, last
+        while left > 0:
+            left -= 1
+            start = time.time()
+            first = first or start
+            await asyncio.sleep(0.01)
+            last = max(last, time.time())
+
+    await asyncio.gather(*(slot() for _ in range(c)))
+    return {"jobs_per_s": n / (last - first), "seconds": last - first}
+
+
 _PULL = {"concurrency": 50, "batch": 10}
+_Q_WHAT = (
+    "20,000 pre-queued no-op jobs drained by one in-process Worker (concurrency 100); "
+    "jobs/s = N / (worker start -> last ack); benchmarks/groups.py runs the same alone"
+)
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -483,18 +527,68 @@ WORKLOADS: dict[str, Workload] = {
             run=wl_s1,
         ),
         Workload(
-            "f1",
-            "F1 fair groups",
-            "PLANNED (capability 6): one tenant floods 100k jobs, 10 others enqueue 100 each; "
-            "report each small tenant's wait p50/p99 and the worker's jobs/s with groups on vs off",
-            "planned",
+            "q1",
+            "Q1 no groups",
+            "W2 with QoS: no groups, priority 0: the plain FIFO lane (the baseline of Q2-Q5); "
+            + _Q_WHAT,
+            "extra",
+            loop="uvloop",
+            params={"scenario": "none", "jobs": 20000, "groups": 1000, "limit": 5},
+            quick={"jobs": 2000, "groups": 100},
+            run=wl_q,
         ),
         Workload(
-            "pr1",
-            "PR1 priorities",
-            "PLANNED (capability 7): N jobs over 10 priority levels; claim cost per job vs the "
-            "single-level queue, and the order actually served",
-            "planned",
+            "q2",
+            "Q2 priorities",
+            "W2 with QoS: no groups, priorities mixed over five levels (-50, -10, 0, 10, 50); "
+            + _Q_WHAT,
+            "extra",
+            loop="uvloop",
+            params={"scenario": "none+prio", "jobs": 20000, "groups": 1000, "limit": 5},
+            quick={"jobs": 2000, "groups": 100},
+            run=wl_q,
+        ),
+        Workload(
+            "q3",
+            "Q3 fair groups",
+            "W2 with QoS: 1,000 groups of 20 jobs, served round-robin; " + _Q_WHAT,
+            "extra",
+            loop="uvloop",
+            params={"scenario": "groups", "jobs": 20000, "groups": 1000, "limit": 5},
+            quick={"jobs": 2000, "groups": 100},
+            run=wl_q,
+        ),
+        Workload(
+            "q4",
+            "Q4 groups + priorities",
+            "W2 with QoS: 1,000 groups of 20 jobs, priorities mixed within each group; " + _Q_WHAT,
+            "extra",
+            loop="uvloop",
+            params={"scenario": "groups+prio", "jobs": 20000, "groups": 1000, "limit": 5},
+            quick={"jobs": 2000, "groups": 100},
+            run=wl_q,
+        ),
+        Workload(
+            "q5",
+            "Q5 groups + limits",
+            "W2 with QoS: 1,000 groups of 20 jobs, each group limited to 5 running at once; "
+            + _Q_WHAT,
+            "extra",
+            loop="uvloop",
+            params={"scenario": "groups+limit", "jobs": 20000, "groups": 1000, "limit": 5},
+            quick={"jobs": 2000, "groups": 100},
+            run=wl_q,
+        ),
+        Workload(
+            "c4",
+            "C4 W4's ceiling",
+            "W4 without any queue: 2,000 jobs of asyncio.sleep(0.01) on 100 slots, each slot "
+            "starting its next job the moment the last one ends (uvloop, as the worker); "
+            "jobs/s = N / (first start -> last end), W4's steady definition",
+            "extra",
+            loop="uvloop",
+            params={"n": 2000, "concurrency": 100},
+            run=wl_c4,
         ),
     )
 }
@@ -1262,7 +1356,16 @@ def extras_table(extra: dict[str, Any], peers: dict[str, Any] | None) -> str:
         wl = WORKLOADS[name]
         k = wl.headline
         med = res.get(f"median_{k}")
-        note = f"{res['params'].get('n', '')} jobs"
+        note = f"{res['params'].get('n', res['params'].get('jobs', ''))} jobs"
+        if name.startswith("q") and med is not None:
+            base = ws.get("q1", {}).get(f"median_{k}")
+            us = res.get("median_server_us_per_job")
+            note += f"; script {us:.1f} us/job" if us is not None else ""
+            note += f"; vs Q1 {med / base:.2f}" if base and name != "q1" else ""
+        if name == "c4" and med is not None:
+            wv = peer_value(plibs, "aioqueue", "w4", "median_jobs_per_s_steady")
+            if wv:
+                note += f"; W4 aioqueue {wv:,.0f}/s = {wv / med:.2f} of this ceiling"
         if name == "p1" or name == "p1raw":
             note += f", C={res['params']['concurrency']} batch={res['params']['batch']}, {wl.loop}"
         ref = {"e1": ("w1", "W1"), "e1b": ("w1b", "W1b")}.get(name)
@@ -1479,9 +1582,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = [x for x in chosen if x not in PEER_WORKLOADS and x not in WORKLOADS]
         if bad:
             raise SystemExit(f"unknown workloads {bad}; see --list")
-        planned = [x for x in chosen if x in WORKLOADS and WORKLOADS[x].group == "planned"]
-        if planned:
-            raise SystemExit(f"workloads {planned} are planned, not written yet")
         peer_wl = [x for x in PEER_WORKLOADS if x in chosen]
         extra_wl = [x for x in runnable if x in chosen]
     if a.scale:
