@@ -454,6 +454,14 @@ async def wl_c4(url: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 _PULL = {"concurrency": 50, "batch": 10}
+#: the scenarios of benchmarks/groups.py: name, scenario, title, what is in use
+_QOS = (
+    ("q1", "none", "Q1 no groups", "no groups, priority 0: the plain FIFO lane (Q2-Q5's baseline)"),
+    ("q2", "none+prio", "Q2 priorities", "no groups, five priority levels (-50, -10, 0, 10, 50)"),
+    ("q3", "groups", "Q3 fair groups", "1,000 groups of 20 jobs, served round-robin"),
+    ("q4", "groups+prio", "Q4 groups + priorities", "1,000 groups, priorities within each"),
+    ("q5", "groups+limit", "Q5 groups + limits", "1,000 groups, each limited to 5 running"),
+)
 _Q_WHAT = (
     "20,000 pre-queued no-op jobs drained by one in-process Worker (concurrency 100); "
     "jobs/s = N / (worker start -> last ack); benchmarks/groups.py runs the same alone"
@@ -526,58 +534,18 @@ WORKLOADS: dict[str, Workload] = {
             timeout_s=420.0,
             run=wl_s1,
         ),
-        Workload(
-            "q1",
-            "Q1 no groups",
-            "W2 with QoS: no groups, priority 0: the plain FIFO lane (the baseline of Q2-Q5); "
-            + _Q_WHAT,
-            "extra",
-            loop="uvloop",
-            params={"scenario": "none", "jobs": 20000, "groups": 1000, "limit": 5},
-            quick={"jobs": 2000, "groups": 100},
-            run=wl_q,
-        ),
-        Workload(
-            "q2",
-            "Q2 priorities",
-            "W2 with QoS: no groups, priorities mixed over five levels (-50, -10, 0, 10, 50); "
-            + _Q_WHAT,
-            "extra",
-            loop="uvloop",
-            params={"scenario": "none+prio", "jobs": 20000, "groups": 1000, "limit": 5},
-            quick={"jobs": 2000, "groups": 100},
-            run=wl_q,
-        ),
-        Workload(
-            "q3",
-            "Q3 fair groups",
-            "W2 with QoS: 1,000 groups of 20 jobs, served round-robin; " + _Q_WHAT,
-            "extra",
-            loop="uvloop",
-            params={"scenario": "groups", "jobs": 20000, "groups": 1000, "limit": 5},
-            quick={"jobs": 2000, "groups": 100},
-            run=wl_q,
-        ),
-        Workload(
-            "q4",
-            "Q4 groups + priorities",
-            "W2 with QoS: 1,000 groups of 20 jobs, priorities mixed within each group; " + _Q_WHAT,
-            "extra",
-            loop="uvloop",
-            params={"scenario": "groups+prio", "jobs": 20000, "groups": 1000, "limit": 5},
-            quick={"jobs": 2000, "groups": 100},
-            run=wl_q,
-        ),
-        Workload(
-            "q5",
-            "Q5 groups + limits",
-            "W2 with QoS: 1,000 groups of 20 jobs, each group limited to 5 running at once; "
-            + _Q_WHAT,
-            "extra",
-            loop="uvloop",
-            params={"scenario": "groups+limit", "jobs": 20000, "groups": 1000, "limit": 5},
-            quick={"jobs": 2000, "groups": 100},
-            run=wl_q,
+        *(
+            Workload(
+                name,
+                title,
+                f"W2 with QoS: {what}; " + _Q_WHAT,
+                "extra",
+                loop="uvloop",
+                params={"scenario": scenario, "jobs": 20000, "groups": 1000, "limit": 5},
+                quick={"jobs": 2000, "groups": 100},
+                run=wl_q,
+            )
+            for name, scenario, title, what in _QOS
         ),
         Workload(
             "c4",
