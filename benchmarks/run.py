@@ -366,10 +366,13 @@ async def wl_p1raw(url: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 async def wl_s1(url: str, p: dict[str, Any]) -> dict[str, Any]:
-    """One size of the scale run: enqueue ``size`` jobs, memory, then drain a sample."""
+    """One size of the scale run: queue ``size`` jobs, memory, then the cost per job at that
+    depth: ``probes`` timed enqueue_many calls of ``probe`` jobs each (median), then a drain of
+    a sample."""
     import redis.asyncio as aioredis
 
     size, chunk, sample = int(p["size"]), int(p["chunk"]), int(p["sample"])
+    probe, probes = int(p["probe"]), int(p["probes"])
     c, batch = int(p["concurrency"]), int(p["batch"])
     out: dict[str, Any] = {"size": size}
     # the raw floor's memory for the same number of queued jobs (an RPUSHed JSON payload each)
@@ -386,26 +389,31 @@ async def wl_s1(url: str, p: dict[str, Any]) -> dict[str, Any]:
     mem0 = await _used_memory(url)
     app, task = _app(url)
     async with app:
-        m0 = await _cpu_mark(url)
-        enq_s = await _prefill(task, size, chunk)
-        m1 = await _cpu_mark(url)
+        fill_s = await _prefill(task, size, chunk)
         mem1 = await _used_memory(url)
-        k = min(size, sample)
+        m0 = await _cpu_mark(url)
+        probe_s = [await _prefill(task, probe, probe) for _ in range(probes)]
+        m1 = await _cpu_mark(url)
+        enq_s = statistics.median(probe_s)
+        queued = size + probe * probes
+        k = min(queued, sample)
         m2 = await _cpu_mark(url)
         done, drain_s = await _pull_drain(app, k, c, batch)
         m3 = await _cpu_mark(url)
         counts = await app.queue().counts()
-    if done != k or counts["queued"] != size - k:
+    if done != k or counts["queued"] != queued - k:
         raise RuntimeError(f"drained {done}/{k}; counts {counts}")
     out.update(
-        enqueue_us_per_job=1e6 * enq_s / size,
-        enqueue_jobs_per_s=size / enq_s,
+        fill_us_per_job=1e6 * fill_s / size,
+        enqueue_us_per_job=1e6 * enq_s / probe,
+        enqueue_us_per_job_probes=[round(1e6 * x / probe, 2) for x in probe_s],
+        enqueue_jobs_per_s=probe / enq_s,
         bytes_per_job=(mem1 - mem0) / size,
         drained=k,
         drain_us_per_job=1e6 * drain_s / k,
         drain_jobs_per_s=k / drain_s,
-        jobs_per_s=size / enq_s,
-        **_cpu_per_job(m0, m1, size, "enqueue_"),
+        jobs_per_s=probe / enq_s,
+        **_cpu_per_job(m0, m1, probe * probes, "enqueue_"),
         **_cpu_per_job(m2, m3, k, "drain_"),
     )
     await _fresh(url)  # give the memory back before the next size
@@ -516,10 +524,11 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "s1",
             "S1 scale",
-            "for each size (10k, 100k, 1M queued jobs): enqueue_many in chunks (us per job), "
+            "for each size (10k, 100k, 1M queued jobs): queue them with enqueue_many in chunks, "
             "INFO used_memory delta / jobs (bytes per queued job, and the raw floor's RPUSHed "
-            "payload for comparison), then drain a sample of the deepest queue with P1's pull "
-            "loop (us per job); flat cost = same us/job at every size",
+            "payload for comparison); then, at that depth, enqueue 5 probes of 2,000 jobs "
+            "(median us per job) and drain a sample with P1's pull loop (us per job); flat "
+            "cost = same us/job at every depth",
             "scale",
             headline="enqueue_us_per_job",
             unit="us/job",
@@ -528,9 +537,11 @@ WORKLOADS: dict[str, Workload] = {
                 "sizes": [10_000, 100_000, 1_000_000],
                 "chunk": 10000,
                 "sample": 20000,
+                "probe": 2000,
+                "probes": 5,
                 **_PULL,
             },
-            quick={"sizes": [2000, 20000], "sample": 2000},
+            quick={"sizes": [2000, 20000], "sample": 2000, "probe": 500},
             timeout_s=420.0,
             run=wl_s1,
         ),
@@ -1372,6 +1383,7 @@ def scale_table(extra: dict[str, Any]) -> str:
     rows = [
         [
             "queued jobs",
+            "fill us/job",
             "enqueue us/job",
             "(server)",
             "drain us/job",
@@ -1383,11 +1395,12 @@ def scale_table(extra: dict[str, Any]) -> str:
     ]
     for r in s["runs"]:
         if "error" in r:
-            rows.append([f"{r.get('size', '?')}", "ERROR: " + r["error"][:80], *[""] * 6])
+            rows.append([f"{r.get('size', '?')}", "ERROR: " + r["error"][:80], *[""] * 7])
             continue
         rows.append(
             [
                 f"{r['size']:,}",
+                fmt(r.get("fill_us_per_job"), 1),
                 f"{r['enqueue_us_per_job']:.1f}",
                 fmt(r.get("enqueue_server_cpu_us_per_job"), 1),
                 f"{r['drain_us_per_job']:.1f}",
@@ -1399,7 +1412,10 @@ def scale_table(extra: dict[str, Any]) -> str:
         )
     ok = [r for r in s["runs"] if "error" not in r]
     notes = [
-        f"drain = pull API on a sample of min(size, {s['params']['sample']:,}) jobs of the "
+        f"at each depth: enqueue = median of {s['params']['probes']} enqueue_many probes of "
+        f"{s['params']['probe']:,} jobs; fill = queueing the size itself (chunks of "
+        f"{s['params']['chunk']:,}); "
+        f"drain = pull API on a sample of {s['params']['sample']:,} jobs of the "
         f"full queue (C={s['params']['concurrency']} batch={s['params']['batch']}); "
         "(server) = valkey CPU us per job (INFO cpu)"
     ]
