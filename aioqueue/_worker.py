@@ -310,7 +310,11 @@ class Worker:
                         return
                     continue
                 # parked by that claim: new jobs may be handed over in the wait
-                self._take(qs, await self._wait_for_work(qs, res))
+                handed = await self._wait_for_work(qs, res)
+                if handed:
+                    self._take(qs, handed)
+                    # let the handed jobs start before the next claim is prepared and sent
+                    await asyncio.sleep(0)
             except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
