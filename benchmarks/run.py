@@ -146,7 +146,9 @@ async def _fresh(url: str) -> None:
 
     r = aioredis.Redis.from_url(url)
     try:
-        await r.flushall()
+        # SYNC: a lazy (background) free would still be returning memory while the next
+        # trial measures used_memory
+        await r.execute_command("FLUSHALL", "SYNC")
         await r.script_flush()
     finally:
         await r.aclose()
@@ -526,7 +528,7 @@ WORKLOADS: dict[str, Workload] = {
             "S1 scale",
             "for each size (10k, 100k, 1M queued jobs): queue them with enqueue_many in chunks, "
             "INFO used_memory delta / jobs (bytes per queued job, and the raw floor's RPUSHed "
-            "payload for comparison); then, at that depth, enqueue 5 probes of 2,000 jobs "
+            "payload for comparison); then, at that depth, enqueue 7 probes of 2,000 jobs "
             "(median us per job) and drain a sample with P1's pull loop (us per job); flat "
             "cost = same us/job at every depth",
             "scale",
@@ -538,7 +540,7 @@ WORKLOADS: dict[str, Workload] = {
                 "chunk": 10000,
                 "sample": 20000,
                 "probe": 2000,
-                "probes": 5,
+                "probes": 7,
                 **_PULL,
             },
             quick={"sizes": [2000, 20000], "sample": 2000, "probe": 500},
