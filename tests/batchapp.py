@@ -2,12 +2,13 @@
 
     python -m aioqueue worker tests.batchapp:app --url URL ...
 
-Configured by environment variables, read at import (worker processes only):
+Configured by environment variables, read at import (worker processes only; the same as
+``tests.workerapp``'s, set by ``tests.worker_helpers.WorkerProcesses``):
 
 - ``AIOQUEUE_REDIS_URL``: the server (the CLI's ``--url`` overrides it);
-- ``AIOQUEUE_BATCH_PREFIX``: the key prefix (each test uses its own);
-- ``AIOQUEUE_BATCH_LEASE``: the lease in seconds (default 30);
-- ``AIOQUEUE_BATCH_NAME``: the client name of this worker's connections (``CLIENT LIST``).
+- ``AIOQUEUE_TEST_PREFIX``: the key prefix (each test uses its own);
+- ``AIOQUEUE_TEST_LEASE``: the lease in seconds (default 30);
+- ``AIOQUEUE_TEST_NAME``: the client name of this worker's connections (``CLIENT LIST``).
 
 In-process tests call ``register(app)`` on their own App to get the same tasks. Every task
 records what it does under ``<prefix>:t:*`` (see ``Keys``), so a test in another process can
@@ -159,12 +160,12 @@ def register(app: App, *, other_queue: str = "other") -> BatchTasks:
     return BatchTasks(work, work_other, maybe_fail, hold, tracked, collect, describe, keys)
 
 
-PREFIX = os.environ.get("AIOQUEUE_BATCH_PREFIX", "aqbatch")
-_NAME = os.environ.get("AIOQUEUE_BATCH_NAME")
+PREFIX = os.environ.get("AIOQUEUE_TEST_PREFIX", "aqbatch")
+_NAME = os.environ.get("AIOQUEUE_TEST_NAME")
 
 app = App(
     prefix=PREFIX,
-    lease=float(os.environ.get("AIOQUEUE_BATCH_LEASE", "30")),
+    lease=float(os.environ.get("AIOQUEUE_TEST_LEASE", "30")),
     max_attempts=10,
     backoff=Backoff(base=0.05, factor=2.0, max=0.5, jitter=0.0),
     redis_options={"client_name": _NAME} if _NAME else None,

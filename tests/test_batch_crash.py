@@ -6,11 +6,7 @@ and every sub-job's outcome is counted exactly once, whoever finishes it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -23,73 +19,11 @@ from aioqueue._scripts import SCRIPTS
 
 from .batchapp import BatchTasks, register
 from .helpers import wait_until
-from .store_checks import blocked_in, check_invariants, text
+from .store_checks import check_invariants, text
+from .worker_helpers import WorkerProcesses
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LEASE = 1.0  # seconds: a dead worker's jobs come back about this long after it died
-
-
-@dataclass(slots=True)
-class Proc:
-    popen: subprocess.Popen[bytes]
-    name: str
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
-class BatchWorkers:
-    """``tests.batchapp`` worker processes; ``close()`` kills (SIGKILL) whatever still runs."""
-
-    def __init__(self, log_dir: Path, url: str, prefix: str) -> None:
-        self.log_dir = log_dir
-        self.url = url
-        self.prefix = prefix
-        self.procs: list[Proc] = []
-
-    def start(self, concurrency: int) -> Proc:
-        n = len(self.procs) + 1
-        name = f"{self.prefix}-w{n}"
-        log = self.log_dir / f"worker{n}.log"
-        env = dict(os.environ)
-        env.update(
-            AIOQUEUE_REDIS_URL=self.url,
-            AIOQUEUE_BATCH_PREFIX=self.prefix,
-            AIOQUEUE_BATCH_LEASE=str(LEASE),
-            AIOQUEUE_BATCH_NAME=name,
-        )
-        args = [sys.executable, "-m", "aioqueue", "worker", "tests.batchapp:app"]
-        args += ["--url", self.url, "--concurrency", str(concurrency), "--grace", "2"]
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
-        proc = Proc(popen, name, log)
-        self.procs.append(proc)
-        return proc
-
-    async def wait_idle(self, redis: Redis, proc: Proc, timeout: float = 20.0) -> None:
-        """Until the worker is up and blocked on the server, waiting for work."""
-
-        async def idle() -> bool:
-            assert proc.popen.poll() is None, f"worker {proc.name} exited:\n{proc.log_text()}"
-            return await blocked_in(redis, proc.name)
-
-        await wait_until(idle, timeout=timeout, what=f"worker {proc.name} to block idle")
-
-    def kill(self, proc: Proc) -> None:
-        proc.popen.kill()  # SIGKILL: no shutdown, no acks, no release
-        proc.popen.wait(10)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.popen.poll() is None:
-                proc.popen.kill()
-            proc.popen.wait(10)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}:\n{p.log_text()}" for p in self.procs)
 
 
 @pytest.fixture
@@ -98,8 +32,8 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[BatchWorkers]:
-    procs = BatchWorkers(tmp_path, redis_url, prefix)
+def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
+    procs = WorkerProcesses(tmp_path, redis_url, prefix, lease=LEASE, app="tests.batchapp:app")
     try:
         yield procs
     finally:
@@ -134,7 +68,7 @@ async def counted(redis: Redis, batch: Batch[Any]) -> tuple[int, int, int, int]:
 
 
 async def test_worker_killed_while_running_the_last_sub_job(
-    workers: BatchWorkers, producer: App, tasks: BatchTasks, redis: Redis
+    workers: WorkerProcesses, producer: App, tasks: BatchTasks, redis: Redis
 ) -> None:
     t = tasks
     release = f"{producer.prefix}:t:release"
@@ -143,7 +77,7 @@ async def test_worker_killed_while_running_the_last_sub_job(
         on_complete=t.collect.call(),
     )
     assert batch.callback is not None
-    w1 = workers.start(concurrency=8)
+    w1 = workers.start(concurrency=8, grace=2.0)
 
     async def last_one_running() -> bool:
         started = await redis.lrange(t.keys.started, 0, -1)
@@ -156,7 +90,9 @@ async def test_worker_killed_while_running_the_last_sub_job(
     assert (info.done, info.state) == (4, BatchState.OPEN)
     assert await batch.callback.status() is JobStatus.WAITING
     await redis.set(release, 1)
-    w2 = workers.start(concurrency=8)  # takes the held sub-job once its lease has run out
+    w2 = workers.start(
+        concurrency=8, grace=2.0
+    )  # takes the held sub-job once its lease has run out
     info = await batch.wait(timeout=30)
     assert await batch.callback.result(timeout=20) == {"ok": 5, "failed": 0}
     await workers.wait_idle(redis, w2)
@@ -177,12 +113,12 @@ async def _done(batch: Batch[Any], n: int) -> bool:
 
 
 async def test_a_streamed_batch_survives_a_worker_killed_mid_way(
-    workers: BatchWorkers, producer: App, tasks: BatchTasks, redis: Redis
+    workers: WorkerProcesses, producer: App, tasks: BatchTasks, redis: Redis
 ) -> None:
     t = tasks
     n, chunk = 1000, 100
-    w1 = workers.start(concurrency=8)
-    w2 = workers.start(concurrency=8)
+    w1 = workers.start(concurrency=8, grace=2.0)
+    w2 = workers.start(concurrency=8, grace=2.0)
     batch = await producer.batch(on_complete=t.collect.call())
     assert batch.callback is not None
     for start in range(0, n // 2, chunk):

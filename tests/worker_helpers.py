@@ -303,13 +303,22 @@ class WorkerProcess:
 
 
 class WorkerProcesses:
-    """Starts ``tests.workerapp`` worker processes; ``close()`` kills any still running."""
+    """Starts worker processes of ``app`` (``tests.workerapp`` by default, or another test app
+    configured by the same environment variables); ``close()`` kills any still running."""
 
-    def __init__(self, log_dir: Path, url: str, prefix: str, lease: float = 30.0) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        url: str,
+        prefix: str,
+        lease: float = 30.0,
+        app: str = "tests.workerapp:app",
+    ) -> None:
         self.log_dir = log_dir
         self.url = url
         self.prefix = prefix
         self.lease = lease
+        self.app = app
         self.procs: list[WorkerProcess] = []
 
     def start(
@@ -331,7 +340,7 @@ class WorkerProcesses:
             AIOQUEUE_TEST_LEASE=str(self.lease if lease is None else lease),
             AIOQUEUE_TEST_NAME=name,
         )
-        args = [sys.executable, "-m", "aioqueue", "worker", "tests.workerapp:app"]
+        args = [sys.executable, "-m", "aioqueue", "worker", self.app]
         args += ["--url", self.url, "--concurrency", str(concurrency), "--grace", str(grace)]
         args += ["--log-level", "INFO", *extra]
         with log.open("wb") as out:
@@ -351,6 +360,11 @@ class WorkerProcesses:
                 return await blocked_in(redis, p.name)
 
             await wait_until(idle, timeout=timeout, what=f"worker {proc.name} to block idle")
+
+    def kill(self, proc: WorkerProcess) -> None:
+        """SIGKILL: no shutdown, no acks, no release."""
+        proc.popen.kill()
+        proc.popen.wait(10)
 
     def by_pid(self, pid: int) -> WorkerProcess:
         return next(p for p in self.procs if p.pid == pid)
