@@ -357,12 +357,10 @@ class Worker:
                 timer = asyncio.get_running_loop().call_later(block, self._wake_soon, qs)
             block += 0.2  # the token is the wake-up; the timeout is the fallback
         try:
-            # a blocking call can never hang forever, even if the socket silently died
-            async with asyncio.timeout(block + self.app.socket_timeout / 2):
-                handed: list[Claimed] = await self._idle(
-                    qs, qs.queue.wait_for_handoff(block, self.id)
-                )
-                return handed
+            # wait_for_handoff bounds the blocking call itself (block + half the socket
+            # timeout), so it cannot hang even if the socket silently died
+            handed: list[Claimed] = await self._idle(qs, qs.queue.wait_for_handoff(block, self.id))
+            return handed
         finally:
             if timer is not None:
                 timer.cancel()
