@@ -608,18 +608,23 @@ end
 
 local function hand_key(wid) return BASE .. 'hand:' .. wid end
 
--- (re)register a worker as parked until the server time `ends`, able to take want more jobs
--- on these terms
+-- (re)register a worker as parked until the server time `ends` (nil: its registration keeps
+-- the end it has), able to take want more jobs on these terms
 local function park(wid, ends, want, lease, dead_ttl)
-  redis.call('ZADD', K_IDLE, ends, wid)
+  if ends then redis.call('ZADD', K_IDLE, ends, wid) end
   redis.call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
+end
+
+-- drop the registrations of these workers
+local function unregister(...)
+  redis.call('ZREM', K_IDLE, ...)
+  redis.call('HDEL', K_IDLEW, ...)
 end
 
 -- a worker's claim: take back its own registration and the jobs handed to it meanwhile
 -- (appended to out); returns how many jobs that was
 local function unpark(wid, out)
-  redis.call('ZREM', K_IDLE, wid)
-  redis.call('HDEL', K_IDLEW, wid)
+  unregister(wid)
   local hk = hand_key(wid)
   local held = redis.call('LRANGE', hk, 0, -1)
   if #held == 0 then return 0 end
@@ -659,10 +664,9 @@ local function hand_off(now)
     end
     if want and taken < want then
       -- room left: it stays parked for the rest
-      redis.call('HSET', K_IDLEW, wid, (want - taken) .. ' ' .. lease .. ' ' .. dead_ttl)
+      park(wid, nil, want - taken, lease, dead_ttl)
     else
-      redis.call('ZREM', K_IDLE, wid)
-      redis.call('HDEL', K_IDLEW, wid)
+      unregister(wid)
     end
     if not has_ready() then return end
   end
@@ -671,10 +675,7 @@ end
 -- registrations that ran out (workers that died parked), for reap
 local function drop_stale_parking(now)
   local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_BATCH)
-  if #stale > 0 then
-    redis.call('ZREM', K_IDLE, unpack(stale))
-    redis.call('HDEL', K_IDLEW, unpack(stale))
-  end
+  if #stale > 0 then unregister(unpack(stale)) end
 end
 
 -- claim for a worker (wid '' = a pull-API consumer, which never parks)
