@@ -256,11 +256,14 @@ class QueueScripts:
     ) -> list[int]:
         """Add jobs that share one template (9 values: task, then enqueue.lua's template):
         ``pairs`` is id, payload, id, payload, ...; returns one code per job."""
-        head = [self.base, 1, *template]
         step = 2 * chunk
         calls = [
-            (SCRIPTS["enqueue"], self.lanes, [*head, len(part) // 2, *part])
-            for part in (pairs[i : i + step] for i in range(0, len(pairs), step))
+            (
+                SCRIPTS["enqueue"],
+                self.lanes,
+                runs_args(self.base, [(template, pairs[i : i + step])]),
+            )
+            for i in range(0, len(pairs), step)
         ]
         return await self._enqueue_calls(calls)
 
@@ -364,23 +367,24 @@ class QueueScripts:
 
 
 def enqueue_args(base: str, jobs: Sequence[Sequence[Any]]) -> list[Any]:
-    """enqueue.lua's ARGV for jobs given as (id, task, payload, *template-rest)."""
-    args: list[Any] = [base, 0]
-    runs = 0
-    template: tuple[Any, ...] | None = None
-    count_at = 0
+    """enqueue.lua's ARGV for jobs given as (id, task, payload, *template-rest): consecutive jobs
+    with the same template go as one run."""
+    runs: list[tuple[tuple[Any, ...], list[Any]]] = []
     for job in jobs:
-        t = (job[1], *job[3:])
-        if t != template:
-            template = t
-            runs += 1
-            args.extend(t)
-            count_at = len(args)
-            args.append(0)
-        args[count_at] += 1
-        args.append(job[0])
-        args.append(job[2])
-    args[1] = runs
+        template = (job[1], *job[3:])
+        if not runs or runs[-1][0] != template:
+            runs.append((template, []))
+        runs[-1][1].extend((job[0], job[2]))
+    return runs_args(base, runs)
+
+
+def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
+    """enqueue.lua's ARGV for runs of jobs: (template, [id, payload, id, payload, ...]) each."""
+    args: list[Any] = [base, len(runs)]
+    for template, pairs in runs:
+        args.extend(template)
+        args.append(len(pairs) // 2)
+        args.extend(pairs)
     return args
 
 
