@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from aioqueue import App, Backoff, Task, current_job
+from aioqueue import App, Task, current_job
+
+from .helpers import app_from_env
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +161,5 @@ def register(app: App, *, other_queue: str = "other") -> BatchTasks:
     return BatchTasks(work, work_other, maybe_fail, hold, tracked, collect, describe, keys)
 
 
-PREFIX = os.environ.get("AIOQUEUE_TEST_PREFIX", "aqbatch")
-_NAME = os.environ.get("AIOQUEUE_TEST_NAME")
-
-app = App(
-    prefix=PREFIX,
-    lease=float(os.environ.get("AIOQUEUE_TEST_LEASE", "30")),
-    max_attempts=10,
-    backoff=Backoff(base=0.05, factor=2.0, max=0.5, jitter=0.0),
-    redis_options={"client_name": _NAME} if _NAME else None,
-)
+app = app_from_env("aqbatch")
 tasks = register(app)

@@ -22,19 +22,11 @@ import json
 import os
 import time
 
-from aioqueue import App, Backoff, current_job
+from aioqueue import current_job
 
-PREFIX = os.environ.get("AIOQUEUE_TEST_PREFIX", "aqtest")
-_NAME = os.environ.get("AIOQUEUE_TEST_NAME")
+from .helpers import app_from_env
 
-app = App(
-    prefix=PREFIX,
-    lease=float(os.environ.get("AIOQUEUE_TEST_LEASE", "30")),
-    max_attempts=10,
-    # failures caused by the tests' own faults retry quickly
-    backoff=Backoff(base=0.05, factor=2.0, max=0.5, jitter=0.0),
-    redis_options={"client_name": _NAME} if _NAME else None,
-)
+app = app_from_env("aqtest")
 
 
 def runs_key(prefix: str) -> str:
