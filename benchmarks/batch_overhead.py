@@ -31,10 +31,10 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from _loop import has_uvloop, run  # benchmarks/_loop.py, beside this file
 
 from aioqueue import App, EmbeddedServer, Task, Worker, __version__
 from aioqueue._scripts import SCRIPTS
@@ -151,23 +151,6 @@ async def trial(url: str, cfg: Config) -> Trial:
     return Trial(plain_s, batch_s, batch_cb_s, plain_enq, batch_enq, plain_us, batch_us)
 
 
-def run_loop(coro: Coroutine[Any, Any, Trial], use_uvloop: bool) -> Trial:
-    if use_uvloop:
-        import uvloop
-
-        result: Trial = uvloop.run(coro)
-        return result
-    return asyncio.run(coro)
-
-
-def has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 async def server_version(url: str) -> str:
     async with App(url) as app:
         info = await app.redis.info("server")
@@ -187,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     trials: list[Trial] = []
     with EmbeddedServer(appendonly=False) as server:
         for r in range(cfg.repeats):
-            t = run_loop(trial(server.url, cfg), cfg.uvloop)
+            t = run(trial(server.url, cfg), cfg.uvloop)
             trials.append(t)
             print(
                 f"  repeat {r + 1}/{cfg.repeats}: plain {t.plain_s:.3f} s, batch {t.batch_s:.3f} s",

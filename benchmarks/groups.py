@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from _loop import has_uvloop, run  # benchmarks/_loop.py, beside this file
+
 from aioqueue import App, EmbeddedServer, Task, Worker, __version__
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -183,23 +185,6 @@ async def trial(url: str, name: str, cfg: Config) -> Trial:
     return Trial(seconds, cfg.jobs / seconds, (usec1 - usec0) / cfg.jobs)
 
 
-def run_loop(coro: Coroutine[Any, Any, Trial], use_uvloop: bool) -> Trial:
-    if use_uvloop:
-        import uvloop
-
-        result: Trial = uvloop.run(coro)
-        return result
-    return asyncio.run(coro)
-
-
-def has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--jobs", type=int, default=20_000)
@@ -229,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         # interleaved, so a drift of the machine's speed touches every scenario alike
         for r in range(cfg.repeats):
             for name in names:
-                t = run_loop(trial(server.url, name, cfg), cfg.uvloop)
+                t = run(trial(server.url, name, cfg), cfg.uvloop)
                 trials[name].append(t)
                 print(
                     f"  repeat {r + 1}/{cfg.repeats} {name:<13} {t.jobs_per_s:>9,.0f} jobs/s",

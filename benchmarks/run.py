@@ -54,6 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from _loop import has_uvloop  # benchmarks/_loop.py, beside this file (stdlib-only)
+from _loop import run as run_on_loop
+
 if TYPE_CHECKING:  # the orchestrator imports neither; the workload role does, lazily
     import redis.asyncio as aioredis
 
@@ -583,13 +586,9 @@ def run_loop(loop: str, coro: Awaitable[dict[str, Any]]) -> tuple[dict[str, Any]
         res = await coro
         return res
 
-    if loop == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            return asyncio.run(main()), "asyncio (uvloop missing)"
-        return uvloop.run(main()), "uvloop"
-    return asyncio.run(main()), "asyncio"
+    use = loop == "uvloop" and has_uvloop()
+    name = "uvloop" if use else "asyncio (uvloop missing)" if loop == "uvloop" else "asyncio"
+    return run_on_loop(main(), use), name
 
 
 def extra_role(name: str, url: str, params: dict[str, Any]) -> int:
