@@ -6,7 +6,7 @@ The shared harness (``<repo>/../shared/peers-bench``, or ``--peers-dir``) is rea
 adapter on in the copy's ``bench.py`` by text substitution (``PATCHES``).  ``run_setup`` creates
 missing venvs with the copy's ``setup.sh`` (PyPI the first time) and keeps ``.venv-aioqueue``
 installed editable from the source being measured.  ``run_peers`` runs the copy's ``bench.py``
-once for every library and workload (w1, w1b, w2, w3, w4).
+once for every library and workload (w1, w1b, w1c, w2, w3, w4).
 
 Stdlib-only at import, like every module the orchestrator imports.
 """
@@ -30,13 +30,13 @@ from typing import Any
 
 from _common import PEERS_COPY, REPO, log
 
-#: the libraries a "best peer" is picked from
-PEER_LIBS = ("arq", "saq", "streaq", "taskiq", "bullmq")
 #: the libraries of one default run, in the table's order
-ALL_LIBS = (*PEER_LIBS, "raw", "aioqueue")
-PEER_WORKLOADS = ("w1", "w1b", "w2", "w3", "w4")
+ALL_LIBS = ("arq", "saq", "streaq", "taskiq", "bullmq", "raw", "aioqueue")
+#: never a "best peer": the floor and ourselves
+REFERENCE_LIBS = ("raw", "aioqueue")
+PEER_WORKLOADS = ("w1", "w1b", "w1c", "w2", "w3", "w4")
 #: what aioqueue can run without a worker CLI (producer-only workloads)
-NO_WORKER_WORKLOADS = ("w1", "w1b")
+NO_WORKER_WORKLOADS = ("w1", "w1b", "w1c")
 
 # lib -> (setup.sh name, venv directory in the harness copy)
 LIB_VENV: dict[str, tuple[str, str]] = {
@@ -46,6 +46,8 @@ LIB_VENV: dict[str, tuple[str, str]] = {
     "taskiq": ("taskiq", ".venv-taskiq"),
     "bullmq": ("bullmq", ".venv-bullmq"),
     "chasquimq": ("chasquimq", ".venv-chasquimq"),
+    "celery": ("celery", ".venv-celery"),
+    "dramatiq": ("dramatiq", ".venv-dramatiq"),
     "raw": ("raw", ".venv-raw"),
     "aioqueue": ("aioqueue", ".venv-aioqueue"),
 }

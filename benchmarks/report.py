@@ -1,6 +1,6 @@
 """The tables a run prints and the JSON it writes.
 
-    peers_table    the harness's medians per library (W1, W1b, W2, W3, W4), then the rows
+    peers_table    the harness's medians per library (W1, W1b, W1c, W2, W3, W4), then the rows
                    "best peer", "aioqueue / best peer" and "aioqueue / raw" (the ratios)
     extras_table   our workloads' medians, with their client / server CPU per job
     scale_table    S1: cost per job and memory per queued job at each depth
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from _common import RESULTS_DIR
-from peers import PEER_LIBS
+from peers import REFERENCE_LIBS
 from workloads import WORKLOADS
 
 
@@ -35,6 +35,7 @@ class Column(NamedTuple):
 PEER_COLUMNS = (
     Column("W1 enq/s", "w1", "median_jobs_per_s", 0, True),
     Column("W1b bulk/s", "w1b", "median_jobs_per_s", 0, True),
+    Column("W1c conc/s", "w1c", "median_jobs_per_s", 0, True),
     Column("W2 drain/s", "w2", "median_jobs_per_s", 0, True),
     Column("W2 steady/s", "w2", "median_jobs_per_s_steady", 0, True),
     Column("W3 p50 ms", "w3", "median_p50_ms", 2, False),
@@ -134,8 +135,8 @@ def _ratios(data: dict[str, Any], libs: list[str], col: Column) -> dict[str, Any
     aq = peer_value(data, "aioqueue", col.workload, col.key)
     peer_vals = {
         p: v
-        for p in PEER_LIBS
-        if p in libs and (v := peer_value(data, p, col.workload, col.key)) is not None
+        for p in libs
+        if p not in REFERENCE_LIBS and (v := peer_value(data, p, col.workload, col.key)) is not None
     }
     pick = max if col.higher_is_better else min
     best = pick(peer_vals, key=lambda p: peer_vals[p]) if peer_vals else None
@@ -189,7 +190,7 @@ def peers_table(peers: dict[str, Any], libs: list[str]) -> tuple[str, dict[str, 
 # Tables 2 and 3: our workloads, the scale run                                 #
 # --------------------------------------------------------------------------- #
 #: our in-process workload -> the harness's workload (and column) making the same calls
-_SAME_CALLS = {"e1": ("w1", "W1"), "e1b": ("w1b", "W1b")}
+_SAME_CALLS = {"e1": ("w1", "W1"), "e1b": ("w1b", "W1b"), "e1c": ("w1c", "W1c")}
 
 
 def _extra_note(name: str, res: dict[str, Any], ws: dict[str, Any], plibs: dict[str, Any]) -> str:

@@ -14,8 +14,8 @@ This file is the entry: the arguments and the order of the phases (see benchmark
    (the aioqueue adapter switched on by text substitution) and creates missing virtualenvs
    with its ``setup.sh``; ``.venv-aioqueue`` gets this checkout (or ``--commit``'s export).
 2. ``peers.py`` runs the harness's ``bench.py`` once for every library (arq, saq, streaq,
-   taskiq, bullmq, raw, aioqueue; ``--libs``) on w1, w1b, w2, w3, w4.
-3. ``extras.py`` runs our workloads (``workloads.py``: E1/E1b enqueue, P1/P1raw pull,
+   taskiq, bullmq, raw, aioqueue; ``--libs``) on w1, w1b, w1c, w2, w3, w4.
+3. ``extras.py`` runs our workloads (``workloads.py``: E1/E1b/E1c enqueue, P1/P1raw pull,
    Q1-Q5 QoS, C4 W4's ceiling, and with ``--scale`` S1) in the aioqueue venv against a
    private valkey-server (``server.py``), one subprocess per trial (``--role extra``).
 4. ``report.py`` prints the tables (peers with ratios, ours, scale, DESIGN.md section 6

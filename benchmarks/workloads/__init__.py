@@ -1,6 +1,6 @@
 """Our own workloads (beside the peers' w1..w4): the registry ``WORKLOADS``.
 
-    enqueue.py  e1, e1b        enqueue one by one / enqueue_many
+    enqueue.py  e1, e1b, e1c   enqueue one by one / enqueue_many / from 100 coroutines
     pull.py     p1, p1raw      the pull API (reserve + complete) and its bare redis-py floor
                 s1             (``--scale``) cost per job, memory per queued job, 10k..1M
     worker.py   q1..q5         W2 with QoS in use (the scenarios of ``groups.py``)
@@ -25,7 +25,7 @@ from _common import RESULT_MARK
 from _loop import has_uvloop
 from _loop import run as run_on_loop
 
-from .enqueue import wl_e1, wl_e1b
+from .enqueue import wl_e1, wl_e1b, wl_e1c
 from .pull import wl_p1, wl_p1raw, wl_s1
 from .worker import wl_c4, wl_q
 
@@ -89,6 +89,16 @@ _ENQUEUE = (
         params={"n": 20000},
         quick={"n": 2000},
         run=wl_e1b,
+    ),
+    Workload(
+        "e1c",
+        "E1c concurrent enqueue",
+        "N no-op jobs from P concurrent coroutines of one process, each `await task.enqueue()` "
+        "one at a time (the peers' W1c, measured in-process); jobs/s = N / time until all done",
+        "extra",
+        params={"n": 20000, "producers": 100},
+        quick={"n": 2000},
+        run=wl_e1c,
     ),
 )
 _PULL_AND_SCALE = (

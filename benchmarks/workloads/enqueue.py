@@ -1,8 +1,9 @@
-"""E1, E1b: the harness's W1 and W1b measured in-process (asyncio's loop, like the
+"""E1, E1b, E1c: the harness's W1, W1b and W1c measured in-process (asyncio's loop, like the
 harness's producer), with the client's and the server's CPU per job."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -50,3 +51,18 @@ async def wl_e1b(url: str, p: dict[str, Any]) -> dict[str, Any]:
         await task.enqueue_many([{} for _ in range(n)])
 
     return await _timed_enqueue(url, n, bulk)
+
+
+async def wl_e1c(url: str, p: dict[str, Any]) -> dict[str, Any]:
+    n, producers = int(p["n"]), int(p["producers"])
+    # the harness's w1c split: the first n % producers coroutines take one job more
+    shares = [n // producers + (1 if i < n % producers else 0) for i in range(producers)]
+
+    async def concurrent(task: Task[[], None]) -> None:
+        async def produce(k: int) -> None:
+            for _ in range(k):
+                await task.enqueue()
+
+        await asyncio.gather(*(produce(k) for k in shares))
+
+    return await _timed_enqueue(url, n, concurrent)
