@@ -203,6 +203,35 @@ def extras_phase(
     return extras_table(extra, results.get("peers")), scale_table(extra)
 
 
+def record(
+    a: argparse.Namespace,
+    argv: Sequence[str] | None,
+    libs: list[str],
+    peer_wl: list[str],
+    extra_wl: list[str],
+    overrides: dict[str, Any],
+) -> dict[str, Any]:
+    """The start of the JSON: when, where, which code, with which configuration."""
+    config = {
+        "quick": a.quick,
+        "repeats": 1 if a.quick else a.repeats,
+        "libs": libs,
+        "peer_workloads": peer_wl if not a.skip_peers else [],
+        "extra_workloads": extra_wl if not a.skip_extra else [],
+        "scale": a.scale,
+        "overrides": overrides,
+        "argv": sys.argv[1:] if argv is None else list(argv),
+    }
+    return {
+        "schema": 1,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": host_info(),
+        "repo": git_info(),
+        "config": config,
+        "definitions": {n: w.what for n, w in WORKLOADS.items()},
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.role == "extra":
@@ -219,24 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     libs, peer_wl, extra_wl = select(a)
     overrides = parse_sets(a.set)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    config = {
-        "quick": a.quick,
-        "repeats": 1 if a.quick else a.repeats,
-        "libs": libs,
-        "peer_workloads": peer_wl if not a.skip_peers else [],
-        "extra_workloads": extra_wl if not a.skip_extra else [],
-        "scale": a.scale,
-        "overrides": overrides,
-        "argv": sys.argv[1:] if argv is None else list(argv),
-    }
-    results: dict[str, Any] = {
-        "schema": 1,
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "host": host_info(),
-        "repo": git_info(),
-        "config": config,
-        "definitions": {n: w.what for n, w in WORKLOADS.items()},
-    }
+    results = record(a, argv, libs, peer_wl, extra_wl, overrides)
     need_peers = not a.skip_peers and bool(peer_wl)
     need_extra = not a.skip_extra and bool(extra_wl)
     tables: dict[str, str] = {}

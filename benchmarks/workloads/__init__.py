@@ -9,7 +9,7 @@
 
 A body runs in the aioqueue venv, one trial per subprocess (``run.py --role extra``, see
 ``run_trial``), against the private server ``extras.py`` started, and returns a dict holding
-its ``headline``; every one empties the server first.  The package is stdlib-only at import:
+its ``headline``; each that uses the server empties it first.  The package is stdlib-only at import:
 aioqueue and redis-py are imported inside the bodies, so the orchestrator can read the registry.
 """
 
