@@ -17,10 +17,12 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Self
 
 from ._exceptions import ConfigurationError, EmbeddedServerError
+from ._timeutil import to_seconds
 
 __all__ = ["EmbeddedServer"]
 
@@ -82,7 +84,7 @@ class EmbeddedServer:
         unix_socket: listen on ``valkey.sock`` inside the data directory instead of TCP.
         appendonly: keep an append-only file (fsync every second), so data survives restarts.
         extra_args: more ``valkey-server`` arguments, e.g. ``["--maxmemory", "100mb"]``.
-        startup_timeout: seconds to wait for the server to answer PING.
+        startup_timeout: seconds (or timedelta) to wait for the server to answer PING.
 
     Raises:
         ConfigurationError: an argument is out of range.
@@ -96,18 +98,19 @@ class EmbeddedServer:
         unix_socket: bool = False,
         appendonly: bool = True,
         extra_args: Sequence[str] = (),
-        startup_timeout: float = 10.0,
+        startup_timeout: float | timedelta = 10.0,
     ) -> None:
         if port is not None and not 0 < port < 65536:
             raise ConfigurationError(f"port must be in 1..65535, not {port!r}")
-        if startup_timeout <= 0:
+        timeout = to_seconds(startup_timeout, "startup_timeout")
+        if not timeout:
             raise ConfigurationError(f"startup_timeout must be positive, not {startup_timeout!r}")
         self._given_dir = Path(data_dir) if data_dir is not None else None
         self._given_port = port
         self._unix_socket = unix_socket
         self._appendonly = appendonly
         self._extra_args = list(extra_args)
-        self._startup_timeout = startup_timeout
+        self._startup_timeout = timeout
         self._dir: Path | None = None
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
