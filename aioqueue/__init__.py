@@ -14,9 +14,9 @@ from ._exceptions import AioQueueError as AioQueueError
 from ._exceptions import BadSignature as BadSignature
 from ._exceptions import BatchCancelled as BatchCancelled
 from ._exceptions import BatchFailed as BatchFailed
+from ._exceptions import BatchNotFound as BatchNotFound
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
-from ._exceptions import ConnectionError as ConnectionError
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobFailed as JobFailed
@@ -26,10 +26,11 @@ from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import ServerUnavailable as ServerUnavailable
+from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
-from ._job import JobError as JobError
 from ._job import JobInfo as JobInfo
-from ._job import JobStatus as JobStatus
+from ._job import JobState as JobState
 from ._queue import Queue as Queue
 from ._queue import Reservation as Reservation
 from ._serialize import JsonSerializer as JsonSerializer
@@ -51,23 +52,23 @@ __all__ = [
     "BatchFailed",
     "BatchInfo",
     "BatchItem",
+    "BatchNotFound",
     "BatchState",
     "BoundTask",
     "Call",
     "Chain",
     "ClosedError",
     "ConfigurationError",
-    "ConnectionError",
     "EmbeddedServer",
     "EmbeddedServerError",
+    "ErrorInfo",
     "Job",
     "JobCancelled",
     "JobContext",
-    "JobError",
     "JobFailed",
     "JobInfo",
     "JobNotFound",
-    "JobStatus",
+    "JobState",
     "JsonSerializer",
     "LeaseLost",
     "PayloadTooLarge",
@@ -78,6 +79,7 @@ __all__ = [
     "Retry",
     "SerializationError",
     "Serializer",
+    "ServerUnavailable",
     "Task",
     "Worker",
     "__version__",

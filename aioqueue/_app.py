@@ -15,9 +15,8 @@ import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-from ._exceptions import ClosedError, ConfigurationError
-from ._exceptions import ConnectionError as AQConnectionError
-from ._job import JobError
+from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
+from ._job import ErrorInfo
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
@@ -109,7 +108,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         max_connections: int = 100,
-        socket_timeout: float = 30.0,
+        socket_timeout: float | timedelta = 30.0,
         signing_key: str | bytes | None = None,
         verify_keys: Sequence[str | bytes] = (),
         redis_options: Mapping[str, Any] | None = None,
@@ -183,17 +182,17 @@ class App:
             await client.ping()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             await client.aclose()
-            raise AQConnectionError(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
+            raise ServerUnavailable(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
         except rexc.AuthenticationError as exc:  # pragma: no cover - subclass of ConnectionError
             await client.aclose()
-            raise AQConnectionError(f"Redis refused the credentials: {exc}") from exc
+            raise ServerUnavailable(f"Redis refused the credentials: {exc}") from exc
         try:
             # load every script once, so that pipelines (enqueue_many, batches) run in order
             # rather than replaying the calls that met NOSCRIPT after the others
             await load_scripts(client)
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             await client.aclose()
-            raise AQConnectionError(f"cannot load scripts at {redact(self.url)}: {exc}") from exc
+            raise ServerUnavailable(f"cannot load scripts at {redact(self.url)}: {exc}") from exc
         self._redis = client
         self._state = _State.OPEN
 
@@ -324,7 +323,6 @@ class App:
         group: str | None = None,
         queue: str | None = None,
         retention: float | timedelta | None = None,
-        _chain: bool = False,
     ) -> Batch[R]:
         """Start a batch: many sub-jobs, one notification when all are done.
 
@@ -358,7 +356,6 @@ class App:
             group=group,
             queue=queue,
             retention=to_seconds(retention, "retention"),
-            chain=_chain,
         )
 
     def queue(self, name: str | None = None) -> Queue:
@@ -417,12 +414,12 @@ class App:
             raise ValueError("job options are not a JSON object")
         return value
 
-    def load_error(self, data: bytes) -> JobError:
+    def load_error(self, data: bytes) -> ErrorInfo:
         try:
             rec = self.json.loads(data)
-            return JobError(str(rec["type"]), str(rec["message"]), rec.get("traceback"))
+            return ErrorInfo(str(rec["type"]), str(rec["message"]), rec.get("traceback"))
         except Exception:
-            return JobError("Unknown", data.decode(errors="replace"))
+            return ErrorInfo("Unknown", data.decode(errors="replace"))
 
     def result_ttl_ms(self, options: Mapping[str, Any], task: Task[Any, Any] | None = None) -> int:
         """Retention of a finished job: per-job option, else the task's, else the App's."""

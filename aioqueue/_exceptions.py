@@ -5,9 +5,10 @@
     ├── ClosedError               an App or worker used before opening or after closing
     ├── SerializationError        arguments or a result that cannot be serialised
     │   └── PayloadTooLarge       a serialised payload over the configured limit
-    ├── ConnectionError           Redis could not be reached or dropped the connection
+    ├── ServerUnavailable         Redis could not be reached or dropped the connection
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
+    ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
     ├── JobFailed                 awaited result of a job that was dead-lettered
     ├── JobCancelled              awaited result of a job that was cancelled
     ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
@@ -46,8 +47,10 @@ class PayloadTooLarge(SerializationError):
     """Raised by ``enqueue`` when the serialised arguments exceed ``App(max_payload_bytes=)``."""
 
 
-class ConnectionError(AioQueueError, OSError):
-    """Raised when Redis cannot be reached or drops the connection during a call."""
+class ServerUnavailable(AioQueueError, OSError):
+    """Raised when Redis cannot be reached or drops the connection during a call (after the
+    connection pool's own retries). Also an ``OSError``; named so that it does not shadow the
+    builtin ``ConnectionError`` in ``from aioqueue import *``."""
 
 
 class LeaseLost(AioQueueError):
@@ -66,6 +69,16 @@ class JobNotFound(AioQueueError, LookupError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job {job_id!r} (never enqueued, or its record expired)")
         self.job_id = job_id
+
+
+class BatchNotFound(AioQueueError, LookupError):
+    """Raised by a ``Batch`` handle's calls (``info``, ``wait``, ``results``, ``add``,
+    ``seal``, ``cancel``) when the batch id has no record: it never existed or its retention
+    expired."""
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"no batch {batch_id!r} (never created, or its record expired)")
+        self.batch_id = batch_id
 
 
 class JobFailed(AioQueueError):
@@ -132,5 +145,9 @@ class Retry(Exception):
     """
 
     def __init__(self, delay: float | timedelta | None = None, *args: Any) -> None:
+        # imported here: _timeutil raises ConfigurationError from this module
+        from ._timeutil import to_seconds
+
         super().__init__(*args)
-        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        #: seconds before the next attempt, or None for the task's backoff
+        self.delay = to_seconds(delay, "Retry(delay=)")

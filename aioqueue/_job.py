@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._exceptions import JobCancelled, JobFailed, JobNotFound, ResultTimeout
@@ -15,8 +16,21 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 
-class JobStatus(enum.StrEnum):
-    """Where a job is in its life (see docs/guarantees.md for the state diagram)."""
+class JobState(enum.StrEnum):
+    """Where a job is in its life (docs/guarantees.md draws the transitions).
+
+    The words are shared with ``BatchState``: ``completed``, ``failed`` and ``cancelled`` mean
+    the same for a job and for a batch, and ``finished`` is true for exactly those three.
+
+    Attributes:
+        WAITING: a batch's callback (or a chain's second call), held until its batch ends.
+        SCHEDULED: delayed (``delay=``/``at=``, or a retry's backoff), not yet due.
+        QUEUED: runnable, waiting for a consumer.
+        ACTIVE: leased to a worker or a pull-API consumer.
+        COMPLETED: finished with a result.
+        FAILED: dead-lettered, with the reason (``JobInfo.error``).
+        CANCELLED: cancelled before it finished.
+    """
 
     WAITING = "waiting"
     SCHEDULED = "scheduled"
@@ -32,12 +46,13 @@ class JobStatus(enum.StrEnum):
         return self in _FINISHED
 
 
-_FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+_FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
-class JobError:
-    """What a failed attempt left behind: exception type, message and traceback."""
+class ErrorInfo:
+    """A record (not an exception) of what a failed attempt left behind: the exception's type
+    name, its message and the formatted traceback. ``JobInfo.error`` and ``BatchItem.error``."""
 
     type: str
     message: str
@@ -51,14 +66,14 @@ class JobInfo:
     id: str
     queue: str
     task: str
-    status: JobStatus
+    state: JobState
     attempts: int
     max_attempts: int
     priority: int
     created_ms: int
     due_ms: int | None
     finished_ms: int | None
-    error: JobError | None
+    error: ErrorInfo | None
     args: tuple[Any, ...] | None
     kwargs: dict[str, Any] | None
     progress: Any = None
@@ -89,7 +104,7 @@ class Job(Generic[R]):
     def __hash__(self) -> int:
         return hash((self.id, self.queue))
 
-    async def status(self) -> JobStatus:
+    async def state(self) -> JobState:
         """The job's current state.
 
         Raises:
@@ -98,7 +113,7 @@ class Job(Generic[R]):
         state, _, _ = await self._queue._scripts.watch(self.id, register=False)
         if not state:
             raise JobNotFound(self.id)
-        return JobStatus(state)
+        return JobState(state)
 
     async def cancel(self) -> bool:
         """Cancel the job (see ``Queue.cancel_jobs``). True if it was cancelled at once;
@@ -109,7 +124,7 @@ class Job(Generic[R]):
         """The job's stored record. Raises JobNotFound when there is none."""
         return await self._queue.job_info(self.id)
 
-    async def result(self, timeout: float | None = None) -> R:
+    async def result(self, timeout: float | timedelta | None = None) -> R:
         """Wait for the job to finish and return its result, without polling.
 
         Args:
@@ -124,13 +139,13 @@ class Job(Generic[R]):
         return await self._queue._wait_result(self.id, to_seconds(timeout))  # type: ignore[no-any-return]
 
 
-def raise_for_outcome(job_id: str, state: str, error: JobError | None) -> None:
+def raise_for_outcome(job_id: str, state: str, error: ErrorInfo | None) -> None:
     """Raise the exception that a finished, unsuccessful job's result() raises."""
-    if state == JobStatus.FAILED:
-        e = error or JobError("Unknown", "no error recorded")
+    if state == JobState.FAILED:
+        e = error or ErrorInfo("Unknown", "no error recorded")
         raise JobFailed(job_id, e.type, e.message, e.traceback)
-    if state == JobStatus.CANCELLED:
+    if state == JobState.CANCELLED:
         raise JobCancelled(job_id)
 
 
-__all__ = ["Job", "JobError", "JobInfo", "JobStatus", "ResultTimeout", "raise_for_outcome"]
+__all__ = ["ErrorInfo", "Job", "JobInfo", "JobState", "ResultTimeout", "raise_for_outcome"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis.exceptions as rexc
 
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
-from ._job import Job, JobInfo, JobStatus, raise_for_outcome
+from ._job import Job, JobInfo, JobState, raise_for_outcome
 from ._keys import QueueKeys, check_name
 from ._scripts import (
     CANCEL_REQUESTED,
@@ -260,7 +260,7 @@ class Queue:
             id=job_id,
             queue=self.name,
             task=h.get("t", b"").decode(errors="replace"),
-            status=JobStatus(h["s"].decode()),
+            state=JobState(h["s"].decode()),
             attempts=num("a") or 0,
             max_attempts=num("m") or 1,
             priority=num("pr") or 0,
@@ -278,9 +278,9 @@ class Queue:
             state, result, error = await self._scripts.watch(job_id, register=True)
             if not state:
                 raise JobNotFound(job_id)
-            if state == JobStatus.COMPLETED:
+            if state == JobState.COMPLETED:
                 return True, self.app.load_result(result)
-            if state in (JobStatus.FAILED, JobStatus.CANCELLED):
+            if state in (JobState.FAILED, JobState.CANCELLED):
                 err = self.app.load_error(error) if error else None
                 raise_for_outcome(job_id, state, err)
             return False, None

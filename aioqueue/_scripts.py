@@ -17,8 +17,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from ._exceptions import ConnectionError as AQConnectionError
-from ._exceptions import JobNotFound, LeaseLost
+from ._exceptions import JobNotFound, LeaseLost, ServerUnavailable
 from ._keys import QueueKeys
 
 #: return codes shared by the fenced scripts
@@ -71,7 +70,7 @@ SCRIPTS: Final = {
 def wrap_redis_error(exc: Exception) -> Exception:
     """Translate redis-py connection errors at the boundary; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
-        return AQConnectionError(f"Redis connection failed: {exc}")
+        return ServerUnavailable(f"Redis connection failed: {exc}")
     return exc
 
 

@@ -192,9 +192,9 @@ class Task(Generic[P, R]):
         name: str,
         queue: str,
         max_attempts: int,
-        timeout: float | None,
+        timeout: float | timedelta | None,
         backoff: Backoff,
-        result_ttl: float | None,
+        result_ttl: float | timedelta | None,
         priority: int,
     ) -> None:
         self.app = app
@@ -269,7 +269,7 @@ class Task(Generic[P, R]):
         Raises:
             TypeError: the arguments do not fit the function's signature.
             SerializationError / PayloadTooLarge: the arguments cannot be stored.
-            ConnectionError: Redis could not be reached.
+            ServerUnavailable: Redis could not be reached.
         """
         return await self._enqueue(self._defaults, args, kwargs)
 

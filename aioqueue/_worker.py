@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -97,9 +98,9 @@ class Worker:
         queues: Sequence[str] | None = None,
         concurrency: int = 100,
         burst: bool = False,
-        grace: float = 30.0,
+        grace: float | timedelta = 30.0,
         max_batch: int | None = None,
-        idle_block: float = 5.0,
+        idle_block: float | timedelta = 5.0,
         prefetch: int | None = None,
     ) -> None:
         check_int(concurrency, 1, "concurrency")

@@ -16,7 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 import aioqueue
-from aioqueue import App, JobNotFound, JobStatus, LeaseLost, Queue, Reservation
+from aioqueue import App, JobNotFound, JobState, LeaseLost, Queue, Reservation
 from aioqueue._scripts import SCRIPTS
 
 from .helpers import wait_until
@@ -183,7 +183,7 @@ async def test_a_producer_cut_off_mid_batch_leaves_every_job_whole(
             await redis.client_kill_filter(_id=client["id"])
         try:
             reported = [j.id for j in await batch]
-        except aioqueue.ConnectionError:
+        except aioqueue.ServerUnavailable:
             reported = []
 
         states = await check_invariants(redis, keys)
@@ -346,7 +346,7 @@ async def test_an_ack_retried_after_a_lost_reply_is_not_reported_as_lease_lost(
             await _ack(q, r, op)  # it succeeded on the server: must not say the lease was lost
         finally:
             assert proxy.dropped == 1
-            assert (await job.info()).status is not JobStatus.ACTIVE  # and it did take effect
+            assert (await job.info()).state is not JobState.ACTIVE  # and it did take effect
 
 
 # ---------------------------------------------------------------------------- I6
@@ -403,7 +403,7 @@ async def test_completed_jobs_expire_after_result_ttl(redis_url: str, redis: Red
         assert 1000 < await redis.pttl(q.keys.job(short.id)) <= 2000
         assert await redis.exists(q.keys.job(gone.id)) == 0
         with pytest.raises(JobNotFound):
-            await gone.status()
+            await gone.state()
         assert await check_invariants(redis, q.keys) == {
             default.id: "completed",
             short.id: "completed",

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,10 +30,11 @@ from aioqueue import (
     BatchCancelled,
     BatchFailed,
     BatchInfo,
+    BatchNotFound,
     BatchState,
     ConfigurationError,
     JobCancelled,
-    JobStatus,
+    JobState,
     LeaseLost,
     Queue,
     ResultTimeout,
@@ -117,7 +118,7 @@ async def check_batch(
     """Batch invariants: the counters agree with the sets and hashes they summarise. Every
     member of :seen (outcomes counted once) is a sub-job of :all; :res holds one result per
     success, :err one error per failure, and nothing is counted twice."""
-    info = await batch.progress()
+    info = await batch.info()
     bk = bkey(batch)
     members = {text(m) for m in await redis.zrange(bk + ":all", 0, -1)}
     seen = {text(m) for m in await redis.smembers(bk + ":seen")}
@@ -185,7 +186,7 @@ async def test_an_all_at_once_batch_is_one_round_trip(
             assert info.sealed
             assert (info.state, info.pending) == (BatchState.OPEN, n)
             assert batch.callback is not None
-            assert await batch.callback.status() is JobStatus.WAITING
+            assert await batch.callback.state() is JobState.WAITING
             q = app.queue()
             states = await check_invariants(observer, q.keys)
             assert sorted(states.values()) == ["queued"] * n + ["waiting"]
@@ -239,26 +240,26 @@ async def test_a_streamed_batch_fires_only_after_it_is_sealed(
     t = tasks
     batch = await bapp.batch(on_complete=t.collect.call())
     assert batch.callback is not None
-    info = await batch.progress()
+    info = await batch.info()
     assert (info.total, info.done, info.sealed, info.state) == (0, 0, False, BatchState.OPEN)
     first = await batch.add(t.work.call(1), t.work.call(2))
     second = await batch.add_many(t.work.call(i) for i in range(3, 6))
-    assert (await batch.progress()).total == 5
+    assert (await batch.info()).total == 5
     async with Worker(bapp, concurrency=4):
 
         async def done(n: int) -> bool:
-            return (await batch.progress()).done == n
+            return (await batch.info()).done == n
 
         await wait_until(lambda: done(5), timeout=20, what="the first five sub-jobs to finish")
         # everything so far has finished, but the batch is not sealed: no callback yet
-        info = await batch.progress()
+        info = await batch.info()
         assert (info.state, info.sealed, info.pending) == (BatchState.OPEN, False, 0)
-        assert await batch.callback.status() is JobStatus.WAITING
+        assert await batch.callback.state() is JobState.WAITING
         with pytest.raises(ResultTimeout):
             await batch.wait(timeout=0.3)
         third = await batch.add(t.work.call(6))
         await wait_until(lambda: done(6), timeout=20, what="the sixth sub-job to finish")
-        assert await batch.callback.status() is JobStatus.WAITING
+        assert await batch.callback.state() is JobState.WAITING
         assert await cb_count(redis, t.keys) == 0
         await batch.seal()
         info = await batch.wait(timeout=20)
@@ -278,7 +279,7 @@ async def test_an_empty_sealed_batch_fires_at_once(bapp: App, tasks: BatchTasks)
     assert batch.callback is not None
     info = await batch.wait(timeout=5)
     assert (info.total, info.state) == (0, BatchState.COMPLETED)
-    assert await batch.callback.status() is JobStatus.QUEUED
+    assert await batch.callback.state() is JobState.QUEUED
     await drain(bapp)
     assert await batch.callback.result(timeout=5) == {"ok": 0, "failed": 0}
 
@@ -307,8 +308,28 @@ async def test_bad_batch_options_are_refused(bapp: App, tasks: BatchTasks) -> No
         await bapp.batch([t.work.call(1), t.work_other.call(2)], concurrency=2)
     with pytest.raises(TypeError):
         t.work.call(1, 2)  # type: ignore[call-arg]
-    with pytest.raises(ConfigurationError, match="no batch"):
-        await Batch(bapp.queue(), "nope").progress()
+
+
+async def test_an_unknown_batch_id_raises_batch_not_found(bapp: App, tasks: BatchTasks) -> None:
+    missing: Batch[Any] = Batch(bapp.queue(), "nope")
+    calls: list[Callable[[], Awaitable[object]]] = [
+        missing.info,
+        missing.wait,
+        missing.results,
+        missing.seal,
+        missing.cancel,
+        lambda: missing.add(tasks.work.call(1)),
+    ]
+    for call in calls:
+        with pytest.raises(BatchNotFound, match="no batch 'nope'") as caught:
+            await call()
+        assert isinstance(caught.value, LookupError)
+        assert caught.value.batch_id == "nope"
+    assert await bapp.queue().counts() == {"scheduled": 0, "queued": 0, "active": 0, "failed": 0}
+    # an existing batch with no sub-jobs yet is not "not found"
+    empty: Batch[Any] = await bapp.batch()
+    assert await empty.results() == []
+    assert (await empty.info()).state is BatchState.OPEN
 
 
 # ---------------------------------------------------------------------------- failure policies
@@ -324,7 +345,7 @@ async def test_policy_fail_fails_the_batch_and_cancels_the_callback(
             await batch.wait(timeout=20)
         assert (caught.value.info.failed, caught.value.info.total) == (1, 3)
         assert caught.value.info.state is BatchState.FAILED
-        assert await batch.callback.status() is JobStatus.CANCELLED
+        assert await batch.callback.state() is JobState.CANCELLED
         with pytest.raises(JobCancelled):
             await batch.callback.result(timeout=5)
     # the worker stopped with every queue empty: the cancelled callback was never handed out
@@ -368,9 +389,9 @@ async def test_cancelling_a_batch(bapp: App, tasks: BatchTasks, redis: Redis) ->
         assert await batch.cancel() == 5
         with pytest.raises(BatchCancelled):
             await batch.wait(timeout=5)
-        assert await batch.callback.status() is JobStatus.CANCELLED
-        assert [await q.job(m).status() for m in members] == [JobStatus.ACTIVE] + [
-            JobStatus.CANCELLED
+        assert await batch.callback.state() is JobState.CANCELLED
+        assert [await q.job(m).state() for m in members] == [JobState.ACTIVE] + [
+            JobState.CANCELLED
         ] * 5
         assert await batch.cancel() == 0  # a second cancel does nothing
         await redis.set(key, 1)
@@ -383,7 +404,7 @@ async def test_cancelling_a_batch(bapp: App, tasks: BatchTasks, redis: Redis) ->
         await wait_until(idle, timeout=20, what="the worker to drop the cancelled sub-jobs")
     assert await runs(redis, t.keys) == [0]
     assert await cb_count(redis, t.keys) == 0
-    info = await batch.progress()
+    info = await batch.info()
     assert (info.state, info.done) == (BatchState.CANCELLED, 1)
     with pytest.raises(BatchCancelled):
         await batch.wait(timeout=5)
@@ -512,7 +533,7 @@ async def test_forward_outbox_applies_foreign_outcomes_once(
     info = await check_batch(redis, batch, total=2, done=1, failed=1)
     assert info.state is BatchState.COMPLETED
     assert await redis.llen(other.keys.outbox) == 0
-    assert await batch.callback.status() is JobStatus.QUEUED
+    assert await batch.callback.state() is JobState.QUEUED
     await redis.rpush(other.keys.outbox, *entries, *entries)  # as if removals had been lost
     assert await forward_outbox(other) == 4
     assert await forward_outbox(other) == 0
@@ -672,7 +693,7 @@ async def test_an_ack_resent_after_a_lost_reply_counts_the_last_sub_job_once(
         await q.complete(r1, 10)
         proxy.arm(SCRIPTS["complete"].sha.encode())
         # the reply is lost: an error, unless the client resent the ack on its own
-        with contextlib.suppress(aioqueue.ConnectionError):
+        with contextlib.suppress(aioqueue.ServerUnavailable):
             await q.complete(r2, 20)
         assert proxy.dropped == 1
         await q.complete(r2, 20)  # the resent ack: accepted, not LeaseLost
@@ -733,11 +754,11 @@ async def test_a_chain_whose_first_step_fails_never_runs_the_second(
 ) -> None:
     t = tasks
     job = await t.maybe_fail.call(-1).then(t.describe, "?").enqueue()
-    assert await job.status() is JobStatus.WAITING
+    assert await job.state() is JobState.WAITING
     async with Worker(bapp, concurrency=4):
         with pytest.raises(JobCancelled):
             await job.result(timeout=20)
-    assert await job.status() is JobStatus.CANCELLED
+    assert await job.state() is JobState.CANCELLED
     assert await redis.llen(t.keys.chained) == 0  # the worker drained its queue meanwhile
 
 
@@ -899,7 +920,7 @@ async def test_the_cancelled_callback_of_a_failed_batch_expires(
     async with Worker(bapp, concurrency=2):
         with pytest.raises(BatchFailed):
             await batch.wait(timeout=20)
-    assert await batch.callback.status() is JobStatus.CANCELLED
+    assert await batch.callback.state() is JobState.CANCELLED
     assert await redis.pttl(bapp.queue().keys.job(batch.callback.id)) > 0
 
 
@@ -982,10 +1003,10 @@ async def test_first_batch_on_a_server_that_does_not_know_the_batch_script(
             t = register(app)
             await t.work.enqueue(0)  # the server now knows enqueue.lua, not batch.lua
             batch = await app.batch([t.work.call(1)], on_complete=t.collect.call())
-            info = await batch.progress()
+            info = await batch.info()
             assert (info.total, info.sealed, info.state) == (1, True, BatchState.OPEN)
             assert batch.callback is not None
-            assert await batch.callback.status() is JobStatus.WAITING
+            assert await batch.callback.state() is JobState.WAITING
     finally:
         await load_scripts(observer)
         await observer.aclose()

@@ -14,7 +14,7 @@ from uuid import uuid4
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Batch, BatchState, JobStatus
+from aioqueue import App, Batch, BatchState, JobState
 from aioqueue._scripts import SCRIPTS
 
 from .batchapp import BatchTasks, register
@@ -86,9 +86,9 @@ async def test_worker_killed_while_running_the_last_sub_job(
     await wait_until(last_one_running, timeout=20, what="four sub-jobs done, the last running")
     await wait_until(lambda: _done(batch, 4), timeout=10, what="four outcomes counted")
     workers.kill(w1)
-    info = await batch.progress()
+    info = await batch.info()
     assert (info.done, info.state) == (4, BatchState.OPEN)
-    assert await batch.callback.status() is JobStatus.WAITING
+    assert await batch.callback.state() is JobState.WAITING
     await redis.set(release, 1)
     w2 = workers.start(
         concurrency=8, grace=2.0
@@ -109,7 +109,7 @@ async def test_worker_killed_while_running_the_last_sub_job(
 
 
 async def _done(batch: Batch[Any], n: int) -> bool:
-    return (await batch.progress()).done == n
+    return (await batch.info()).done == n
 
 
 async def test_a_streamed_batch_survives_a_worker_killed_mid_way(
@@ -129,12 +129,12 @@ async def test_a_streamed_batch_survives_a_worker_killed_mid_way(
 
     await wait_until(some_ran, timeout=30, what="a quarter of the sub-jobs to run")
     workers.kill(w1)  # mid-way: w1 holds sub-jobs and acks in flight
-    at_kill = await batch.progress()
+    at_kill = await batch.info()
     assert at_kill.done < n // 2
     assert not at_kill.sealed
     for start in range(n // 2, n, chunk):
         await batch.add_many(t.tracked.call(i, 0.02) for i in range(start, start + chunk))
-    assert (await batch.progress()).total == n
+    assert (await batch.info()).total == n
     await batch.seal()
     info = await batch.wait(timeout=60)
     assert await batch.callback.result(timeout=30) == {"ok": n, "failed": 0}

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobStatus, Queue
+from aioqueue import App, JobState, Queue
 
 from .helpers import wait_until
 from .store_checks import blocked_in, check_invariants, open_app, server_ms, unique_prefix
@@ -121,7 +121,7 @@ async def test_at_takes_absolute_times(app: App, redis: Redis) -> None:
     in_the_past = await q.enqueue("t", [3], at=(now - 60_000) / 1000)
     dues = await due_times(redis, q, [at_posix.id, at_datetime.id])
     assert dues == {at_posix.id: now + 300, at_datetime.id: now + 500}
-    assert await in_the_past.status() is JobStatus.QUEUED
+    assert await in_the_past.state() is JobState.QUEUED
 
     order: list[str] = []
     while len(order) < 3:
@@ -139,7 +139,7 @@ async def test_a_due_job_waits_for_a_claim_or_reap_to_be_promoted(app: App, redi
     due = (await job.info()).due_ms
     assert due is not None
     await wait_until(lambda: _server_past(redis, due), what="the due time")
-    assert await job.status() is JobStatus.SCHEDULED  # promotion is lazy and atomic
+    assert await job.state() is JobState.SCHEDULED  # promotion is lazy and atomic
     assert await check_invariants(redis, q.keys) == {job.id: "scheduled"}
     assert (await q.reap())["promoted"] == 1
     assert await check_invariants(redis, q.keys) == {job.id: "queued"}

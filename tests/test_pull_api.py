@@ -17,7 +17,7 @@ from aioqueue import (
     JobCancelled,
     JobFailed,
     JobNotFound,
-    JobStatus,
+    JobState,
     LeaseLost,
     Queue,
     Reservation,
@@ -60,7 +60,7 @@ async def test_reserve_leases_a_job_until_a_server_clock_deadline(app: App, redi
     assert (r.attempt, r.max_attempts) == (1, 4)
     assert r.token
     assert before + 10_000 <= await lease_deadline(redis, q, job.id) <= after + 10_000
-    assert await job.status() is JobStatus.ACTIVE
+    assert await job.state() is JobState.ACTIVE
     assert await q.reserve() == []  # one job, already leased
     assert await q.counts() == {"scheduled": 0, "queued": 0, "active": 1, "failed": 0}
     assert await check_invariants(redis, q.keys) == {job.id: "active"}
@@ -95,7 +95,7 @@ async def test_complete_stores_the_result_and_the_job_is_never_delivered_again(
         r = await reserve_one(q)
         deadline = await lease_deadline(redis, q, job.id)
         await q.complete(r, {"ok": True, "n": [1, 2]})
-        assert await job.status() is JobStatus.COMPLETED
+        assert await job.state() is JobState.COMPLETED
         assert await job.result(timeout=1) == {"ok": True, "n": [1, 2]}
         info = await job.info()
         assert info.finished_ms is not None
@@ -193,7 +193,7 @@ async def test_result_timeout(app: App) -> None:
     elapsed = loop.time() - start
     assert 0.3 <= elapsed < 2.0
     assert isinstance(caught.value, TimeoutError)
-    assert await job.status() is JobStatus.QUEUED  # waiting changed nothing
+    assert await job.state() is JobState.QUEUED  # waiting changed nothing
 
 
 async def test_result_of_a_dead_letter_raises_job_failed_with_its_error(
@@ -215,7 +215,7 @@ async def test_result_of_a_dead_letter_raises_job_failed_with_its_error(
     assert "Traceback" in err.traceback
     assert 'raise ValueError("bad row 7")' in err.traceback
     info = await job.info()
-    assert info.status is JobStatus.FAILED
+    assert info.state is JobState.FAILED
     assert info.error is not None
     assert (info.error.type, info.error.message) == ("ValueError", "bad row 7")
 
@@ -233,7 +233,7 @@ async def test_unknown_job_raises_job_not_found(app: App) -> None:
         await missing.result(timeout=1)
     assert caught.value.job_id == "no-such-job"
     with pytest.raises(JobNotFound):
-        await missing.status()
+        await missing.state()
     with pytest.raises(JobNotFound):
         await missing.info()
 
@@ -308,7 +308,7 @@ async def test_release_with_delay_reschedules_by_the_server_clock(app: App, redi
     await q.release(r, delay=0.4)
     after = await server_ms(redis)
     info = await job.info()
-    assert info.status is JobStatus.SCHEDULED
+    assert info.state is JobState.SCHEDULED
     assert info.due_ms is not None
     assert before + 400 <= info.due_ms <= after + 400
     assert await check_invariants(redis, q.keys) == {job.id: "scheduled"}
@@ -343,7 +343,7 @@ async def test_release_refund_does_not_consume_an_attempt(app: App, redis: Redis
         assert (await job.info()).attempts == 0
     r = await reserve_one(q)
     assert await q.fail(r, "boom") is False  # its only attempt: dead-lettered
-    assert await job.status() is JobStatus.FAILED
+    assert await job.state() is JobState.FAILED
     await check_invariants(redis, q.keys)
 
 
@@ -370,7 +370,7 @@ async def test_fail_retries_after_its_delay_and_dead_letters_after_max_attempts(
     assert await q.fail(r1, RuntimeError("flaky"), delay=0.3) is True
     after = await server_ms(redis)
     info = await job.info()
-    assert info.status is JobStatus.SCHEDULED
+    assert info.state is JobState.SCHEDULED
     assert info.due_ms is not None
     assert before + 300 <= info.due_ms <= after + 300
     assert info.error is not None
@@ -384,12 +384,12 @@ async def test_fail_retries_after_its_delay_and_dead_letters_after_max_attempts(
     with pytest.raises(LeaseLost):
         await q.fail(r1, "stale")
     assert await q.fail(r2, "again", delay=0) is True  # no delay: runnable at once
-    assert await job.status() is JobStatus.QUEUED
+    assert await job.state() is JobState.QUEUED
 
     r3 = await reserve_one(q)
     assert r3.attempt == 3
     assert await q.fail(r3, "last") is False  # out of attempts, retry or not
-    assert await job.status() is JobStatus.FAILED
+    assert await job.state() is JobState.FAILED
     assert await redis.zscore(q.keys.dead, job.id) is not None
     assert await q.counts() == {"scheduled": 0, "queued": 0, "active": 0, "failed": 1}
     stats = await q.stats()
@@ -404,7 +404,7 @@ async def test_fail_without_retry_dead_letters_at_once(app: App, redis: Redis) -
     q = app.queue()
     job = await q.enqueue("t", max_attempts=10)
     assert await q.fail(await reserve_one(q), "fatal", retry=False) is False
-    assert await job.status() is JobStatus.FAILED
+    assert await job.state() is JobState.FAILED
     assert await check_invariants(redis, q.keys) == {job.id: "failed"}
 
 
@@ -472,7 +472,7 @@ async def test_lease_expiry_on_the_last_attempt_dead_letters_the_job(
         deadline = await lease_deadline(redis, q, job.id)
         await wait_until(lambda: _server_past(redis, deadline), what="the last lease to expire")
         assert await q.reserve() == []
-        assert await job.status() is JobStatus.FAILED
+        assert await job.state() is JobState.FAILED
         with pytest.raises(JobFailed) as caught:
             await job.result(timeout=1)
         assert caught.value.error_type == "LeaseExpired"
@@ -573,7 +573,7 @@ async def test_a_cancelled_queued_job_is_never_delivered(app: App, redis: Redis)
     job = await q.enqueue("t")
     keep = await q.enqueue("t")
     assert await job.cancel() is True
-    assert await job.status() is JobStatus.CANCELLED
+    assert await job.state() is JobState.CANCELLED
     with pytest.raises(JobCancelled):
         await job.result(timeout=1)
     assert [r.id for r in await q.reserve(5)] == [keep.id]
@@ -603,7 +603,7 @@ async def test_a_job_cancelled_while_held_is_not_delivered_again_after_its_lease
     await reserve_one(q, lease=0.2)  # its holder then vanishes
     assert await job.cancel() is False
     assert await q.reserve(wait=1) == []
-    assert await job.status() is JobStatus.CANCELLED
+    assert await job.state() is JobState.CANCELLED
     assert await check_invariants(redis, q.keys) == {job.id: "cancelled"}
 
 
@@ -619,7 +619,7 @@ async def test_an_undecodable_payload_is_dead_lettered_and_reserve_carries_on(
     await redis.hset(q.keys.job(bad.id), "p", b"\xff not a payload")
     got = await q.reserve(2)
     assert [r.id for r in got] == [good.id]
-    assert await bad.status() is JobStatus.FAILED
+    assert await bad.state() is JobState.FAILED
     with pytest.raises(JobFailed) as caught:
         await bad.result(timeout=1)
     assert caught.value.error_type  # the decoder's error, recorded for inspection

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, ConfigurationError, JobStatus, Queue, Reservation, Task, Worker
+from aioqueue import App, ConfigurationError, JobState, Queue, Reservation, Task, Worker
 
 from .helpers import wait_until
 from .store_checks import blocked_in, check_invariants, clients_named, open_app, server_ms
@@ -701,7 +701,7 @@ async def test_a_grouped_job_keeps_its_group_through_retry_and_delay(
     assert await q.fail(second, "again", delay=0.1) is True
     got = await q.reserve(5, lease=60, wait=2)
     assert [(r.id, r.attempt) for r in got] == [(job.id, 2)]
-    assert await job.status() is JobStatus.ACTIVE
+    assert await job.state() is JobState.ACTIVE
     await check_invariants(redis, q.keys)
 
 

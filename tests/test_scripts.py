@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobStatus
+from aioqueue import App, JobState
 from aioqueue._embedded import EmbeddedServer
 from aioqueue._scripts import SCRIPTS
 
@@ -118,7 +118,7 @@ async def test_every_operation_works_after_script_flush(private_app: tuple[App, 
     one = await add.enqueue(2, 3)
     assert await reloaded("enqueue")
     await flushed()
-    assert await one.status() is JobStatus.QUEUED
+    assert await one.state() is JobState.QUEUED
     assert await reloaded("watch")
 
     await flushed()
@@ -157,7 +157,7 @@ async def test_every_operation_works_after_script_flush(private_app: tuple[App, 
     await flushed()
     assert (await q.reap())["promoted"] == 1  # the retried job
     assert await reloaded("reap")
-    assert await q.job(b.id).status() is JobStatus.QUEUED
+    assert await q.job(b.id).state() is JobState.QUEUED
     await check_invariants(observer, q.keys)
 
 

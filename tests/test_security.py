@@ -28,9 +28,9 @@ from redis.asyncio import Redis
 from aioqueue import (
     App,
     Backoff,
-    ConnectionError,
     EmbeddedServer,
     SerializationError,
+    ServerUnavailable,
     Worker,
 )
 from aioqueue._keys import QueueKeys
@@ -404,7 +404,7 @@ async def test_a_least_privilege_acl_user_runs_producers_workers_and_the_pull_ap
             await pq.pause()
             await pq.resume()
             assert await pq.cancel_jobs(["p2"]) == 1  # a queued job: out of the ready list
-            assert (await pq.job_info("p0")).status == "completed"
+            assert (await pq.job_info("p0")).state == "completed"
             assert (await pq.stats())["enqueued"] >= 17
         assert await denials(admin) == []
         await check_invariants(admin, q.keys)
@@ -550,7 +550,7 @@ async def _round_trip_over(app: App) -> None:
         [r] = await q.reserve(1)
         await q.extend(r)
         await q.complete(r, 2)
-        assert (await q.job_info("pull")).status == "completed"
+        assert (await q.job_info("pull")).state == "completed"
 
 
 async def test_tls_without_certificate_verification(tls: TlsEndpoint) -> None:
@@ -566,7 +566,7 @@ async def test_tls_with_a_verified_certificate(tls: TlsEndpoint) -> None:
 
 
 async def test_tls_refuses_a_certificate_it_cannot_verify(tls: TlsEndpoint) -> None:
-    with pytest.raises(ConnectionError, match=r"(?i)certificate|ssl"):
+    with pytest.raises(ServerUnavailable, match=r"(?i)certificate|ssl"):
         async with App(tls.url, prefix=unique_prefix(), socket_timeout=5):
             pass
 
@@ -576,7 +576,7 @@ async def test_a_plain_connection_to_the_tls_port_fails_with_a_clear_error(
 ) -> None:
     plain_url = tls.url.replace("rediss://", "redis://")
     t0 = time.monotonic()
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ServerUnavailable):
         async with App(plain_url, prefix=unique_prefix(), socket_timeout=3):
             pass
     assert time.monotonic() - t0 < 30

@@ -29,7 +29,7 @@ from aioqueue import (
     Backoff,
     ConfigurationError,
     JobFailed,
-    JobStatus,
+    JobState,
     Retry,
     Worker,
     current_job,
@@ -176,7 +176,7 @@ async def test_retry_reschedules_after_its_delay_and_spends_an_attempt(app: App)
     assert [a for a, _ in starts] == [1, 2]
     assert starts[1][1] - starts[0][1] >= 300  # not before its delay, by the server's clock
     info = await job.info()
-    assert info.status is JobStatus.COMPLETED
+    assert info.state is JobState.COMPLETED
     assert info.attempts == 2
     assert (await stats(app))["retried"] == 1
 
@@ -225,7 +225,7 @@ async def test_exception_is_recorded_retried_with_backoff_then_dead_lettered(
     assert gaps[1] >= 200
     assert all(g < 2000 for g in gaps), gaps
     info = await job.info()
-    assert info.status is JobStatus.FAILED
+    assert info.state is JobState.FAILED
     assert info.attempts == 3
     assert info.error is not None
     assert info.error.type == "ValueError"
@@ -317,7 +317,7 @@ async def test_corrupt_payload_is_dead_lettered_and_the_worker_carries_on(
             await job.result(timeout=5)
         assert await (await echo.enqueue(3)).result(timeout=5) == 3
     assert failed.value.error_type == "CorruptPayload"
-    assert (await job.info()).status is JobStatus.FAILED
+    assert (await job.info()).state is JobState.FAILED
 
 
 class _Exploding:
@@ -398,7 +398,7 @@ async def test_burst_worker_exits_as_soon_as_its_last_job_is_done(app: App, redi
     t0 = time.monotonic()
     await asyncio.wait_for(Worker(app, concurrency=8, burst=True).run(), 10)
     elapsed = time.monotonic() - t0
-    assert await job.status() is JobStatus.COMPLETED
+    assert await job.state() is JobState.COMPLETED
     assert elapsed < 1.0, f"the burst worker took {elapsed:.2f} s to exit"
 
 

@@ -16,7 +16,7 @@ from uuid import uuid4
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobFailed, JobStatus
+from aioqueue import App, JobFailed, JobState
 
 from .helpers import wait_until
 from .store_checks import text
@@ -186,7 +186,7 @@ async def test_poison_job_is_dead_lettered_after_max_attempts(
     runs = await run_records(redis, prefix)
     assert [(r.pid, r.attempt) for r in runs] == list(zip(dead, [1, 2, 3], strict=True))
     info = await job.info()
-    assert (info.status, info.attempts) == (JobStatus.FAILED, 3)
+    assert (info.state, info.attempts) == (JobState.FAILED, 3)
     assert await check_queue(redis, producer.queue().keys) == {job.id: JobRecord("failed", 3, None)}
     # the worker that outlived it is unharmed and stops cleanly
     survivor.signal(signal.SIGTERM)
@@ -211,7 +211,7 @@ async def test_sigterm_lets_the_running_job_finish(
     await redis.set(release, 1)
     assert await proc.wait_exit(10) == 0
     assert await job.result(timeout=1) == proc.pid
-    assert await later.status() is JobStatus.QUEUED
+    assert await later.state() is JobState.QUEUED
     starts, done = await side_effects(redis, prefix)
     assert (starts, done) == ({job.id: 1}, {job.id: 1})
     records = await check_queue(redis, producer.queue().keys)

@@ -7,9 +7,21 @@ The file name does not start with ``test_`` so pytest never collects it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from aioqueue import App, Batch, BatchInfo, BatchItem, Call, Chain, Job
+from aioqueue import (
+    App,
+    Batch,
+    BatchInfo,
+    BatchItem,
+    BatchState,
+    Call,
+    Chain,
+    ErrorInfo,
+    Job,
+    JobState,
+)
 
 
 async def check(app: App) -> None:
@@ -62,6 +74,13 @@ async def check(app: App) -> None:
     info: BatchInfo = await batch.wait(timeout=5)
     pending: int = info.pending
     items: list[BatchItem] = await batch.results()
+    errors: list[ErrorInfo | None] = [item.error for item in items]
+    snapshot: BatchInfo = await batch.info()
+    state: BatchState = snapshot.state
+    over: bool = state.finished and JobState.CANCELLED.finished
+    await batch.wait(timeout=timedelta(seconds=5))
+    await batch.progress()  # type: ignore[attr-defined]
+    await app.batch([count_words.call("a")], _chain=True)  # type: ignore[call-arg]
 
     # chains: the second step's first parameter takes the first step's result
     chain: Chain[str] = double.call(2).then(label, "kg")

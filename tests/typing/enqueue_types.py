@@ -7,7 +7,9 @@ The file name does not start with ``test_`` so pytest never collects it.
 
 from __future__ import annotations
 
-from aioqueue import App, Job, Queue
+from datetime import timedelta
+
+from aioqueue import App, ErrorInfo, Job, JobInfo, JobState, Queue
 
 
 async def check(app: App, queue: Queue) -> None:
@@ -32,6 +34,13 @@ async def check(app: App, queue: Queue) -> None:
     delayed: Job[int] = await add.options(delay=5, priority=3).enqueue(1)
     many: list[Job[str]] = await greet.enqueue_many([{"name": "a"}, (("b",), {"loud": True})])
     anything: Job[object] = await queue.enqueue("by.name", [1], {"k": 2})
+    soon: int = await (await add.options(delay=timedelta(seconds=5)).enqueue(1)).result(
+        timeout=timedelta(minutes=1)
+    )
+    state: JobState = await x.state()
+    info: JobInfo = await x.info()
+    same_state: JobState = info.state
+    error: ErrorInfo | None = info.error
 
     # misuses the type checker must refuse
     await add.enqueue("1", 2)  # type: ignore[arg-type]
@@ -45,3 +54,5 @@ async def check(app: App, queue: Queue) -> None:
     await add.enqueue(1, delay=5)  # type: ignore[call-arg]
     wrong: Job[str] = await add.enqueue(1)  # type: ignore[assignment]
     bad: str = await x.result()  # type: ignore[assignment]
+    await x.status()  # type: ignore[attr-defined]
+    await x.result(timeout="5")  # type: ignore[arg-type]
