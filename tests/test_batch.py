@@ -44,16 +44,11 @@ from aioqueue._embedded import EmbeddedServer
 from aioqueue._scripts import SCRIPTS
 
 from .batchapp import BatchTasks, Keys, register
-from .helpers import wait_until
-from .store_checks import (
-    ReplyDropProxy,
-    check_invariants,
-    clients_named,
-    open_app,
-    server_ms,
-    text,
-    unique_prefix,
-)
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.proxy import ReplyDropProxy
+from .support.server import clients_named, server_ms, text
+from .support.waiting import wait_until
 
 OTHER = "other"  # the queue of ``work_other``
 
