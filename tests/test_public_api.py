@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import re
 from types import ModuleType
 
@@ -58,3 +59,17 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
     assert issubclass(aioqueue.ConnectionError, OSError)
     assert issubclass(aioqueue.ResultTimeout, TimeoutError)
     assert issubclass(aioqueue.PayloadTooLarge, aioqueue.SerializationError)
+
+
+def test_the_testing_kit_lists_its_public_names() -> None:
+    import aioqueue.testing as testing
+
+    assert testing.__all__ == sorted(testing.__all__)
+    namespace: dict[str, object] = {}
+    exec("from aioqueue.testing import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(testing.__all__)
+    for name in testing.__all__:
+        value = getattr(testing, name)
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert value.__module__ == "aioqueue.testing", name  # defined there, not imported
+    assert {"RunSummary", "run_until_empty", "unique_prefix"} <= set(testing.__all__)

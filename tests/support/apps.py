@@ -7,14 +7,9 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
 
 from aioqueue import App, Backoff
-
-
-def unique_prefix() -> str:
-    """A key prefix no other test uses."""
-    return f"t{uuid4().hex[:12]}"
+from aioqueue.testing import unique_prefix as unique_prefix  # re-exported for the tests
 
 
 @contextlib.asynccontextmanager
