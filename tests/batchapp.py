@@ -3,7 +3,7 @@
     python -m aioqueue worker tests.batchapp:app --url URL ...
 
 Configured by environment variables, read at import (worker processes only; the same as
-``tests.workerapp``'s, set by ``tests.worker_helpers.WorkerProcesses``):
+``tests.workerapp``'s, set by ``tests.support.processes.WorkerProcesses``):
 
 - ``AIOQUEUE_REDIS_URL``: the server (the CLI's ``--url`` overrides it);
 - ``AIOQUEUE_TEST_PREFIX``: the key prefix (each test uses its own);
@@ -24,7 +24,7 @@ from typing import Any
 
 from aioqueue import App, Task, current_job
 
-from .helpers import app_from_env
+from .support.apps import app_from_env
 
 
 @dataclass(frozen=True, slots=True)

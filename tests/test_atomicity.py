@@ -19,16 +19,11 @@ import aioqueue
 from aioqueue import App, JobNotFound, JobState, LeaseLost, Queue, Reservation
 from aioqueue._scripts import SCRIPTS
 
-from .helpers import wait_until
-from .store_checks import (
-    ReplyDropProxy,
-    check_invariants,
-    clients_named,
-    open_app,
-    server_ms,
-    text,
-    unique_prefix,
-)
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.proxy import ReplyDropProxy
+from .support.server import clients_named, server_ms, text
+from .support.waiting import wait_until
 
 
 async def server_past(redis: Redis, ms: int) -> bool:

@@ -45,16 +45,11 @@ from aioqueue._embedded import EmbeddedServer
 from aioqueue._scripts import SCRIPTS
 
 from .batchapp import BatchTasks, Keys, register
-from .helpers import wait_until
-from .store_checks import (
-    ReplyDropProxy,
-    check_invariants,
-    clients_named,
-    open_app,
-    server_ms,
-    text,
-    unique_prefix,
-)
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.proxy import ReplyDropProxy
+from .support.server import clients_named, server_ms, text
+from .support.waiting import wait_until
 
 OTHER = "other"  # the queue of ``work_other``
 
@@ -992,23 +987,33 @@ async def test_many_foreign_outcomes_are_forwarded_promptly(redis_url: str, redi
     assert info.done == n
 
 
-# ---------------------------------------------------------------------------- known bugs
+# ---------------------------------------------------------------------------- NOSCRIPT
 async def test_first_batch_on_a_server_that_does_not_know_the_batch_script(
     quiet_server: EmbeddedServer,
 ) -> None:
+    """A server that lost its scripts after the App loaded them (a restart, SCRIPT FLUSH)
+    and has since learnt enqueue.lua but not batch.lua: the batch's pipelined calls meet
+    NOSCRIPT, and the batch still opens, takes its sub-job and is sealed, in that order."""
     observer = Redis.from_url(quiet_server.url, socket_timeout=None)
+    batch_sha = SCRIPTS["batch"].sha
     try:
-        await observer.script_flush()
         async with open_app(quiet_server.url) as app:
             t = register(app)
-            await t.work.enqueue(0)  # the server now knows enqueue.lua, not batch.lua
+            assert await observer.script_exists(batch_sha) == [True]  # the App loaded it
+            await observer.script_flush()
+            await t.work.enqueue(0)  # meets NOSCRIPT: the server now knows enqueue.lua only
+            assert await observer.script_exists(SCRIPTS["enqueue"].sha, batch_sha) == [
+                True,
+                False,
+            ]
             batch = await app.batch([t.work.call(1)], on_complete=t.collect.call())
+            assert await observer.script_exists(batch_sha) == [True]  # reloaded by the call
             info = await batch.info()
             assert (info.total, info.sealed, info.state) == (1, True, BatchState.OPEN)
             assert batch.callback is not None
             assert await batch.callback.state() is JobState.WAITING
+            await check_invariants(observer, app.queue().keys)
     finally:
-        await load_scripts(observer)
         await observer.aclose()
 
 

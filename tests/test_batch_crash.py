@@ -18,9 +18,10 @@ from aioqueue import App, Batch, BatchState, JobState
 from aioqueue._scripts import SCRIPTS
 
 from .batchapp import BatchTasks, register
-from .helpers import wait_until
-from .store_checks import check_invariants, text
-from .worker_helpers import WorkerProcesses
+from .support.invariants import check_invariants
+from .support.processes import WorkerProcesses
+from .support.server import text
+from .support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LEASE = 1.0  # seconds: a dead worker's jobs come back about this long after it died

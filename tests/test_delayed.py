@@ -11,8 +11,10 @@ from redis.asyncio import Redis
 
 from aioqueue import App, JobState, Queue
 
-from .helpers import wait_until
-from .store_checks import blocked_in, check_invariants, open_app, server_ms, unique_prefix
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.server import blocked_in, server_ms
+from .support.waiting import wait_until
 
 LEASE_MS = 60_000  # long: a lease deadline minus this is the claim's server time
 # "promptly after due": the server times out blocked clients to the millisecond; the margin is

@@ -26,7 +26,9 @@ from aioqueue import (
 from aioqueue._embedded import EmbeddedServer
 from aioqueue._task import _Signature
 
-from .store_checks import check_invariants, open_app, server_ms, text, unique_prefix
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.server import server_ms, text
 
 
 async def stored_keys(redis: Redis, app: App) -> list[str]:

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 from aioqueue import App
 from aioqueue._embedded import EmbeddedServer
 
-from .helpers import wait_until
+from .support.waiting import wait_until
 
 
 async def test_redis_fixture_reaches_the_shared_server(redis: Redis, redis_url: str) -> None:

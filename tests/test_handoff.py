@@ -17,9 +17,11 @@ from redis.asyncio import Redis
 from aioqueue import App, Worker
 from aioqueue._scripts import QueueScripts
 
-from .helpers import wait_until
-from .store_checks import check_invariants, open_app, server_ms, text
-from .worker_helpers import blocked_in, instrument
+from .support.apps import open_app
+from .support.instrumented import instrument
+from .support.invariants import check_invariants
+from .support.server import blocked_in, server_ms, text
+from .support.waiting import wait_until
 
 LEASE_MS = 60_000
 DEAD_TTL_MS = 3_600_000

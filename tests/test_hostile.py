@@ -36,8 +36,10 @@ from aioqueue import (
 )
 from aioqueue._keys import QueueKeys
 
-from .helpers import wait_until
-from .store_checks import check_invariants, server_ms, text, unique_prefix
+from .support.apps import unique_prefix
+from .support.invariants import check_invariants
+from .support.server import server_ms, text
+from .support.waiting import wait_until
 
 FINISHED = ("completed", "failed", "cancelled")
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -52,8 +52,10 @@ from aioqueue import App, JobNotFound, LeaseLost, Reservation
 from aioqueue._embedded import EmbeddedServer
 from aioqueue._keys import QueueKeys
 
-from .helpers import wait_until
-from .store_checks import check_invariants, server_ms, text, unique_prefix
+from .support.apps import unique_prefix
+from .support.invariants import check_invariants
+from .support.server import server_ms, text
+from .support.waiting import wait_until
 
 T = TypeVar("T")
 

@@ -125,3 +125,17 @@ def test_no_public_callable_takes_a_private_keyword() -> None:
     for where, fn in public_callables():
         private = [p for p in inspect.signature(fn).parameters if p.startswith("_")]
         assert not private, f"{where} takes {private}"
+
+
+def test_the_testing_kit_lists_its_public_names() -> None:
+    import aioqueue.testing as testing
+
+    assert testing.__all__ == sorted(testing.__all__)
+    namespace: dict[str, object] = {}
+    exec("from aioqueue.testing import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(testing.__all__)
+    for name in testing.__all__:
+        value = getattr(testing, name)
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert value.__module__ == "aioqueue.testing", name  # defined there, not imported
+    assert {"RunSummary", "run_until_empty", "unique_prefix"} <= set(testing.__all__)

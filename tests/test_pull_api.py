@@ -26,15 +26,10 @@ from aioqueue import (
 )
 from aioqueue._embedded import EmbeddedServer
 
-from .helpers import wait_until
-from .store_checks import (
-    blocked_in,
-    check_invariants,
-    clients_named,
-    open_app,
-    server_ms,
-    unique_prefix,
-)
+from .support.apps import open_app, unique_prefix
+from .support.invariants import check_invariants
+from .support.server import blocked_in, clients_named, server_ms
+from .support.waiting import wait_until
 
 
 async def lease_deadline(redis: Redis, queue: Queue, job_id: str) -> int:

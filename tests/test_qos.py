@@ -21,9 +21,11 @@ from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, JobState, Queue, Reservation, Task, Worker
 
-from .helpers import wait_until
-from .store_checks import blocked_in, check_invariants, clients_named, open_app, server_ms
-from .worker_helpers import Gate, instrument, stopping
+from .support.apps import open_app
+from .support.instrumented import Gate, instrument, stopping
+from .support.invariants import check_invariants
+from .support.server import blocked_in, clients_named, server_ms
+from .support.waiting import wait_until
 
 Work = Task[[str, int], None]
 

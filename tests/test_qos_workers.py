@@ -28,9 +28,10 @@ from redis.asyncio import Redis
 from aioqueue import App, Queue, Task
 
 from . import qosapp
-from .helpers import wait_until
 from .qosapp import QosKeys
-from .store_checks import open_app, server_ms, text, unique_prefix
+from .support.apps import open_app, unique_prefix
+from .support.server import server_ms, text
+from .support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,10 @@ from aioqueue import App, JobState
 from aioqueue._embedded import EmbeddedServer
 from aioqueue._scripts import SCRIPTS
 
-from .helpers import wait_until
-from .store_checks import check_invariants, open_app, server_ms, text
+from .support.apps import open_app
+from .support.invariants import check_invariants
+from .support.server import server_ms, text
+from .support.waiting import wait_until
 
 LUA = resources.files("aioqueue").joinpath("lua")
 SCRIPT_FILES = sorted(

@@ -35,8 +35,9 @@ from aioqueue import (
 )
 from aioqueue._keys import QueueKeys
 
-from .helpers import wait_until
-from .store_checks import check_invariants, unique_prefix
+from .support.apps import unique_prefix
+from .support.invariants import check_invariants
+from .support.waiting import wait_until
 
 KEY = "k" * 16 + "-current-signing-key"
 OLD_KEY = "o" * 16 + "-previous-signing-key"

@@ -2,8 +2,9 @@
 cancellation safety (I4) at every await point of the job path.
 
 Real server, real Worker in this event loop. Cancellation points are reached with
-``worker_helpers.instrument``: the worker's own scripts, run for real against the server, held
-at a Gate just before (or just after) they run, so a test can cancel the worker exactly there.
+``support.instrumented.instrument``: the worker's own scripts, run for real against the server,
+held at a Gate just before (or just after) they run, so a test can cancel the worker exactly
+there.
 """
 
 from __future__ import annotations
@@ -35,16 +36,10 @@ from aioqueue import (
     current_job,
 )
 
-from .helpers import wait_until
-from .worker_helpers import (
-    Gate,
-    JobRecord,
-    blocked_in,
-    check_queue,
-    instrument,
-    server_ms,
-    stopping,
-)
+from .support.instrumented import Gate, instrument, stopping
+from .support.invariants import JobRecord, check_records
+from .support.server import blocked_in, server_ms
+from .support.waiting import wait_until
 
 MODES = ["cancel", "force"]  # cancel the task running Worker.run(), or Worker.stop(force=True)
 
@@ -461,7 +456,7 @@ async def test_claim_batching_drains_2000_jobs_exactly_once(app: App, redis: Red
     assert worker.completed == 2000
     assert (await stats(app))["completed"] == 2000
     assert sum(scripts.claimed) == 2000
-    states = Counter(r.state for r in (await check_queue(redis, app.queue().keys)).values())
+    states = Counter(r.state for r in (await check_records(redis, app.queue().keys)).values())
     assert states == {"completed": 2000}
     batches = [n for n in scripts.claimed if n]
     claims = scripts.calls["claim"] + scripts.calls["complete_claim"]
@@ -623,7 +618,7 @@ async def test_cancel_while_the_job_body_awaits(redis_url: str, redis: Redis, mo
         await wait_until(lambda: blocked_in(redis, name), what="the fetch loop to block")
         interrupt(worker, runner, mode)
         await stopped(runner, mode)
-        records = await check_queue(redis, app.queue().keys)
+        records = await check_records(redis, app.queue().keys)
         # back in the queue at once, and the interrupted attempt does not count
         assert records == {job.id: JobRecord("queued", 0, None)}
         finish.set()
@@ -662,7 +657,7 @@ async def test_cancel_while_a_failure_is_recorded(
         await wait_until(lambda: worker.running_jobs == 0, what="the job's task to be cancelled")
         gate.open()
         await stopped(runner, mode)
-        records = await check_queue(redis, app.queue().keys)
+        records = await check_records(redis, app.queue().keys)
         # the failure was recorded whole (a real failure spends its attempt): due for a retry
         assert records[job.id].state in ("scheduled", "queued")
         assert records[job.id].attempts == 1
@@ -717,7 +712,7 @@ async def test_cancel_while_acks_are_pending(
         await wait_until(lambda: ack_calls() >= 2, what="the other acks to be sent")
         gate.open()
         await stopped(runner, mode)
-        records = await check_queue(redis, app.queue().keys)
+        records = await check_records(redis, app.queue().keys)
         assert {r.state for r in records.values()} == {"completed"}
         assert set(records) == {j.id for j in jobs}
         assert (await stats(app))["completed"] == 20
@@ -756,7 +751,7 @@ async def test_stop_during_claim(app: App, redis: Redis, mode: str, after: bool)
     await wait_until(lambda: stopping(worker), what="shutdown to begin")
     gate.open()  # a claim still in flight may now finish
     await stopped(runner, mode)
-    records = await check_queue(redis, app.queue().keys)
+    records = await check_records(redis, app.queue().keys)
     if mode == "stop":
         # a graceful stop lets the claim finish and its jobs run, within the grace period
         assert records == {j.id: JobRecord("completed", 1, None) for j in jobs}
@@ -789,7 +784,7 @@ async def test_cancel_while_blocked_idle(redis_url: str, redis: Redis, mode: str
         job = await quick.enqueue()
         await drain(app)
         assert await job.result(timeout=1) == "ran"
-        records = await check_queue(redis, app.queue().keys)
+        records = await check_records(redis, app.queue().keys)
         assert records == {job.id: JobRecord("completed", 1, None)}
 
 

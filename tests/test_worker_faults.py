@@ -23,15 +23,10 @@ from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, EmbeddedServer, Worker, current_job
 
-from .helpers import wait_until
-from .worker_helpers import (
-    WorkerProcesses,
-    check_queue,
-    connections_named,
-    retrying,
-    server_ms,
-    side_effects,
-)
+from .support.invariants import check_records
+from .support.processes import WorkerProcesses, side_effects
+from .support.server import clients_named, retrying, server_ms
+from .support.waiting import wait_until
 
 
 def unique(label: str = "t") -> str:
@@ -105,7 +100,7 @@ async def test_server_closing_idle_connections_does_not_stall_the_worker(
 
             async def only_busy_left() -> bool:
                 # blocked (the idle worker's wait) and pub/sub connections are never timed out
-                conns = await connections_named(admin, name)
+                conns = await clients_named(admin, name)
                 return all("b" in c["flags"] or "P" in c["flags"] for c in conns)
 
             latencies = []
@@ -131,7 +126,7 @@ async def test_enqueue_after_the_server_closed_idle_connections(
         await app.queue().enqueue("anything")
         await admin.config_set("timeout", 1)
         await wait_until(
-            lambda: _none(connections_named(admin, name)), timeout=5, what="idle ones to close"
+            lambda: _none(clients_named(admin, name)), timeout=5, what="idle ones to close"
         )
         await app.queue().enqueue("anything")  # on a connection the server closed
         assert (await stats(admin, app))["enqueued"] == 2
@@ -183,7 +178,7 @@ async def test_killed_connections_lose_no_job_and_complete_none_twice(
         assert set(finished) == {j.id for j in jobs}
         assert duplicates <= kills
         assert counters["completed"] == n  # each completed exactly once in the store
-        records = await check_queue(admin, app.queue().keys)
+        records = await check_records(admin, app.queue().keys)
         assert Counter(r.state for r in records.values()) == {"completed": n}
 
 
@@ -256,7 +251,7 @@ async def test_restart_while_workers_run_jobs(
         assert counters["completed"] == n  # none completed twice in the store
         # a body re-runs only if its own side effect met the restart
         assert duplicates <= 2 * 20
-        records = await check_queue(admin, producer.queue().keys)
+        records = await check_records(admin, producer.queue().keys)
         assert Counter(r.state for r in records.values()) == {"completed": n}
         assert all(p.popen.poll() is None for p in procs)
 

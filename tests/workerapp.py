@@ -24,7 +24,7 @@ import time
 
 from aioqueue import current_job
 
-from .helpers import app_from_env
+from .support.apps import app_from_env
 
 app = app_from_env("aqtest")
 

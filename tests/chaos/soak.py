@@ -56,7 +56,8 @@ from aioqueue import AioQueueError, App, EmbeddedServer
 from aioqueue._keys import QueueKeys
 from aioqueue._scripts import SCRIPTS
 
-from ..store_checks import check_invariants, text
+from ..support.invariants import check_invariants
+from ..support.server import text
 from .chaosapp import POISON_EXIT, done_key, started_key
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,15 +1,12 @@
-"""Helpers shared by the test suite."""
+"""Waiting for a condition with a timeout: the suite's alternative to sleeping, then asserting."""
 
 from __future__ import annotations
 
 import inspect
-import os
 import time
 from collections.abc import Awaitable, Callable
 
 import anyio
-
-from aioqueue import App, Backoff
 
 
 async def wait_until(
@@ -42,19 +39,3 @@ async def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await anyio.sleep(interval)
-
-
-def app_from_env(default_prefix: str) -> App:
-    """The App of a test app that worker processes run (``tests.workerapp``,
-    ``tests.batchapp``), configured by the environment ``WorkerProcesses`` sets:
-    ``AIOQUEUE_TEST_PREFIX`` (key prefix), ``AIOQUEUE_TEST_LEASE`` (seconds, default 30) and
-    ``AIOQUEUE_TEST_NAME`` (client name of its connections, to find them in ``CLIENT LIST``).
-    Up to 10 attempts, and failures caused by the tests' own faults retry quickly."""
-    name = os.environ.get("AIOQUEUE_TEST_NAME")
-    return App(
-        prefix=os.environ.get("AIOQUEUE_TEST_PREFIX", default_prefix),
-        lease=float(os.environ.get("AIOQUEUE_TEST_LEASE", "30")),
-        max_attempts=10,
-        backoff=Backoff(base=0.05, factor=2.0, max=0.5, jitter=0.0),
-        redis_options={"client_name": name} if name else None,
-    )

@@ -1,0 +1,46 @@
+"""The server's view of things: its clock, its clients, its replies.
+
+- ``server_ms``: the server's clock, the one clock leases and due times are judged by (I6);
+- ``clients_named`` / ``blocked_in``: find an App's connections (``client_name``) in
+  ``CLIENT LIST``, to see that a consumer is blocked on the server rather than polling;
+- ``text``: a reply of the tests' raw clients (bytes) as a str;
+- ``retrying``: redis-py options for the tests' own raw clients in fault tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions as rexc
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+
+def text(value: object) -> str:
+    """A reply (bytes, as the fixtures' clients return) as a str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def server_ms(redis: Redis) -> int:
+    """The server's clock in epoch milliseconds, computed the way the scripts compute it."""
+    sec, usec = await redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def clients_named(redis: Redis, name: str) -> list[dict[str, str]]:
+    """The server's view (``CLIENT LIST``) of the connections called ``name``."""
+    return [c for c in await redis.client_list() if c.get("name") == name]
+
+
+async def blocked_in(redis: Redis, name: str, command: str = "") -> bool:
+    """Whether a connection called ``name`` is blocked on the server in ``command`` (default:
+    in an idle wait, a worker's BLMPOP or a pull-API consumer's BLPOP)."""
+    commands = (command,) if command else ("blpop", "blmpop")
+    return any("b" in c["flags"] and c["cmd"] in commands for c in await clients_named(redis, name))
+
+
+def retrying() -> dict[str, Any]:
+    """redis-py options for the tests' own raw clients in fault tests (Apps retry by
+    themselves): retry a command on a fresh connection after the server closed one."""
+    return {"retry": Retry(NoBackoff(), 2), "retry_on_error": [rexc.ConnectionError]}
