@@ -143,7 +143,7 @@ async def check_invariants(
         else:
             assert found is None, f"{state} job {job_id} is still in {found}"
         # an active job always holds a lease token; the last token stays after it leaves
-        # active, so that an ack resent after a lost reply is recognised (lua/_lib.lua)
+        # active, so that an ack resent after a lost reply is recognised (lua/lib/core.lua)
         if state == "active":
             assert lease is not None, f"active job {job_id} has no lease token"
     # jobs handed to a parked worker (7 values each, as claim replies) hold its current lease
