@@ -16,7 +16,9 @@ end
 local rec = recover(now, limit, dead_ttl)
 local pro = promote(now, limit)
 if pro > 0 then wake() end
-drop_stale_parking(now)
+-- parking registrations that ran out (workers that died parked)
+local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
+if #stale > 0 then unregister(unpack(stale)) end
 local trimmed = 0
 if dead_ttl > 0 then trimmed = redis.call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}

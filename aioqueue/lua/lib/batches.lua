@@ -27,20 +27,19 @@ local function batch_add(bid, member)
   return 1
 end
 
-local BATCH_KEYS = {':all', ':seen', ':res', ':err'}
-
 -- a batch that ended keeps its record and collected results for its retention (ms; 0 forever)
 local function expire_batch(bk, ttl)
   if ttl > 0 then
     redis.call('PEXPIRE', bk, ttl)
-    for _, s in ipairs(BATCH_KEYS) do redis.call('PEXPIRE', bk .. s, ttl) end
+    for _, s in ipairs({':all', ':seen', ':res', ':err'}) do redis.call('PEXPIRE', bk .. s, ttl) end
   end
 end
 
 -- fire the batch once every sub-job has an outcome and no more can be added
 local function batch_maybe_finish(bid, now)
   local bk = batch_key(bid)
-  local b = redis.call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp', 'ttl', 'lim')
+  local b = redis.call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp',
+    'ttl', 'lim')
   if b[1] ~= 'open' or b[5] ~= '1' then return end
   local total, done, failed = tonumber(b[2]) or 0, tonumber(b[3]) or 0, tonumber(b[4]) or 0
   if done + failed < total then return end

@@ -12,15 +12,14 @@ local function to_dead(id, jk, now, err, dead_ttl)
   batch_outcome(id, jk, false, err, now)
 end
 
-local STATES = {waiting = true, scheduled = true, queued = true, active = true,
-  completed = true, failed = true, cancelled = true}
-
--- a record whose state was garbled is kept as a dead letter with the reason, never dropped
+-- a record whose state was garbled (none of the states a job can have) is kept as a dead
+-- letter with the reason, never dropped; returns true if it was
 local function dead_if_corrupt(id, jk, state, now, dead_ttl)
-  if state and not STATES[state] then
-    to_dead(id, jk, now, cjson.encode({type = 'CorruptState',
-      message = 'the job record had an unknown state: ' .. tostring(state)}), dead_ttl)
-    return true
+  if not state or state == 'queued' or state == 'active' or state == 'scheduled'
+    or state == 'waiting' or state == 'completed' or state == 'failed' or state == 'cancelled' then
+    return false
   end
-  return false
+  to_dead(id, jk, now, cjson.encode({type = 'CorruptState',
+    message = 'the job record had an unknown state: ' .. tostring(state)}), dead_ttl)
+  return true
 end

@@ -18,16 +18,6 @@
 -- priority p is stored with score (-p * 2^44 + seq): higher first, FIFO within a level
 local PRIO_SPAN = 17592186044416
 
--- a job's priority, as claim orders by it: a finite integer in MIN_PRIORITY..MAX_PRIORITY
-local function prio_of(v)
-  return math.max(MIN_PRIORITY, math.min(MAX_PRIORITY, math.floor(num(v, 0))))
-end
-
--- the concurrency limit of a group (nil: none)
-local function group_limit(g)
-  return tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g) or redis.call('HGET', K_QCONF, 'glimit'))
-end
-
 -- a lane that joins the ring takes the last turn: it waits at most one job per lane already
 -- there, and a lane that empties and refills at once cannot jump ahead of waiting backlogs
 local function join_ring(g)
@@ -45,14 +35,17 @@ local function activate(g)
   if redis.call('ZCARD', lane_key(g)) == 0 then return end
   if redis.call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
   if redis.call('ZSCORE', K_GWAIT, g) then return end
-  local limit = group_limit(g)
+  -- its concurrency limit, or the queue's default one (nil: none)
+  local limit = tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g)
+    or redis.call('HGET', K_QCONF, 'glimit'))
   if limit and (tonumber(redis.call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
   join_ring(g)
 end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
 local function push_ready(id, pr, front, g)
-  pr = prio_of(pr)
+  -- its priority as claim orders by it: a finite integer in MIN_PRIORITY..MAX_PRIORITY
+  pr = math.max(MIN_PRIORITY, math.min(MAX_PRIORITY, math.floor(num(pr, 0))))
   local seq = 0
   if not g or g == '' then
     if pr == 0 then

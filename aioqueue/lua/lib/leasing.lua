@@ -1,6 +1,6 @@
 --[[ leasing: do_claim, the one claim path (claim.lua describes the order and the reply), in
-  named steps: the queue's terms (pause, rate); then turn after turn of the ring, a lane's
-  terms (its group's pause, limit and rate), taking its next jobs, leasing them, and ending its
+  named steps: the queue's terms (pause, rate); then turn after turn of the ring, a group's
+  terms (its pause, limit and rate), taking the lane's next jobs, leasing them, and ending its
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Needs: core, lanes (the ring, has_ready), deadletter (dead_if_corrupt), maintenance
@@ -11,7 +11,8 @@
 -- (when that window ends if it is used up, else -1) and the groups' defaults (glimit, grate_n,
 -- grate_ms)
 local function queue_terms(want, now)
-  local q = redis.call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n', 'grate_ms')
+  local q = redis.call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
+    'grate_ms')
   local qt = {paused = q[1], rate_wake = -1,
     glimit = num(q[4], nil), grate_n = num(q[5], nil), grate_ms = num(q[6], nil)}
   if q[1] then want = 0 end
@@ -30,46 +31,41 @@ local function queue_terms(want, now)
   return want, qt
 end
 
--- lane g's terms for one turn, written to t (one table, reused turn after turn): blocked (its
--- group is paused, at its concurrency limit or out of rate; then wait_until: when its rate
--- window ends), limit and active (its concurrency), its rate window (rate_key, rate_n,
--- rate_ms, rate_used); returns room cut to what the limit and the rate allow. The default
--- lane ('') has none of these.
-local function lane_terms(t, g, room, now, qt)
-  t.blocked, t.wait_until, t.limit, t.active = false, nil, nil, 0
-  t.rate_key, t.rate_n, t.rate_ms, t.rate_used = nil, nil, nil, 0
-  if g == '' then return room end
+-- group g's terms for one turn: room, cut to what its concurrency limit and rate allow;
+-- blocked when it is paused, at its limit or out of rate (wait_until: when its rate window
+-- ends, nil otherwise); and, when it has a limit or a rate, what end_turn charges the jobs
+-- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither)
+local function group_terms(g, room, now, qt)
   -- every setting of the group in one read
   local gc = redis.call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
     'rate_ms:' .. g)
-  if gc[1] then
-    t.blocked = true
-    return room
-  end
+  if gc[1] then return room, true, nil, nil end
+  local blocked, wait_until = false, nil
   local limit = num(gc[2], qt.glimit)
-  t.limit = limit
   if limit then
-    t.active = num(redis.call('HGET', K_GACTIVE, g), 0)
-    if t.active >= limit then
-      t.blocked = true
-    elseif limit - t.active < room then
-      room = limit - t.active
+    local active = num(redis.call('HGET', K_GACTIVE, g), 0)
+    if active >= limit then
+      blocked = true
+    elseif limit - active < room then
+      room = limit - active
     end
   end
   local rate_n, rate_ms = num(gc[3], qt.grate_n), num(gc[4], qt.grate_ms)
   if not (rate_ms and rate_ms > 0) then rate_n = nil end  -- a garbled rate is no rate
-  t.rate_n, t.rate_ms = rate_n, rate_ms
-  if rate_n and not t.blocked then
+  local rate_key = nil
+  if rate_n and not blocked then
     local window = math.floor(now / rate_ms)
-    t.rate_key = BASE .. 'grate:' .. g .. ':' .. window
-    t.rate_used = tonumber(redis.call('GET', t.rate_key)) or 0
-    if t.rate_used >= rate_n then
-      t.blocked, t.wait_until = true, (window + 1) * rate_ms
-    elseif rate_n - t.rate_used < room then
-      room = rate_n - t.rate_used
+    rate_key = BASE .. 'grate:' .. g .. ':' .. window
+    local used = tonumber(redis.call('GET', rate_key)) or 0
+    if used >= rate_n then
+      blocked, wait_until = true, (window + 1) * rate_ms
+    elseif rate_n - used < room then
+      room = rate_n - used
     end
   end
-  return room
+  if not limit and not rate_key then return room, blocked, wait_until, nil end
+  return room, blocked, wait_until, {limit = limit, rate_key = rate_key, rate_n = rate_n,
+    rate_ms = rate_ms}
 end
 
 -- take up to room jobs off lane g, highest priority first (their ids: not leased yet), and
@@ -137,35 +133,38 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
   return taken
 end
 
--- end lane g's turn, in which taken jobs were leased: charge them to its group's concurrency
--- and rate window, then give the lane its next turn: the back of the ring, or out of it when
--- it is empty or blocked (parked until what blocks it is lifted; in gwait until its rate window
--- ends). Returns true when it stays in the ring
-local function end_turn(t, g, taken, drained, now)
+-- end lane g's turn, in which taken jobs were leased: charge them to its group (its active
+-- count, and lim from group_terms: its limit and rate window), then give the lane its next
+-- turn: the back of the ring, or out of it when it is empty or blocked (parked until what
+-- blocks it is lifted; in gwait until its rate window ends). Returns true when it stays in
+-- the ring
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
+  local empty
   if g == '' then
-    if drained or (redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0) then
-      redis.call('ZREM', K_RING, g)
-      return false
-    end
+    empty = drained or (redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0)
   else
+    -- with nothing taken, the limit and the rate still allow more (or blocked is set)
     if taken > 0 then
-      t.active = redis.call('HINCRBY', K_GACTIVE, g, taken)
-      if t.rate_key then
-        t.rate_used = redis.call('INCRBY', t.rate_key, taken)
-        redis.call('PEXPIRE', t.rate_key, 2 * t.rate_ms)
+      local active = redis.call('HINCRBY', K_GACTIVE, g, taken)
+      if lim then
+        local used = 0
+        if lim.rate_key then
+          used = redis.call('INCRBY', lim.rate_key, taken)
+          redis.call('PEXPIRE', lim.rate_key, 2 * lim.rate_ms)
+        end
+        if lim.limit and active >= lim.limit then
+          blocked = true
+        elseif lim.rate_key and used >= lim.rate_n then
+          blocked, wait_until = true, (math.floor(now / lim.rate_ms) + 1) * lim.rate_ms
+        end
       end
     end
-    local empty = redis.call('EXISTS', lane_key(g)) == 0
-    local blocked, wait_until = t.blocked, t.wait_until
-    if not blocked and t.limit and t.active >= t.limit then blocked = true end
-    if not blocked and t.rate_key and t.rate_used >= t.rate_n then
-      blocked, wait_until = true, (math.floor(now / t.rate_ms) + 1) * t.rate_ms
-    end
-    if empty or blocked then
-      redis.call('ZREM', K_RING, g)
-      if wait_until and not empty then redis.call('ZADD', K_GWAIT, wait_until, g) end
-      return false
-    end
+    empty = redis.call('EXISTS', lane_key(g)) == 0
+  end
+  if empty or blocked then
+    redis.call('ZREM', K_RING, g)
+    if wait_until and not empty then redis.call('ZADD', K_GWAIT, wait_until, g) end
+    return false
   end
   redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
   return true
@@ -178,20 +177,20 @@ end
 local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
   local taken_total = 0
   local guard = 2 * want + 100
-  local t = {}
   while taken_total < want and guard > 0 do
     local head = redis.call('ZRANGE', K_RING, 0, 0)
     if #head == 0 then break end
     local g = head[1]
     local room = want - taken_total
     if room > 1 and redis.call('ZCARD', K_RING) > 1 then room = 1 end
-    room = lane_terms(t, g, room, now, qt)
+    local blocked, wait_until, lim = false, nil, nil
+    if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt) end
     local got, drained = nil, false
-    if not t.blocked then got, drained = take(g, room) end
+    if not blocked then got, drained = take(g, room) end
     local taken = 0
     if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs) end
     taken_total = taken_total + taken
-    if end_turn(t, g, taken, drained, now) then guard = guard - 1 end
+    if end_turn(g, taken, drained, blocked, wait_until, lim, now) then guard = guard - 1 end
   end
   return taken_total
 end

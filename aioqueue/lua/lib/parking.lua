@@ -4,7 +4,7 @@
   base.."hand:"..wid and the wake list at once. Its next claim (claim_for) takes back its
   registration and whatever was handed to it meanwhile (see handoff). A worker that dies
   parked holds what it was handed only until the leases run out (recover brings the jobs back)
-  and its registration ends by itself (reap: drop_stale_parking).
+  and its registration ends by itself (reap drops it).
   Needs: core. ]]
 
 local K_IDLE, K_IDLEW = BASE .. 'idle', BASE .. 'idlew'
@@ -34,10 +34,4 @@ local function unpark(wid, out)
   redis.call('DEL', hk)
   for _, v in ipairs(held) do out[#out + 1] = v end
   return #held / CLAIMED_JOB_VALUES
-end
-
--- registrations that ran out (workers that died parked), for reap
-local function drop_stale_parking(now)
-  local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
-  if #stale > 0 then unregister(unpack(stale)) end
 end
