@@ -3,7 +3,7 @@
 A batch lives on a home queue (its callback's queue, else the one named, else the App's
 default). Sub-jobs may be on any queues; each one's final outcome (completed, dead-lettered,
 cancelled) is counted into the batch exactly once by the script that finishes it, or, for a
-sub-job on another queue, handed over through that queue's outbox (see lua/_lib.lua). When the
+sub-job on another queue, handed over through that queue's outbox (lua/lib/batches.lua). When the
 batch is sealed and every sub-job has an outcome, the callback job is released exactly once.
 """
 

@@ -20,7 +20,7 @@ slot::
     <prefix>:{<queue>}:hand:<wid>   LIST   jobs leased to a parked worker by enqueue, 7 values
                                            each as in claim's reply (expires with the lease)
 
-Quality of service (see lua/_lib.lua for how claim uses them)::
+Quality of service (see lua/lib/lanes.lua and lua/lib/leasing.lua for how claim uses them)::
 
     <prefix>:{<queue>}:qconf        HASH   queue settings: paused, rate limit, group defaults
     <prefix>:{<queue>}:ring         ZSET   lanes that can be served now ('' = no group), by turn
@@ -31,7 +31,7 @@ Quality of service (see lua/_lib.lua for how claim uses them)::
     <prefix>:{<queue>}:qrate:<w>    STRING jobs started in queue rate window w (expires)
     <prefix>:{<queue>}:grate:<g>:<w> STRING jobs of group g started in its rate window w
 
-Fan-out / fan-in (see lua/_lib.lua)::
+Fan-out / fan-in (see lua/lib/batches.lua)::
 
     <prefix>:{<queue>}:batch:<id>   HASH   a batch homed on this queue (+ :all :seen :res :err)
     <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on

@@ -17,6 +17,7 @@ import redis.exceptions as rexc
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobState, raise_for_outcome
 from ._keys import QueueKeys, check_name
+from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
 from ._scripts import (
     CANCEL_REQUESTED,
     Claimed,
@@ -65,10 +66,6 @@ def error_record(app: App, error: BaseException | str, *, with_traceback: bool =
     else:
         rec = {"type": "Error", "message": str(error), "traceback": None}
     return app.json.dumps(rec)
-
-
-# the most jobs one claim leases (lua/_lib.lua MAX_BATCH)
-MAX_CLAIM = 1000
 
 
 class Queue:
@@ -318,7 +315,9 @@ class Queue:
         deadline = None if wait_s is None else loop.time() + wait_s
         woken = False
         while True:
-            res = await self._scripts.claim(min(n, MAX_CLAIM), lease_ms, self.app.dead_ttl_ms)
+            res = await self._scripts.claim(
+                min(n, MAX_JOBS_PER_CALL), lease_ms, self.app.dead_ttl_ms
+            )
             out = []
             for c in res.jobs:
                 r = await self._decode(c)
@@ -358,7 +357,7 @@ class Queue:
             async with asyncio.timeout(seconds + self.app.socket_timeout / 2):
                 res = await self.app.redis.execute_command(  # type: ignore[no-untyped-call]
                     "BLMPOP", max(seconds, 0.001), 2, hand, self.keys.wake,
-                    "LEFT", "COUNT", 7 * MAX_CLAIM,
+                    "LEFT", "COUNT", CLAIMED_JOB_VALUES * MAX_JOBS_PER_CALL,
                 )  # fmt: skip
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise wrap_redis_error(exc) from exc
@@ -467,11 +466,11 @@ class Queue:
         from ._batch import forward_outbox
 
         rec = pro = trimmed = 0
-        while True:  # the script moves at most 1,000 jobs per step
-            r, p, t = await self._scripts.reap(min(limit, 1000), self.app.dead_ttl_ms)
+        while True:  # the script moves at most MAX_JOBS_PER_CALL jobs per step
+            r, p, t = await self._scripts.reap(min(limit, MAX_JOBS_PER_CALL), self.app.dead_ttl_ms)
             rec, pro, trimmed = rec + r, pro + p, trimmed + t
             limit -= max(r, p)
-            if limit <= 0 or max(r, p) < 1000:
+            if limit <= 0 or max(r, p) < MAX_JOBS_PER_CALL:
                 break
         forwarded = await forward_outbox(self, limit)
         return {

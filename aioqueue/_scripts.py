@@ -1,8 +1,9 @@
 """The Lua scripts: loaded from ``lua/*.lua``, run with EVALSHA, one typed method each.
 
-Each script file starts with a header listing its KEYS, ARGV and return codes; ``lua/_lib.lua`` is
-prepended to every script. Scripts are run with EVALSHA and reloaded transparently after a
-``SCRIPT FLUSH`` or a failover to a server that has not seen them (NOSCRIPT).
+Each script file starts with a header listing its KEYS, ARGV and return codes; the parts of the
+library in ``lua/lib/`` that it needs are prepended to it (``LIB``, ``SCRIPTS``). Scripts are run
+with EVALSHA and reloaded transparently after a ``SCRIPT FLUSH`` or a failover to a server that
+has not seen them (NOSCRIPT).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import redis.exceptions as rexc
 
 from ._exceptions import JobNotFound, LeaseLost, ServerUnavailable
 from ._keys import QueueKeys
+from ._limits import CLAIMED_JOB_VALUES
 
 #: return codes shared by the fenced scripts
 OK: Final = 1
@@ -35,34 +37,62 @@ def check_code(code: int, job_id: str) -> None:
         raise LeaseLost(job_id)
 
 
+#: The Lua library, lua/lib/<part>.lua, in the order its parts are prepended to a script; each
+#: part uses only parts before it (its header says which).
+LIB: Final = (
+    "core",
+    "lanes",
+    "batches",
+    "deadletter",
+    "acks",
+    "maintenance",
+    "parking",
+    "leasing",
+    "handoff",
+)
+
+
+def _lua(path: str) -> str:
+    return resources.files("aioqueue").joinpath(f"lua/{path}.lua").read_text("utf-8")
+
+
+_LIB: Final = {part: _lua(f"lib/{part}") for part in LIB}
+
+
 class Script:
-    """One Lua script: its source (with the shared library prepended) and its SHA1."""
+    """One Lua script: its source (the library parts it needs, in ``LIB`` order, then its own
+    file) and its SHA1."""
 
-    __slots__ = ("name", "sha", "source")
+    __slots__ = ("name", "parts", "sha", "source")
 
-    def __init__(self, name: str, lib: str) -> None:
-        body = resources.files("aioqueue").joinpath(f"lua/{name}.lua").read_text("utf-8")
+    def __init__(self, name: str, parts: str) -> None:
+        needs = parts.split()
+        if unknown := set(needs) - set(LIB):
+            raise ValueError(f"{name}: no library parts {sorted(unknown)}")
         self.name = name
-        self.source = f"{lib}\n{body}"
+        self.parts = tuple(part for part in LIB if part in needs)
+        self.source = "\n".join([*(_LIB[part] for part in self.parts), _lua(name)])
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
 
-_LIB = resources.files("aioqueue").joinpath("lua/_lib.lua").read_text("utf-8")
+#: every script, with the library parts it needs: only those, as each part prepended costs
+#: every call of the script the definition of that part's functions (tests/test_scripts.py
+#: checks that these are exactly the parts each script uses)
 SCRIPTS: Final = {
-    name: Script(name, _LIB)
-    for name in (
-        "enqueue",
-        "claim",
-        "complete",
-        "complete_claim",
-        "fail",
-        "release",
-        "extend",
-        "watch",
-        "reap",
-        "configure",
-        "batch",
-        "cancel",
+    name: Script(name, parts)
+    for name, parts in (
+        ("enqueue", "core lanes batches deadletter maintenance parking leasing handoff"),
+        ("claim", "core lanes batches deadletter maintenance parking leasing"),
+        ("complete", "core lanes batches acks"),
+        ("complete_claim", "core lanes batches deadletter acks maintenance parking leasing"),
+        ("fail", "core lanes batches deadletter acks"),
+        ("release", "core lanes batches deadletter acks"),
+        ("extend", "core"),
+        ("watch", "core"),
+        ("reap", "core lanes batches deadletter maintenance parking"),
+        ("configure", "core lanes"),
+        ("batch", "core lanes batches"),
+        ("cancel", "core lanes batches"),
     )
 }
 
@@ -393,8 +423,8 @@ def parse_claim(res: list[Any]) -> ClaimResult:
 
 
 def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
-    """Leased jobs, 7 values each from ``first`` on, as claim replies them and enqueue hands
-    them to a parked worker (integers then arrive as bytes, from a list)."""
+    """Leased jobs, ``CLAIMED_JOB_VALUES`` values each from ``first`` on, as claim replies them
+    and enqueue hands them to a parked worker (integers then arrive as bytes, from a list)."""
     return [
         Claimed(
             values[i].decode(),
@@ -405,5 +435,5 @@ def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
             values[i + 5],
             int(values[i + 6]),
         )
-        for i in range(first, len(values), 7)
+        for i in range(first, len(values), CLAIMED_JOB_VALUES)
     ]

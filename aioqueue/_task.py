@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._keys import check_name
+from ._limits import MAX_PRIORITY, MIN_PRIORITY
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-MIN_PRIORITY = -100
-MAX_PRIORITY = 100
 
 
 @dataclass(frozen=True, slots=True)

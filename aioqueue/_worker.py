@@ -37,6 +37,7 @@ from ._app import App
 from ._batch import Batch, forward_outbox
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
+from ._limits import MAX_JOBS_PER_CALL
 from ._queue import Queue, error_record
 from ._scripts import CANCEL_REQUESTED, Claimed, ClaimResult, QueueScripts
 from ._task import check_int
@@ -675,7 +676,7 @@ class Worker:
         while not self._finished:
             for qs in self._queues:
                 try:
-                    await qs.scripts.reap(1000, self.app.dead_ttl_ms, lock_ms)
+                    await qs.scripts.reap(MAX_JOBS_PER_CALL, self.app.dead_ttl_ms, lock_ms)
                     await forward_outbox(qs.queue)
                 except _TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)

@@ -1,5 +1,5 @@
 """Hand-off to parked workers: a worker whose claim found too little parks, and enqueue leases
-new jobs to it directly (lua/_lib.lua: parking), so an idle worker gets a job in one hop.
+new jobs to it directly (lua/lib/handoff.lua), so an idle worker gets a job in one hop.
 
 Store level (the scripts driven by hand, a parked "worker" nobody runs): what is handed over,
 that every QoS rule still applies, that a registration ends by itself, and that jobs handed to

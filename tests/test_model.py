@@ -135,7 +135,7 @@ class Model:
         )
         for job in expired:
             job.expired = True
-            job.token = None  # the expired holder's token is void (lua/_lib.lua recover)
+            job.token = None  # the expired holder's token is void (lua/lib/maintenance.lua recover)
             if job.a >= job.m:
                 job.state, job.deadline, job.error = "failed", None, "LeaseExpired"
                 EVENTS["dead-lettered by expiry"] += 1

@@ -10,9 +10,9 @@ from importlib import resources
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobState
+from aioqueue import App, JobState, _limits
 from aioqueue._embedded import EmbeddedServer
-from aioqueue._scripts import SCRIPTS
+from aioqueue._scripts import LIB, SCRIPTS
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
@@ -22,6 +22,9 @@ from .support.waiting import wait_until
 LUA = resources.files("aioqueue").joinpath("lua")
 SCRIPT_FILES = sorted(
     p.name[: -len(".lua")] for p in LUA.iterdir() if p.name.endswith(".lua") and p.name[0] != "_"
+)
+LIB_FILES = sorted(
+    p.name[: -len(".lua")] for p in LUA.joinpath("lib").iterdir() if p.name.endswith(".lua")
 )
 HEADER = re.compile(r"\A--\[\[ (?P<name>[a-z_]+): (?P<body>.*?)\]\]", re.DOTALL)
 
@@ -35,17 +38,29 @@ def test_every_script_file_is_registered_and_every_registered_script_has_a_file(
     assert set(SCRIPT_FILES) == set(SCRIPTS)
 
 
-@pytest.mark.parametrize("name", ["_lib", *SCRIPT_FILES])
+def test_every_library_file_is_in_the_library_order_once() -> None:
+    assert sorted(LIB) == LIB_FILES
+    assert LIB[0] == "core"
+
+
+@pytest.mark.parametrize("name", [*(f"lib/{part}" for part in LIB), *SCRIPT_FILES])
 def test_each_lua_file_starts_with_its_contract(name: str) -> None:
     source = read_lua(name)
     header = HEADER.match(source)
-    assert header is not None, f"{name}.lua does not start with a --[[ {name}: ... ]] header"
-    assert header["name"] == name
+    stem = name.removeprefix("lib/")
+    assert header is not None, f"{name}.lua does not start with a --[[ {stem}: ... ]] header"
+    assert header["name"] == stem
     doc = header["body"]
+    if name.startswith("lib/"):
+        # a library part says what it holds and what it needs (checked below); core documents
+        # the KEYS and ARGV[1] every script shares
+        assert re.search(r"^  Needs: ", doc, re.MULTILINE), f"{name}.lua does not say what it needs"
+        if stem == "core":
+            assert "KEYS[" in doc
+            assert "ARGV[" in doc
+        return
     assert "KEYS[" in doc
     assert "ARGV[" in doc
-    if name.startswith("_"):
-        return
     assert "Returns" in doc, f"{name}.lua does not document what it returns"
 
     body = source[header.end() :]
@@ -63,7 +78,15 @@ def test_each_lua_file_starts_with_its_contract(name: str) -> None:
     assert not undocumented, f"{name}.lua uses undocumented ARGV {sorted(undocumented)}"
 
 
-@pytest.mark.parametrize("name", ["_lib", *SCRIPT_FILES])
+def test_the_library_uses_only_the_keys_and_arguments_core_documents() -> None:
+    for part in LIB:
+        source = read_lua(f"lib/{part}")
+        body = source[HEADER.match(source).end() :]  # type: ignore[union-attr]
+        assert {int(i) for i in re.findall(r"KEYS\[(\d+)\]", body)} <= set(range(1, 14)), part
+        assert {int(i) for i in re.findall(r"ARGV\[(\d+)\]", body)} <= {1}, part
+
+
+@pytest.mark.parametrize("name", [*(f"lib/{part}" for part in LIB), *SCRIPT_FILES])
 def test_scripts_touch_no_key_they_were_not_given(name: str) -> None:
     """Every key is a KEYS entry or built from the queue's key base (ARGV[1], same hash tag):
     no command's first argument is a literal key name, and no global server state is used."""
@@ -73,6 +96,93 @@ def test_scripts_touch_no_key_they_were_not_given(name: str) -> None:
     )
     for forbidden in ("'KEYS'", "'FUNCTION'", "'SCAN'", "'FLUSHALL'", "'SELECT'"):
         assert forbidden not in source.upper(), f"{name}.lua uses {forbidden}"
+
+
+# ---------------------------------------------------------------------------- library parts
+
+
+def _code(source: str) -> str:
+    """Lua source without its comments and the contents of its strings."""
+    source = re.sub(r"--\[\[.*?\]\]", "", source, flags=re.DOTALL)
+    source = re.sub(r"--[^\n]*", "", source)
+    return re.sub(r"'(?:\\.|[^'\\])*'", "''", source)
+
+
+def _defined(code: str) -> set[str]:
+    """The names a Lua file defines at its top level (unindented ``local`` lines)."""
+    names = set(re.findall(r"^local function (\w+)", code, re.MULTILINE))
+    for group in re.findall(r"^local ([\w, ]+?) =", code, re.MULTILINE):
+        names.update(n.strip() for n in group.split(","))
+    return names
+
+
+def _used(code: str) -> set[str]:
+    """The names a Lua file refers to (fields after ``.`` and ``:`` are not names)."""
+    return set(re.findall(r"(?<![.:\w])[A-Za-z_]\w*", code))
+
+
+PART_CODE = {part: _code(read_lua(f"lib/{part}")) for part in LIB}
+DEFINED_BY = {name: part for part in LIB for name in _defined(PART_CODE[part])}
+
+
+def _parts_used(code: str, own: str | None = None) -> set[str]:
+    """The library parts whose names this code uses (other than its own part's)."""
+    return {DEFINED_BY[n] for n in _used(code) if n in DEFINED_BY} - {own}
+
+
+def _with_needs(parts: set[str]) -> tuple[str, ...]:
+    """These parts and every part they need, in library order."""
+    todo, found = list(parts), set(parts)
+    while todo:
+        for part in _parts_used(PART_CODE[todo.pop()]):
+            if part not in found:
+                found.add(part)
+                todo.append(part)
+    return tuple(part for part in LIB if part in found)
+
+
+def test_no_library_part_defines_a_name_another_defines() -> None:
+    seen: dict[str, str] = {}
+    for part in LIB:
+        for name in _defined(PART_CODE[part]):
+            assert name not in seen, f"{name} is defined in {seen[name]} and in {part}"
+            seen[name] = part
+
+
+@pytest.mark.parametrize("part", LIB)
+def test_each_library_part_needs_only_earlier_parts_and_says_which(part: str) -> None:
+    header = HEADER.match(read_lua(f"lib/{part}"))
+    assert header is not None
+    # "Needs: core, lanes (push_ready, ...), ..." up to the sentence's full stop
+    needs_line = re.search(r"^  Needs: (.*?)\.(?:\s|$)", header["body"], re.MULTILINE | re.DOTALL)
+    assert needs_line is not None
+    said = {word for word in re.findall(r"\w+", needs_line[1]) if word in LIB}
+    used = _parts_used(PART_CODE[part], own=part)
+    earlier = set(LIB[: LIB.index(part)])
+    assert used <= earlier, f"{part} uses later parts {sorted(used - earlier)}"
+    assert said == used, f"{part} says it needs {sorted(said)} but uses {sorted(used)}"
+
+
+@pytest.mark.parametrize("name", SCRIPT_FILES)
+def test_each_script_gets_exactly_the_library_parts_it_uses(name: str) -> None:
+    """Enough for it to run, and no more: every part prepended costs each call the definition
+    of that part's functions."""
+    needed = _with_needs(_parts_used(_code(read_lua(name))))
+    assert SCRIPTS[name].parts == needed
+
+
+def test_the_limits_shared_with_python_agree() -> None:
+    """lua/lib/core.lua's block of shared limits and aioqueue/_limits.py: the same names with
+    the same values."""
+    core = read_lua("lib/core")
+    block = core[core.index("-- Limits shared with Python") :].split("\n\n", 1)[0]
+    in_lua = {
+        name: int(value)
+        for name, value in re.findall(r"^local (\w+) = (-?\d+)$", block, re.MULTILINE)
+    }
+    in_python = {name: value for name, value in vars(_limits).items() if name.isupper()}
+    assert in_lua, "no shared limits found in lib/core.lua"
+    assert in_lua == in_python
 
 
 async def test_the_sha_of_each_script_is_what_the_server_computes(redis: Redis) -> None:

@@ -1,6 +1,6 @@
 --[[ batch: open, extend, seal, cancel a batch (fan-out / fan-in), or apply a sub-job outcome
-  handed over from another queue. Runs on the batch's home queue (see _lib for its keys).
-  KEYS[1..13] the shared transition keys (see _lib)
+  handed over from another queue. Runs on the batch's home queue (see lib/batches for its keys).
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] operation   ARGV[3] batch id   then, by operation:
     open    ARGV[4] policy (continue|fail|ignore)   ARGV[5] retention ms (0: forever)
             ARGV[6] the sub-jobs' group ('' none)   ARGV[7] a concurrency limit for that group,

@@ -1,7 +1,7 @@
 --[[ cancel: cancel jobs from any process. Waiting, scheduled and queued jobs become cancelled
-  at once and leave their lane (see cancel_waiting in _lib); an active job is flagged, and its
+  at once and leave their lane (see cancel_waiting in lib/lanes); an active job is flagged, and its
   worker's next heartbeat (extend returns -3) stops it and records it as cancelled.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] retention of cancelled records ms (0: forever)   ARGV[3..] job ids
   Returns {cancelled now, active ones flagged} ]]
 local ttl = tonumber(ARGV[2])

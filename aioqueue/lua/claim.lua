@@ -4,11 +4,11 @@
   limits (per queue and per group) and pauses (of the queue or a group) are applied here.
   Before taking jobs it hands back expired leases and promotes due delayed jobs, so one call
   is all a consumer needs; it leaves a wake token when runnable jobs remain for others.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] n (>= 0)   ARGV[3] lease_ms   ARGV[4] dead_ttl_ms
   ARGV[5] worker id ('' = none)   ARGV[6] parking ms: with a worker id, the worker first takes
   back the jobs handed to it while parked (they count towards n) and, when fewer than n jobs
-  were leased and ARGV[6] > 0, parks for that long (see _lib: parking)
+  were leased and ARGV[6] > 0, parks for that long (see lib/parking)
   Returns {now_ms, next_wake_ms, id_1, token_1, attempt_1, task_1, payload_1, options_1,
   max_attempts_1, ...}: 7 values per leased job; next_wake_ms (-1: nothing pending) is set only
   when fewer than n jobs were leased. ]]

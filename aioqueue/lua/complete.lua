@@ -1,5 +1,5 @@
 --[[ complete: finish active jobs with their results, fenced by lease tokens.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] n
   then per job 4 values: id, lease token, result (serialised), result_ttl_ms (0: drop the
   record now, -1: keep forever)

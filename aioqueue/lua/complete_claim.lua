@@ -1,6 +1,6 @@
 --[[ complete_claim: finish active jobs and lease new ones in one round trip (what a busy
   worker does between two batches); the same as complete.lua then claim.lua.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] n to claim (>= 0)   ARGV[3] lease_ms   ARGV[4] dead_ttl_ms
   ARGV[5] worker id ('' = none)   ARGV[6] parking ms (see claim.lua)
   ARGV[7] m, the number of jobs to complete   then m groups of 4 values as in complete.lua

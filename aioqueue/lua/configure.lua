@@ -1,6 +1,6 @@
 --[[ configure: change a queue's or a group's settings, and make runnable whatever the change
   unblocks (a resumed queue or group, a raised limit), waking a consumer.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] operation   ARGV[3] group ('' for queue-wide operations)
   ARGV[4], ARGV[5] values (as the operation needs; '' clears a setting)
   Operations:

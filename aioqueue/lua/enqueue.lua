@@ -1,5 +1,5 @@
 --[[ enqueue: add jobs, immediate or delayed; idempotent on the job id.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] r, the number of runs: jobs that share everything but id and payload
   then per run: 9 template values: task, max_attempts, delay_ms (-1 none), at_ms (-1 none),
   priority, group ('' none), batch id ('' none), the batch's queue when it is another one ('' =
@@ -59,8 +59,8 @@ for _ = 1, tonumber(ARGV[2]) do
   end
 end
 -- the plain FIFO lane gets its new jobs in one push, in order
-for i = 1, #plain, 1000 do
-  redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + 999, #plain)))
+for i = 1, #plain, MAX_JOBS_PER_CALL do
+  redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
 end
 if #plain > 0 then join_ring('') end
 if added > 0 then

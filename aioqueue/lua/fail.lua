@@ -1,6 +1,6 @@
 --[[ fail: record a failed attempt of an active job, fenced by its lease token; retry it after
   a delay while it has attempts left, otherwise dead-letter it with its error.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] id   ARGV[3] lease token   ARGV[4] error (JSON)
   ARGV[5] retry delay ms (-1: do not retry, dead-letter now; -2: the job was cancelled, record
   it as cancelled)   ARGV[6] dead_ttl_ms
@@ -25,7 +25,7 @@ release_slot(r[6])
 if delay == -2 then
   redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
-  notify(id, jk)
+  announce(jk, id)
   batch_outcome(id, jk, false, err, now)
   redis.call('HINCRBY', K_STATS, 'cancelled', 1)
   if has_ready() then wake() end

@@ -3,7 +3,7 @@
   the parking of workers that died parked.
   With a lock period, only the first caller in each period does the work, so N workers do it
   once, not N times.
-  KEYS[1..13] the shared transition keys (see _lib)   KEYS[14] the maintenance lock
+  KEYS[1..13] the shared transition keys (see lib/core)   KEYS[14] the maintenance lock
   ARGV[1] key base   ARGV[2] limit per step   ARGV[3] dead_ttl_ms (0: keep forever)
   ARGV[4] lock period ms (0: no lock, always run)
   Returns {now_ms, recovered, promoted, dead_trimmed}, or {now_ms, -1, -1, -1} when another
@@ -16,7 +16,9 @@ end
 local rec = recover(now, limit, dead_ttl)
 local pro = promote(now, limit)
 if pro > 0 then wake() end
-drop_stale_parking(now)
+-- parking registrations that ran out (workers that died parked)
+local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
+if #stale > 0 then unregister(unpack(stale)) end
 local trimmed = 0
 if dead_ttl > 0 then trimmed = redis.call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}

@@ -1,7 +1,7 @@
 --[[ release: give active jobs back to the queue without finishing them, fenced by lease tokens
   (pull-API release, or a worker shutting down). A refunded attempt does not count toward
   max_attempts.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] delay ms (0: runnable now, ahead of its priority level)
   ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n
   then n pairs: id, lease token

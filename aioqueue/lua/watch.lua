@@ -1,6 +1,6 @@
 --[[ watch: read a job's outcome, or register as a waiter for it, in one atomic step, so a
   completion between "look" and "wait" cannot be missed.
-  KEYS[1..13] the shared transition keys (see _lib)
+  KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] id   ARGV[3] register a waiter (1) or only look (0)
   ARGV[4] 'job' (default) or 'batch': what the id names
   Returns {state, result, error}; state '' when there is no such job. When the job has not

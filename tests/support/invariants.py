@@ -135,7 +135,7 @@ async def check_records(
         _check_home(job_id, state, where.get(job_id), pr, group)
         deadline = None
         # an active job always holds a lease token; the last token stays after it leaves
-        # active, so that an ack resent after a lost reply is recognised (lua/_lib.lua)
+        # active, so that an ack resent after a lost reply is recognised (lua/lib/core.lua)
         if state == "active":
             assert lease is not None, f"active job {job_id} has no lease token"
             deadline = int(deadlines[job_id])

@@ -1,0 +1,18 @@
+"""Numbers the Lua scripts and the Python side must agree on.
+
+Each is defined once per language: here, and in the block of shared limits at the top of
+``lua/lib/core.lua``; ``tests/test_scripts.py`` checks that the two agree. Constants only: this
+module imports nothing from aioqueue, so any module may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: the most jobs one script call moves at once (a claim leases, a reap recovers or promotes)
+MAX_JOBS_PER_CALL: Final = 1000
+#: values per leased job in claim's reply and in a parked worker's hand list
+CLAIMED_JOB_VALUES: Final = 7
+#: the range of priorities claim orders by (higher runs first)
+MIN_PRIORITY: Final = -100
+MAX_PRIORITY: Final = 100

@@ -1,0 +1,57 @@
+--[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
+  with their results (do_complete, fenced by lease tokens), or give them back to run again
+  later (requeue: a retry, a release).
+  Needs: core, lanes (push_ready, release_slot, has_ready), batches (batch_outcome). ]]
+
+-- a job given back (retry, release): runnable after delay ms (0: now), by the server's clock
+local function requeue(id, jk, delay, now, pr, g, front)
+  if delay > 0 then
+    redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
+    redis.call('ZADD', K_SCHED, now + delay, id)
+  else
+    redis.call('HSET', jk, 's', 'queued')
+    push_ready(id, pr, front, g)
+  end
+end
+
+-- finish active jobs with their results, fenced by lease tokens: n groups of 4 values (id,
+-- token, result, result_ttl_ms) from ARGV[first]; returns one code per job (see complete.lua)
+local function do_complete(first, n, now)
+  local out = {}
+  local ok = 0
+  local done = {}
+  for i = 0, n - 1 do
+    local b = first + i * 4
+    local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
+    local jk = job_key(id)
+    local r = redis.call('HMGET', jk, 's', 'l', 'g', 'w', 'b')
+    if not r[1] then
+      out[#out + 1] = -1
+    elseif r[1] == 'completed' and r[2] == tok then
+      out[#out + 1] = 1
+    elseif r[1] ~= 'active' or r[2] ~= tok then
+      out[#out + 1] = -2
+    else
+      done[#done + 1] = id
+      release_slot(r[3])
+      redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
+      if r[4] then announce(jk, id) end
+      local code = 1
+      if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
+      if ttl == 0 then
+        redis.call('DEL', jk)
+      elseif ttl > 0 then
+        redis.call('PEXPIRE', jk, ttl)
+      end
+      ok = ok + 1
+      out[#out + 1] = code
+    end
+  end
+  if ok > 0 then
+    redis.call('ZREM', K_ACTIVE, unpack(done))
+    redis.call('HINCRBY', K_STATS, 'completed', ok)
+    -- a freed group slot may have made a parked group runnable
+    if has_ready() then wake() end
+  end
+  return out
+end

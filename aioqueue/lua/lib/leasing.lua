@@ -1,0 +1,249 @@
+--[[ leasing: do_claim, the one claim path (claim.lua describes the order and the reply), in
+  named steps: the queue's terms (pause, rate); then turn after turn of the ring, a group's
+  terms (its pause, limit and rate), taking the lane's next jobs, leasing them, and ending its
+  turn (charging the jobs to its group, giving the lane its next place); then the new leases,
+  the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
+  Needs: core, lanes (the ring, has_ready), deadletter (dead_if_corrupt), maintenance
+  (recover, promote, next_wake), parking (park, unpark). ]]
+
+-- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
+-- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
+-- (when that window ends if it is used up, else -1) and the groups' defaults (glimit, grate_n,
+-- grate_ms)
+local function queue_terms(want, now)
+  local q = redis.call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
+    'grate_ms')
+  local qt = {paused = q[1], rate_wake = -1,
+    glimit = num(q[4], nil), grate_n = num(q[5], nil), grate_ms = num(q[6], nil)}
+  if q[1] then want = 0 end
+  local rn, rms = num(q[2], nil), num(q[3], nil)
+  if want > 0 and rn and rms and rms > 0 then
+    local window = math.floor(now / rms)
+    qt.rate_key, qt.rate_ms = BASE .. 'qrate:' .. window, rms
+    local left = rn - (tonumber(redis.call('GET', qt.rate_key)) or 0)
+    if left <= 0 then
+      want = 0
+      qt.rate_wake = (window + 1) * rms
+    elseif left < want then
+      want = left
+    end
+  end
+  return want, qt
+end
+
+-- group g's terms for one turn: room, cut to what its concurrency limit and rate allow;
+-- blocked when it is paused, at its limit or out of rate (wait_until: when its rate window
+-- ends, nil otherwise); and, when it has a limit or a rate, what end_turn charges the jobs
+-- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither)
+local function group_terms(g, room, now, qt)
+  -- every setting of the group in one read
+  local gc = redis.call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
+    'rate_ms:' .. g)
+  if gc[1] then return room, true, nil, nil end
+  local blocked, wait_until = false, nil
+  local limit = num(gc[2], qt.glimit)
+  if limit then
+    local active = num(redis.call('HGET', K_GACTIVE, g), 0)
+    if active >= limit then
+      blocked = true
+    elseif limit - active < room then
+      room = limit - active
+    end
+  end
+  local rate_n, rate_ms = num(gc[3], qt.grate_n), num(gc[4], qt.grate_ms)
+  if not (rate_ms and rate_ms > 0) then rate_n = nil end  -- a garbled rate is no rate
+  local rate_key = nil
+  if rate_n and not blocked then
+    local window = math.floor(now / rate_ms)
+    rate_key = BASE .. 'grate:' .. g .. ':' .. window
+    local used = tonumber(redis.call('GET', rate_key)) or 0
+    if used >= rate_n then
+      blocked, wait_until = true, (window + 1) * rate_ms
+    elseif rate_n - used < room then
+      room = rate_n - used
+    end
+  end
+  if not limit and not rate_key then return room, blocked, wait_until, nil end
+  return room, blocked, wait_until, {limit = limit, rate_key = rate_key, rate_n = rate_n,
+    rate_ms = rate_ms}
+end
+
+-- take up to room jobs off lane g, highest priority first (their ids: not leased yet), and
+-- true when the lane is known to be empty after them
+local function take(g, room)
+  local ids = {}
+  if g ~= '' then
+    local z = redis.call('ZPOPMIN', lane_key(g), room)
+    for i = 1, #z, 2 do ids[#ids + 1] = z[i] end
+    return ids, false
+  end
+  -- the default lane: priority above 0 (negative scores), then the plain FIFO lane, then
+  -- priority below 0
+  local prio = redis.call('EXISTS', K_PRIO) == 1
+  if prio then
+    local hi = redis.call('ZRANGEBYSCORE', K_PRIO, '-inf', '(0', 'LIMIT', 0, room)
+    if #hi > 0 then
+      redis.call('ZREM', K_PRIO, unpack(hi))
+      for _, id in ipairs(hi) do ids[#ids + 1] = id end
+    end
+  end
+  if #ids < room then
+    local plain = redis.call('LPOP', K_READY, room - #ids)
+    if plain then for _, id in ipairs(plain) do ids[#ids + 1] = id end end
+    -- the plain lane ran dry, and there was no priority lane: empty
+    if #ids < room and not prio then return ids, true end
+  end
+  if prio and #ids < room then
+    local lo = redis.call('ZPOPMIN', K_PRIO, room - #ids)
+    for i = 1, #lo, 2 do ids[#ids + 1] = lo[i] end
+  end
+  return ids, false
+end
+
+-- lease the taken jobs that are still queued: a new token each and one more attempt; their
+-- CLAIMED_JOB_VALUES values go on out (claim's reply), their lease deadlines on zargs.
+-- Anything not queued (cancelled, or its record expired) is dropped from the lane here; a
+-- garbled state is dead-lettered. Returns how many were leased
+local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
+  if #got == 0 then return 0 end
+  local taken = 0
+  local tok = redis.call('INCRBY', K_SEQ, #got) - #got
+  for _, id in ipairs(got) do
+    local jk = job_key(id)
+    local r = redis.call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
+    if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
+      redis.call('HINCRBY', K_STATS, 'failed', 1)
+    elseif r[1] == 'queued' then
+      tok = tok + 1
+      taken = taken + 1
+      local a = math.floor(num(r[2], 0)) + 1
+      redis.call('HSET', jk, 's', 'active', 'a', a, 'l', tok)
+      zargs[#zargs + 1] = now + lease
+      zargs[#zargs + 1] = id
+      local n = #out
+      out[n + 1] = id
+      out[n + 2] = tok
+      out[n + 3] = a
+      out[n + 4] = r[3] or ''
+      out[n + 5] = r[4] or ''
+      out[n + 6] = r[5] or ''
+      out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
+    end
+  end
+  return taken
+end
+
+-- end lane g's turn, in which taken jobs were leased: charge them to its group (its active
+-- count, and lim from group_terms: its limit and rate window), then give the lane its next
+-- turn: the back of the ring, or out of it when it is empty or blocked (parked until what
+-- blocks it is lifted; in gwait until its rate window ends). Returns true when it stays in
+-- the ring
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
+  local empty
+  if g == '' then
+    empty = drained or (redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0)
+  else
+    -- with nothing taken, the limit and the rate still allow more (or blocked is set)
+    if taken > 0 then
+      local active = redis.call('HINCRBY', K_GACTIVE, g, taken)
+      if lim then
+        local used = 0
+        if lim.rate_key then
+          used = redis.call('INCRBY', lim.rate_key, taken)
+          redis.call('PEXPIRE', lim.rate_key, 2 * lim.rate_ms)
+        end
+        if lim.limit and active >= lim.limit then
+          blocked = true
+        elseif lim.rate_key and used >= lim.rate_n then
+          blocked, wait_until = true, (math.floor(now / lim.rate_ms) + 1) * lim.rate_ms
+        end
+      end
+    end
+    empty = redis.call('EXISTS', lane_key(g)) == 0
+  end
+  if empty or blocked then
+    redis.call('ZREM', K_RING, g)
+    if wait_until and not empty then redis.call('ZADD', K_GWAIT, wait_until, g) end
+    return false
+  end
+  redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
+  return true
+end
+
+-- serve the ring's lanes turn by turn until want jobs are leased or no lane can give more;
+-- one job per turn while other lanes wait. Bounded: a turn that keeps its lane in the ring
+-- takes (or drops) jobs and counts against guard; a turn that parks or empties a lane removes
+-- it from the ring. Returns how many jobs were leased
+local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
+  local taken_total = 0
+  local guard = 2 * want + 100
+  while taken_total < want and guard > 0 do
+    local head = redis.call('ZRANGE', K_RING, 0, 0)
+    if #head == 0 then break end
+    local g = head[1]
+    local room = want - taken_total
+    if room > 1 and redis.call('ZCARD', K_RING) > 1 then room = 1 end
+    local blocked, wait_until, lim = false, nil, nil
+    if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt) end
+    local got, drained = nil, false
+    if not blocked then got, drained = take(g, room) end
+    local taken = 0
+    if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs) end
+    taken_total = taken_total + taken
+    if end_turn(g, taken, drained, blocked, wait_until, lim, now) then guard = guard - 1 end
+  end
+  return taken_total
+end
+
+-- lease up to want runnable jobs (see claim.lua for the order and the reply). handing: a claim
+-- made by enqueue for a parked worker, which skips the maintenance (the worker's own claims and
+-- reap do it) and the next wake-up time (nobody reads it)
+local function do_claim(want, lease, dead_ttl, now, handing)
+  -- Lua's unpack() takes a few thousand values at most: callers ask for at most
+  -- MAX_JOBS_PER_CALL
+  want = math.min(want, MAX_JOBS_PER_CALL)
+  local asked = want
+  if not handing then
+    recover(now, 100, dead_ttl)
+    promote(now, math.max(want, 100))
+  end
+  local qt
+  want, qt = queue_terms(want, now)
+  local out = {now, -1}
+  local zargs = {}
+  local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
+  if #zargs > 0 then
+    -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
+    -- for it (it blocked knowing only the earlier deadlines), so leave it a token
+    local first = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', K_ACTIVE, unpack(zargs))
+    if not first[2] or now + lease < tonumber(first[2]) then wake() end
+  end
+  if qt.rate_key and taken > 0 then
+    redis.call('INCRBY', qt.rate_key, taken)
+    redis.call('PEXPIRE', qt.rate_key, 2 * qt.rate_ms)
+  end
+  -- runnable jobs left for other consumers; not while paused or out of rate, or every
+  -- consumer's blocking wait would return at once and spin
+  if not qt.paused and qt.rate_wake < 0 and has_ready() then wake() end
+  if taken < asked and not handing then
+    local nw = next_wake()
+    if qt.rate_wake >= 0 and (nw < 0 or qt.rate_wake < nw) then nw = qt.rate_wake end
+    out[2] = nw
+  end
+  return out
+end
+
+-- claim for a worker (wid '' = a pull-API consumer, which never parks)
+local function claim_for(wid, want, lease, dead_ttl, park_ms, now)
+  local handed = {}
+  local n = 0
+  if wid ~= '' then n = unpark(wid, handed) end
+  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now)
+  local taken = (#out - 2) / CLAIMED_JOB_VALUES  -- after now and the next wake-up
+  for _, v in ipairs(handed) do out[#out + 1] = v end
+  if wid ~= '' and park_ms > 0 and n + taken < want then
+    park(wid, now + park_ms, want - n - taken, lease, dead_ttl)
+  end
+  return out
+end
