@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._keys import check_name
+from ._record import JobRecord, Template
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -209,6 +210,8 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self._sig = _Signature(fn, name)
         self._defaults = JobOptions()
+        self._templates: dict[JobOptions, Template] = {}
+        self._default_template: Template | None = None
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -288,8 +291,7 @@ class Task(Generic[P, R]):
     ) -> Job[R]:
         self._sig.check(args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
-        spec = self._spec(queue.app, opts, args, kwargs)
-        jobs = await queue.enqueue_specs([spec])
+        jobs = await queue._enqueue([self._record(opts, args, kwargs)])
         return jobs[0]
 
     async def _enqueue_many(
@@ -298,7 +300,7 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
-        app, name, check = queue.app, self.name, self._sig.check
+        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
         # every job of the call shares one template: only ids and payloads vary
         pairs: list[Any] = []
         for call in calls:
@@ -309,35 +311,47 @@ class Task(Generic[P, R]):
             check(args, kwargs)
             job_id = new_job_id()
             pairs.append(job_id)
-            pairs.append(app.dump_args(job_id, name, args, kwargs))
-        return await queue.enqueue_run(self._template(app, opts), pairs)
+            pairs.append(dump(job_id, name, args, kwargs))
+        return await queue._enqueue_run(self._template(opts), pairs)
 
-    def _spec(
-        self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> list[Any]:
-        """The 11 enqueue.lua values for one job (not in a batch)."""
+    def _record(
+        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> JobRecord:
+        """The record of one job of this task with these options and arguments."""
         job_id = opts.job_id or new_job_id()
-        template = self._template(app, opts)
-        return [job_id, template[0], app.dump_args(job_id, self.name, args, kwargs), *template[1:]]
+        payload = self.app.codec.dump_args(job_id, self.name, args, kwargs)
+        return JobRecord(job_id, payload, self._template(opts))
 
-    def _template(self, app: App, opts: JobOptions) -> list[Any]:
-        """enqueue.lua's 9 template values (everything but id and payload) for these options."""
+    def _template(self, opts: JobOptions) -> Template:
+        """The template (everything but id and payload) of this task's jobs with ``opts``;
+        it only depends on them, so it is made once per options object."""
+        if opts is self._defaults:  # the common case, without hashing the options
+            template = self._default_template
+            if template is None:
+                template = self._default_template = self._make_template(opts)
+            return template
+        template = self._templates.get(opts)
+        if template is None:
+            if len(self._templates) > 1000:  # many one-off options: do not grow without bound
+                self._templates.clear()
+            template = self._templates[opts] = self._make_template(opts)
+        return template
+
+    def _make_template(self, opts: JobOptions) -> Template:
         extra: dict[str, float] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
             extra["result_ttl"] = opts.result_ttl
-        return [
+        return Template(
             self.name,
             opts.max_attempts or self.max_attempts,
             -1 if opts.delay is None else to_ms(opts.delay, "delay"),
             -1 if opts.at is None else at_to_ms(opts.at),
             self.priority if opts.priority is None else opts.priority,
             opts.group or "",
-            "",
-            "",
-            app.dump_options(extra) if extra else "",
-        ]
+            options=self.app.codec.dump_options(extra) if extra else b"",
+        )
 
 
 class BoundTask(Generic[P, R]):

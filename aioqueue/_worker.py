@@ -33,11 +33,13 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ._app import App
-from ._batch import Batch, forward_outbox
+from ._batch import Batch
+from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
-from ._queue import Queue, error_record
-from ._scripts import CANCEL_REQUESTED, Claimed, ClaimResult, QueueScripts
+from ._leases import Leases, forward_outbox
+from ._queue import Queue
+from ._scripts import Claimed, ClaimResult, FailMode, Outcome
 from ._task import check_int
 from ._timeutil import to_seconds
 
@@ -45,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 # most acks sent in one script call
 ACK_CHUNK = 500
-# complete's code for "done, and its outcome waits in the outbox for a batch on another queue"
-FORWARD = 2
 
 # errors a loop survives by backing off and trying again (the server went away, a failover)
 _TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
@@ -55,7 +55,7 @@ _TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 @dataclass(slots=True)
 class _QueueState:
     queue: Queue
-    scripts: QueueScripts
+    leases: Leases
     acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
     idle: bool = False  # blocked waiting for work: safe to cancel
 
@@ -185,7 +185,7 @@ class Worker:
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
         self._queues = [
-            _QueueState(q, q._scripts) for q in (self.app.queue(n) for n in self.queue_names)
+            _QueueState(q, Leases(q)) for q in (self.app.queue(n) for n in self.queue_names)
         ]
         logger.info(
             "worker %s consuming %s at concurrency %d",
@@ -240,7 +240,7 @@ class Worker:
         for qs in self._queues:
             pairs = [(c.id, c.token) for q, c in buffered if q is qs]
             if pairs:
-                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+                self._shield(qs.leases.release(pairs), log=True)
         if self._running and not self._force and self.grace > 0:
             logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
             # a forced stop (a second signal) ends the grace period at once
@@ -359,33 +359,32 @@ class Worker:
         try:
             # wait_for_handoff bounds the blocking call itself (block + half the socket
             # timeout), so it cannot hang even if the socket silently died
-            handed: list[Claimed] = await self._idle(qs, qs.queue.wait_for_handoff(block, self.id))
+            handed: list[Claimed] = await self._idle(qs, qs.leases.wait_for_handoff(block, self.id))
             return handed
         finally:
             if timer is not None:
                 timer.cancel()
 
     def _wake_soon(self, qs: _QueueState) -> None:
-        push = qs.scripts.client.lpush(qs.queue.keys.wake, b"1")
-        self._shield(push, log=True)
+        self._shield(qs.leases.wake(), log=True)
 
     async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
-        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
+        lease = self._lease_ms
         acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
         coro: Any
         # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
         park = 0 if self.burst else self._park_ms
         if acks:
-            coro = qs.scripts.complete_claim(acks, want, lease, dead_ttl, self.id, park)
+            coro = qs.leases.complete_claim(acks, want, lease, self.id, park)
         else:
-            coro = _with_no_codes(qs.scripts.claim(want, lease, dead_ttl, self.id, park))
+            coro = _with_no_outcomes(qs.leases.claim(want, lease, self.id, park))
         # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = asyncio.ensure_future(coro)
         self._shielded.add(fut)
         fut.add_done_callback(self._shielded.discard)
         try:
-            res, codes = await asyncio.shield(fut)
+            res, outcomes = await asyncio.shield(fut)
         except asyncio.CancelledError:
             # stopping: hand back what this claim leased as soon as its reply is in
             fut.add_done_callback(functools.partial(self._release_claimed, qs))
@@ -393,23 +392,22 @@ class Worker:
         except _TRANSIENT:
             qs.acks[:0] = acks
             raise
-        self._check_acks(codes)
+        self._check_acks(outcomes)
         return res  # type: ignore[no-any-return]
 
     async def _unpark(self) -> None:
         """Leave every queue's parking, and hand back what was handed over but never reached
         us (if the server cannot be reached, the leases bring those jobs back)."""
-        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
         for qs in self._queues:
             try:
                 async with asyncio.timeout(5.0):
-                    res = await qs.scripts.claim(0, lease, dead_ttl, self.id, 0)
+                    res = await qs.leases.claim(0, self._lease_ms, self.id, 0)
             except (TimeoutError, *_TRANSIENT) as exc:
                 logger.warning("queue %s: could not leave the parking: %r", qs.queue.name, exc)
                 continue
             pairs = [(c.id, c.token) for c in res.jobs]
             if pairs:
-                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+                self._shield(qs.leases.release(pairs), log=True)
 
     def _release_claimed(self, qs: _QueueState, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -417,7 +415,7 @@ class Worker:
         res: ClaimResult = fut.result()[0]
         pairs = [(c.id, c.token) for c in res.jobs]
         if pairs:
-            self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+            self._shield(qs.leases.release(pairs), log=True)
 
     async def _wait_slot(self, qs: _QueueState) -> None:
         self._slot_freed.clear()
@@ -455,22 +453,21 @@ class Worker:
         if task is None:
             known = ", ".join(sorted(app.tasks)) or "none"
             msg = f"no task named {c.task!r} in this worker (known: {known})"
-            await self._fail(qs, c, _Unrunnable("UnknownTask", msg), retry_ms=-1)
+            await self._fail(qs, c, Unrunnable("UnknownTask", msg))
             return
         batch: Batch[Any] | None = None
         try:
             # everything read from the record is checked here: garbage dead-letters the job
-            args, kwargs = app.load_args(c.id, c.task, c.payload)
-            opts = app.load_options(c.options) if c.options else {}
+            args, kwargs, opts = qs.leases.decode(c)
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
-            ttl_ms = app.result_ttl_ms(opts, task)
+            ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
             if "batch" in opts:  # a batch's callback (or a chain's second step)
                 batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
-        except BadSignature as exc:
-            await self._fail(qs, c, exc, retry_ms=-1)
+        except (BadSignature, Unrunnable) as exc:
+            await self._fail(qs, c, exc)
             return
         except Exception as exc:
-            await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
+            await self._fail(qs, c, corrupt(exc))
             return
         # each job runs in its own asyncio task, hence its own context: no reset needed
         ctx = JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app, batch)
@@ -493,32 +490,32 @@ class Worker:
             entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
             if entry is not None and entry.cancelled:
                 # cancelled from another process: record it, fenced by the lease
-                err = error_record(app, _Unrunnable("Cancelled", "cancelled while running"))
-                fail = qs.scripts.fail(c.id, c.token, err, -2, app.dead_ttl_ms)
+                stop = Unrunnable("Cancelled", "cancelled while running")
+                fail = qs.leases.fail(c.id, c.token, stop, FailMode.CANCELLED)
                 self._shield(fail, log=True)
             elif entry is not None and not entry.lost:
                 # shutdown: back to the queue, and this attempt does not count
-                self._shield(qs.scripts.release([(c.id, c.token)], 0, refund=True), log=True)
+                self._shield(qs.leases.release([(c.id, c.token)]), log=True)
             raise
         except Retry as r:
             delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
             if c.attempt >= c.max_attempts:
-                why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
+                why: str = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
                 if r.args:
                     why += f": {r}"
-                await self._fail(qs, c, _Unrunnable("Retry", why), retry_ms=-1)
+                await self._fail(qs, c, Unrunnable("Retry", why))
                 return
             await self._fail(qs, c, r, retry_ms=int(delay * 1000))
             return
         except Exception as exc:
             if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
-                exc = _Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             await self._fail(qs, c, exc, retry_ms=int(task.backoff.delay(c.attempt) * 1000))
             return
         try:
-            data = app.dump_result(result)
+            data = app.codec.dump_result(result)
         except AioQueueError as exc:
-            await self._fail(qs, c, exc, retry_ms=-1)
+            await self._fail(qs, c, exc)
             return
         qs.acks.append((c.id, c.token, data, ttl_ms))
         self._ack_event.set()
@@ -533,9 +530,13 @@ class Worker:
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    async def _fail(self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int) -> None:
+    async def _fail(
+        self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int | None = None
+    ) -> None:
+        """Record a failed run: retried after ``retry_ms`` while attempts are left (None:
+        dead-letter it now)."""
         self.failed += 1
-        if retry_ms >= 0 and c.attempt < c.max_attempts:
+        if retry_ms is not None and c.attempt < c.max_attempts:
             logger.warning(
                 "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %r",
                 c.id,
@@ -554,13 +555,11 @@ class Worker:
                 c.max_attempts,
                 exc,
             )
-        err = error_record(self.app, exc, with_traceback=not isinstance(exc, _Unrunnable))
+        mode = FailMode.DEAD if retry_ms is None else FailMode.RETRY
         try:
-            code = await self._shield(
-                qs.scripts.fail(c.id, c.token, err, retry_ms, self.app.dead_ttl_ms)
-            )
-            if code in (2, 3):  # dead-lettered or cancelled: its batch may live elsewhere
-                self._forward.set()
+            outcome = await self._shield(qs.leases.fail(c.id, c.token, exc, mode, retry_ms or 0))
+            if outcome is Outcome.DEAD or outcome is Outcome.CANCELLED:
+                self._forward.set()  # its batch may live on another queue
         except _TRANSIENT as e:
             logger.warning(
                 "could not record the failure of job %s (%r); its lease expires", c.id, e
@@ -598,20 +597,20 @@ class Worker:
             while qs.acks:
                 batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
                 try:
-                    codes = await self._shield(qs.scripts.complete(batch))
+                    outcomes = await self._shield(qs.leases.complete(batch))
                 except _TRANSIENT as exc:
                     logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
                     qs.acks[:0] = batch
                     ok = False
                     break
-                self._check_acks(codes)
+                self._check_acks(outcomes)
         return ok
 
-    def _check_acks(self, codes: list[int]) -> None:
-        lost = sum(1 for code in codes if code < 0)
+    def _check_acks(self, outcomes: list[Outcome]) -> None:
+        lost = sum(1 for outcome in outcomes if outcome.lost)
         if lost:
             logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
-        if FORWARD in codes:
+        if Outcome.FORWARD in outcomes:
             self._forward.set()
 
     async def _forward_loop(self) -> None:
@@ -639,33 +638,31 @@ class Worker:
                 if not pairs:
                     continue
                 try:
-                    codes = await qs.scripts.extend(pairs, self._lease_ms)
+                    outcomes = await qs.leases.extend(pairs, self._lease_ms)
                 except _TRANSIENT as exc:
                     logger.warning("heartbeat failed (%s); will retry", exc)
                     continue
-                self._drop_buffered(qs, held, codes[len(entries) : len(entries) + len(held)])
-                for (task, entry), code in zip(entries, codes, strict=False):
-                    if code == -3 and not task.done():
+                self._drop_buffered(qs, held, outcomes[len(entries) : len(entries) + len(held)])
+                for (task, entry), outcome in zip(entries, outcomes, strict=False):
+                    if outcome is Outcome.CANCEL_REQUESTED and not task.done():
                         logger.info("job %s was cancelled; stopping it", entry.job_id)
                         entry.cancelled = True
                         task.cancel()
-                    elif code not in (1, -3) and not task.done():
+                    elif outcome.lost and not task.done():
                         # the job was handed to someone else: stop working on it here
                         logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
                         entry.lost = True
                         task.cancel()
 
-    def _drop_buffered(self, qs: _QueueState, held: list[Claimed], codes: list[int]) -> None:
+    def _drop_buffered(self, qs: _QueueState, held: list[Claimed], outcomes: list[Outcome]) -> None:
         """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
-        gone = {c.id for c, code in zip(held, codes, strict=True) if code != 1}
+        gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
         if not gone:
             return
-        for c, code in zip(held, codes, strict=True):
-            if code == CANCEL_REQUESTED:
-                err = error_record(self.app, _Unrunnable("Cancelled", "cancelled before it ran"))
-                self._shield(
-                    qs.scripts.fail(c.id, c.token, err, -2, self.app.dead_ttl_ms), log=True
-                )
+        for c, outcome in zip(held, outcomes, strict=True):
+            if outcome is Outcome.CANCEL_REQUESTED:
+                why = Unrunnable("Cancelled", "cancelled before it ran")
+                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
         self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
 
     async def _reap_loop(self) -> None:
@@ -674,19 +671,11 @@ class Worker:
         while not self._finished:
             for qs in self._queues:
                 try:
-                    await qs.scripts.reap(1000, self.app.dead_ttl_ms, lock_ms)
+                    await qs.leases.reap(1000, lock_ms)
                     await forward_outbox(qs.queue)
                 except _TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)
             await asyncio.sleep(interval)
-
-
-class _Unrunnable(Exception):
-    """A reason a job could not run, recorded under its own type name."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:
@@ -695,5 +684,5 @@ def _log_failure(fut: asyncio.Future[Any]) -> None:
         logger.warning("could not record a job outcome: %r", fut.exception())
 
 
-async def _with_no_codes(claim: Awaitable[ClaimResult]) -> tuple[ClaimResult, list[int]]:
+async def _with_no_outcomes(claim: Awaitable[ClaimResult]) -> tuple[ClaimResult, list[Outcome]]:
     return await claim, []
