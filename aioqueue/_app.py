@@ -15,6 +15,8 @@ import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
+from ._batch import open_batch
+from ._checks import check_attempts, check_int
 from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError
 from ._exceptions import ConnectionError as AQConnectionError
@@ -24,7 +26,7 @@ from ._results import ResultWaiter
 from ._scripts import load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer
-from ._task import Backoff, Task, check_attempts, check_int
+from ._task import Backoff, Task
 from ._timeutil import to_ms, to_seconds
 from ._wire import use_fast_packing
 
@@ -350,8 +352,6 @@ class App:
             retention: seconds the batch's record and collected results are kept after it
                 ends (default: the App's result_ttl).
         """
-        from ._batch import open_batch
-
         return await open_batch(
             self,
             calls,

@@ -11,14 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._codec import Unrunnable
-from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
-from ._job import Job, JobInfo, JobStatus, raise_for_outcome
-from ._keys import QueueKeys, check_name
-from ._leases import Leases, forward_outbox
-from ._record import JobRecord, Template
-from ._scripts import MAX_CLAIM, Claimed, FailMode, Outcome, QueueScripts
-from ._task import (
+from ._checks import (
     check_attempts,
     check_group,
     check_int,
@@ -26,6 +19,13 @@ from ._task import (
     check_priority,
     new_job_id,
 )
+from ._codec import Unrunnable
+from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
+from ._job import Job, JobInfo, JobStatus, raise_for_outcome
+from ._keys import QueueKeys, check_name
+from ._leases import Leases, forward_outbox
+from ._record import JobRecord, Template
+from ._scripts import MAX_CLAIM, Claimed, FailMode, Outcome, QueueScripts
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The record of a job on its way to the server: what ``enqueue.lua`` stores for it.
+"""The record of a job on its way to the server: what ``enqueue.lua`` stores for it, and the
+options of an enqueue call (``JobOptions``) it is made from.
 
 A job is its id, its payload (serialised arguments) and a ``Template``: everything else, which
 the jobs of one ``enqueue_many`` call or of one batch share. ``enqueue.lua`` takes jobs in runs
@@ -8,6 +9,7 @@ of one template, so a call of many jobs sends the template once and then only id
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +54,18 @@ class JobRecord:
     id: str
     payload: bytes
     template: Template
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Options of one enqueue call; ``None`` means the task's default."""
+
+    delay: float | None = None
+    at: datetime | float | None = None
+    job_id: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    result_ttl: float | None = None
+    queue: str | None = None
+    group: str | None = None

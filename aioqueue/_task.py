@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
-import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from ._batch import Call
+from ._checks import check_attempts, check_group, check_job_id, check_priority, new_job_id
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._keys import check_name
-from ._record import JobRecord, Template
+from ._record import JobOptions, JobRecord, Template
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
-    from ._batch import Call
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-MIN_PRIORITY = -100
-MAX_PRIORITY = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,82 +46,6 @@ class Backoff:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         d = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
         return d * (1.0 - self.jitter * random.random())
-
-
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Options of one enqueue call; ``None`` means the task's default."""
-
-    delay: float | None = None
-    at: datetime | float | None = None
-    job_id: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
-    result_ttl: float | None = None
-    queue: str | None = None
-    group: str | None = None
-
-
-def check_group(group: str) -> str:
-    if not isinstance(group, str) or not 0 < len(group) <= 200:
-        raise ConfigurationError(
-            f"group must be a non-empty string of at most 200 chars: {group!r}"
-        )
-    return group
-
-
-def check_priority(priority: int) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(f"priority must be an int, not {priority!r}")
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise ConfigurationError(
-            f"priority {priority} out of range {MIN_PRIORITY}..{MAX_PRIORITY} (higher runs first)"
-        )
-    return priority
-
-
-def check_int(value: int, minimum: int, what: str, note: str = "") -> int:
-    """An int (not a bool) of at least ``minimum``, or ConfigurationError naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{what} must be an int >= {minimum}{note}, not {value!r}")
-    return value
-
-
-def check_attempts(n: int) -> int:
-    return check_int(n, 1, "max_attempts")
-
-
-def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not 0 < len(job_id) <= 256:
-        raise ConfigurationError(
-            f"job_id must be a non-empty string of at most 256 chars: {job_id!r}"
-        )
-    return job_id
-
-
-class _Ids:
-    """Job ids: 16 random hex digits per process, then a counter. Unique without a round trip
-    and cheaper than uuid4; a forked child draws a new prefix."""
-
-    def __init__(self) -> None:
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.prefix = os.urandom(8).hex()
-        self.counter = itertools.count(1)
-
-    def next(self) -> str:
-        return f"{self.prefix}{next(self.counter):x}"
-
-
-_IDS = _Ids()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_IDS.reseed)
-
-
-def new_job_id() -> str:
-    return _IDS.next()
 
 
 class _Signature:
@@ -262,8 +182,6 @@ class Task(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """This task with its arguments bound, for batches and chains (checked like enqueue)."""
-        from ._batch import Call
-
         return Call(self, args, dict(kwargs), self._defaults)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
@@ -365,8 +283,6 @@ class BoundTask(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """The task with these options and arguments bound, for batches and chains."""
-        from ._batch import Call
-
         return Call(self.task, args, dict(kwargs), self.opts)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:

@@ -34,13 +34,13 @@ import redis.exceptions as rexc
 
 from ._app import App
 from ._batch import Batch
+from ._checks import check_int
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
 from ._leases import Leases, forward_outbox
 from ._queue import Queue
 from ._scripts import Claimed, ClaimResult, FailMode, Outcome
-from ._task import check_int
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
