@@ -498,14 +498,26 @@ MAX_CLAIM = 1000
 
 
 def enqueue_args(base: str, jobs: Sequence[JobRecord]) -> list[Any]:
-    """enqueue.lua's ARGV for ``jobs``: consecutive jobs with the same template go as one run."""
-    runs: list[tuple[Template, list[Any]]] = []
+    """enqueue.lua's ARGV for ``jobs``: consecutive jobs with the same template go as one run
+    (see ``runs_args``), built in one pass."""
+    args: list[Any] = [base, 0]
+    last: Template | None = None
+    count_at = n = 0
     for job in jobs:
         t = job.template
-        if not runs or (runs[-1][0] is not t and runs[-1][0] != t):
-            runs.append((t, []))
-        runs[-1][1].extend((job.id, job.payload))
-    return runs_args(base, [(t.values(), pairs) for t, pairs in runs])
+        if t is not last and (last is None or t != last):
+            if last is not None:
+                args[count_at] = n
+            args.extend(t.values())
+            count_at, n, last = len(args), 0, t
+            args.append(0)
+            args[1] += 1
+        args.append(job.id)
+        args.append(job.payload)
+        n += 1
+    if last is not None:
+        args[count_at] = n
+    return args
 
 
 def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
