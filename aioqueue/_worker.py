@@ -16,7 +16,6 @@ them: cancelling the worker at any await point leaves every job in a valid state
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import inspect
 import logging
@@ -25,7 +24,6 @@ import socket
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -33,13 +31,12 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ._app import App
-from ._batch import Batch
 from ._checks import check_int
-from ._codec import Unrunnable, corrupt
-from ._context import JobContext, _current
-from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
+from ._codec import Unrunnable
+from ._exceptions import AioQueueError, ClosedError, ConfigurationError
 from ._leases import Leases, forward_outbox
 from ._queue import Queue
+from ._runner import Ack, Failure, Runner
 from ._scripts import Claimed, ClaimResult, FailMode, Outcome
 from ._timeutil import to_seconds
 
@@ -63,8 +60,7 @@ class _QueueState:
 @dataclass(slots=True)
 class _Running:
     qs: _QueueState
-    job_id: str
-    token: str
+    claimed: Claimed
     lost: bool = False
     cancelled: bool = False
 
@@ -126,7 +122,7 @@ class Worker:
         #: jobs still running after shutdown because they ignored their cancellation
         self.abandoned = 0
         self._queues: list[_QueueState] = []
-        self._running: dict[asyncio.Task[None], _Running] = {}
+        self._running: dict[asyncio.Task[Ack | Failure], _Running] = {}
         self._shielded: set[asyncio.Future[Any]] = set()
         self._slot_freed = asyncio.Event()
         self._ack_event = asyncio.Event()
@@ -136,8 +132,8 @@ class Worker:
         self._forced = asyncio.Event()
         self._stopping = False
         self._finished = False
-        self._runner: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._runner = Runner(app, concurrency)
         self._lease_ms = int(app.lease * 1000)
         # a parking outlasts the longest wait by a second: a worker that died parked stops
         # getting jobs handed over that long after
@@ -164,7 +160,7 @@ class Worker:
         return len(self._running) + len(self._buffer)
 
     async def __aenter__(self) -> Worker:
-        self._runner = asyncio.create_task(self.run())
+        self._main = asyncio.create_task(self.run())
         return self
 
     async def __aexit__(
@@ -174,8 +170,8 @@ class Worker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-        if self._runner is not None:
-            await self._runner
+        if self._main is not None:
+            await self._main
 
     # ------------------------------------------------------------------ main loop
     async def run(self) -> None:
@@ -258,8 +254,8 @@ class Worker:
                 forced.cancel()
         if self._running:
             logger.warning("returning %d unfinished jobs to their queues", len(self._running))
-            for t in list(self._running):
-                t.cancel()
+            for job in list(self._running):
+                job.cancel()
             # a job that ignores its cancellation cannot hold the worker: after a short wait it
             # is left behind, and its lease brings it back
             _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
@@ -285,8 +281,7 @@ class Worker:
             t.cancel()
         if pending:
             logger.debug("%d background loops did not stop in time; leaving them", len(pending))
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._runner.close()
         logger.info(
             "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
         )
@@ -435,100 +430,41 @@ class Worker:
 
     # ------------------------------------------------------------------ one job
     def _start_job(self, qs: _QueueState, c: Claimed) -> None:
-        task = asyncio.get_running_loop().create_task(self._run_job(qs, c))
-        self._running[task] = _Running(qs, c.id, c.token)
+        task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
+        self._running[task] = _Running(qs, c)
         task.add_done_callback(self._job_done)
 
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+    def _job_done(self, task: asyncio.Task[Ack | Failure]) -> None:
+        entry = self._running.pop(task, None)
+        if entry is not None:
+            self._settle(entry, task)
         if self._buffer and not self._stopping:
             self._start_job(*self._buffer.popleft())
         self._slot_freed.set()
-        if not task.cancelled() and task.exception() is not None:  # pragma: no cover - a bug
-            logger.error("job wrapper crashed", exc_info=task.exception())
 
-    async def _run_job(self, qs: _QueueState, c: Claimed) -> None:
-        app = self.app
-        task = app.tasks.get(c.task)
-        if task is None:
-            known = ", ".join(sorted(app.tasks)) or "none"
-            msg = f"no task named {c.task!r} in this worker (known: {known})"
-            await self._fail(qs, c, Unrunnable("UnknownTask", msg))
-            return
-        batch: Batch[Any] | None = None
-        try:
-            # everything read from the record is checked here: garbage dead-letters the job
-            args, kwargs, opts = qs.leases.decode(c)
-            timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
-            ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
-            if "batch" in opts:  # a batch's callback (or a chain's second step)
-                batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
-        except (BadSignature, Unrunnable) as exc:
-            await self._fail(qs, c, exc)
-            return
-        except Exception as exc:
-            await self._fail(qs, c, corrupt(exc))
-            return
-        # each job runs in its own asyncio task, hence its own context: no reset needed
-        ctx = JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app, batch)
-        _current.set(ctx)
-        try:
-            if batch is not None and opts.get("chain"):
-                items = await batch.results()
-                args = (items[0].result, *args[1:]) if items else args
-            if task.is_async:
-                if timeout is None:
-                    result = await task.fn(*args, **kwargs)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        result = await task.fn(*args, **kwargs)
-            else:
-                scope = asyncio.timeout(timeout)
-                async with scope:
-                    result = await self._run_sync(task.fn, args, kwargs)
-        except asyncio.CancelledError:
-            entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
-            if entry is not None and entry.cancelled:
-                # cancelled from another process: record it, fenced by the lease
+    def _settle(self, entry: _Running, task: asyncio.Task[Ack | Failure]) -> None:
+        """Record how a run ended: ack it, record its failure, or, if it was cancelled, hand
+        the job back (shutdown) or record it as cancelled (a cancellation request)."""
+        qs, c = entry.qs, entry.claimed
+        if task.cancelled():
+            if entry.cancelled:  # cancelled from another process: record it, fenced by the lease
                 stop = Unrunnable("Cancelled", "cancelled while running")
-                fail = qs.leases.fail(c.id, c.token, stop, FailMode.CANCELLED)
-                self._shield(fail, log=True)
-            elif entry is not None and not entry.lost:
-                # shutdown: back to the queue, and this attempt does not count
+                self._shield(qs.leases.fail(c.id, c.token, stop, FailMode.CANCELLED), log=True)
+            elif not entry.lost:  # shutdown: back to the queue, and this attempt does not count
                 self._shield(qs.leases.release([(c.id, c.token)]), log=True)
-            raise
-        except Retry as r:
-            delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
-            if c.attempt >= c.max_attempts:
-                why: str = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
-                if r.args:
-                    why += f": {r}"
-                await self._fail(qs, c, Unrunnable("Retry", why))
-                return
-            await self._fail(qs, c, r, retry_ms=int(delay * 1000))
             return
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
-                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
-            await self._fail(qs, c, exc, retry_ms=int(task.backoff.delay(c.attempt) * 1000))
+        crash = task.exception()
+        if crash is not None:  # pragma: no cover - a bug: the lease brings the job back
+            logger.error("job runner crashed", exc_info=crash)
             return
-        try:
-            data = app.codec.dump_result(result)
-        except AioQueueError as exc:
-            await self._fail(qs, c, exc)
-            return
-        qs.acks.append((c.id, c.token, data, ttl_ms))
-        self._ack_event.set()
-        self.completed += 1
-
-    async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
-        the job fails and its thread is left to finish)."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aioqueue")
-        ctx = contextvars.copy_context()
-        call = functools.partial(ctx.run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        outcome = task.result()
+        if type(outcome) is tuple:
+            qs.acks.append(outcome)
+            self._ack_event.set()
+            self.completed += 1
+        else:
+            assert isinstance(outcome, Failure)
+            self._shield(self._fail(qs, c, outcome.error, outcome.retry_ms), log=True)
 
     async def _fail(
         self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int | None = None
@@ -632,7 +568,7 @@ class Worker:
             for qs in self._queues:
                 entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
                 held = [c for q, c in self._buffer if q is qs]
-                pairs = [(e.job_id, e.token) for _, e in entries]
+                pairs = [(e.claimed.id, e.claimed.token) for _, e in entries]
                 pairs += [(c.id, c.token) for c in held]
                 pairs += [(a[0], a[1]) for a in qs.acks]
                 if not pairs:
@@ -645,12 +581,12 @@ class Worker:
                 self._drop_buffered(qs, held, outcomes[len(entries) : len(entries) + len(held)])
                 for (task, entry), outcome in zip(entries, outcomes, strict=False):
                     if outcome is Outcome.CANCEL_REQUESTED and not task.done():
-                        logger.info("job %s was cancelled; stopping it", entry.job_id)
+                        logger.info("job %s was cancelled; stopping it", entry.claimed.id)
                         entry.cancelled = True
                         task.cancel()
                     elif outcome.lost and not task.done():
                         # the job was handed to someone else: stop working on it here
-                        logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
+                        logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
                         entry.lost = True
                         task.cancel()
 
