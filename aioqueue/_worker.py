@@ -1,8 +1,9 @@
 """The consumer pool: one event loop runs up to ``concurrency`` jobs at once.
 
-Per queue, a fetch loop leases as many jobs per round trip as there are free slots and, when it
-finds nothing, blocks on the queue's wake list (no polling) until a producer adds work, a delayed
-job falls due or a lease runs out. Around it:
+Per queue, a fetch loop (``_fetch.py``) leases as many jobs per round trip as there are free
+slots and, when it finds nothing, blocks on the queue's wake list (no polling) until a producer
+adds work, a delayed job falls due or a lease runs out. Each job runs in its own task
+(``_runner.py``), whose outcome the pool settles. Around them:
 
 - a heartbeat renews the leases of every running job (and of finished jobs whose ack is still
   in flight), so a live worker never loses a slow job to another worker;
@@ -10,56 +11,40 @@ job falls due or a lease runs out. Around it:
 - a reaper runs queue maintenance once per period across all workers (lock in Redis).
 
 Failures, retries and releases are shielded from cancellation and tracked, so shutdown waits for
-them: cancelling the worker at any await point leaves every job in a valid state.
+them: cancelling the worker at any await point leaves every job in a valid state. Shutdown is a
+sequence of named steps (``_shutdown``): stop fetching, leave the parking, return prefetched
+jobs, the grace period, cancel what still runs, finish the acks, stop the loops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import os
 import socket
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
-
-import redis.exceptions as rexc
 
 from ._app import App
 from ._checks import check_int
 from ._codec import Unrunnable
-from ._exceptions import AioQueueError, ClosedError, ConfigurationError
-from ._leases import Leases, forward_outbox
-from ._queue import Queue
+from ._exceptions import ClosedError, ConfigurationError
+from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from ._leases import forward_outbox
 from ._runner import Ack, Failure, Runner
-from ._scripts import Claimed, ClaimResult, FailMode, Outcome
+from ._scripts import Claimed, FailMode, Outcome
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
 
-# most acks sent in one script call
-ACK_CHUNK = 500
-
-# errors a loop survives by backing off and trying again (the server went away, a failover)
-_TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
-
-
-@dataclass(slots=True)
-class _QueueState:
-    queue: Queue
-    leases: Leases
-    acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
-    idle: bool = False  # blocked waiting for work: safe to cancel
-
 
 @dataclass(slots=True)
 class _Running:
-    qs: _QueueState
+    qs: Fetcher
     claimed: Claimed
     lost: bool = False
     cancelled: bool = False
@@ -112,7 +97,7 @@ class Worker:
         self.prefetch = check_int(prefetch, 0, "prefetch")
         # half the room by default: the server leases the next batch while this one runs
         self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
-        self._buffer: deque[tuple[_QueueState, Claimed]] = deque()
+        self._buffer: deque[tuple[Fetcher, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
             raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
@@ -121,7 +106,7 @@ class Worker:
         self.failed = 0
         #: jobs still running after shutdown because they ignored their cancellation
         self.abandoned = 0
-        self._queues: list[_QueueState] = []
+        self._queues: list[Fetcher] = []
         self._running: dict[asyncio.Task[Ack | Failure], _Running] = {}
         self._shielded: set[asyncio.Future[Any]] = set()
         self._slot_freed = asyncio.Event()
@@ -180,16 +165,14 @@ class Worker:
             raise ClosedError("a Worker runs once; create a new one")
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
-        self._queues = [
-            _QueueState(q, Leases(q)) for q in (self.app.queue(n) for n in self.queue_names)
-        ]
+        self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
             ", ".join(self.queue_names),
             self.concurrency,
         )
-        fetchers = [asyncio.create_task(self._fetch_loop(qs)) for qs in self._queues]
+        fetchers = [asyncio.create_task(qs.run()) for qs in self._queues]
         helpers = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._reap_loop()),
@@ -219,9 +202,23 @@ class Worker:
         self._stopping = True
         self._stop.set()
         self._slot_freed.set()
-        # a fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
-        # starts the jobs it got (they then get the grace period like the others), unless the
-        # stop is forced
+        await self._stop_fetching(fetchers)
+        if not self.burst:
+            await self._unpark()
+        self._return_prefetched()
+        await self._grace_period()
+        await self._cancel_running()
+        await self._finish_acks(acker)
+        await self._stop_loops(helpers)
+        self._runner.close()
+        logger.info(
+            "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
+        )
+
+    async def _stop_fetching(self, fetchers: list[asyncio.Task[None]]) -> None:
+        """A fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
+        starts the jobs it got (they then get the grace period like the others), unless the
+        stop is forced."""
         for qs, t in zip(self._queues, fetchers, strict=True):
             if qs.idle or self._force:
                 t.cancel()
@@ -229,48 +226,60 @@ class Worker:
         for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
-        if not self.burst:
-            await self._unpark()
-        # prefetched jobs never started: back to their queues at once, attempt refunded
+
+    def _return_prefetched(self) -> None:
+        """Prefetched jobs never started: back to their queues at once, attempt refunded."""
         buffered, self._buffer = self._buffer, deque()
         for qs in self._queues:
             pairs = [(c.id, c.token) for q, c in buffered if q is qs]
             if pairs:
                 self._shield(qs.leases.release(pairs), log=True)
-        if self._running and not self._force and self.grace > 0:
-            logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
-            # a forced stop (a second signal) ends the grace period at once
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.grace
-            forced = asyncio.ensure_future(self._forced.wait())
-            try:
-                while self._running and not forced.done() and loop.time() < deadline:
-                    await asyncio.wait(
-                        [*self._running, forced],
-                        timeout=deadline - loop.time(),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-            finally:
-                forced.cancel()
-        if self._running:
-            logger.warning("returning %d unfinished jobs to their queues", len(self._running))
-            for job in list(self._running):
-                job.cancel()
-            # a job that ignores its cancellation cannot hold the worker: after a short wait it
-            # is left behind, and its lease brings it back
-            _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
-            if stubborn:
-                logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
-                self.abandoned = len(stubborn)
+
+    async def _grace_period(self) -> None:
+        """Let running jobs finish, for up to ``grace`` seconds; a forced stop (a second
+        signal) ends it at once."""
+        if not self._running or self._force or self.grace <= 0:
+            return
+        logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        forced = asyncio.ensure_future(self._forced.wait())
+        try:
+            while self._running and not forced.done() and loop.time() < deadline:
+                await asyncio.wait(
+                    [*self._running, forced],
+                    timeout=deadline - loop.time(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            forced.cancel()
+
+    async def _cancel_running(self) -> None:
+        """Cancel the jobs still running: each goes back to its queue (see ``_settle``). One
+        that ignores its cancellation cannot hold the worker: after a short wait it is left
+        behind, and its lease brings it back."""
+        if not self._running:
+            return
+        logger.warning("returning %d unfinished jobs to their queues", len(self._running))
+        for job in list(self._running):
+            job.cancel()
+        _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
+        if stubborn:
+            logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
+            self.abandoned = len(stubborn)
+
+    async def _finish_acks(self, acker: asyncio.Task[None]) -> None:
+        """Send the last acks; acks, failures, retries and releases in flight finish before
+        we leave (if the server is gone they cannot, and the leases bring those jobs back)."""
         acker.cancel()
         await asyncio.wait([acker], timeout=5.0)
         await self._flush_acks()
-        # acks, failures, retries and releases in flight finish before we leave; if the
-        # server is gone they cannot, and the leases bring those jobs back
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (5.0 if self._force else 30.0)
         while self._shielded and loop.time() < deadline:  # one may start another (a release)
             await asyncio.wait(list(self._shielded), timeout=deadline - loop.time())
+
+    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
         # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
         # can, on Python 3.11) must not keep the worker from stopping
         self._finished = True
@@ -281,155 +290,20 @@ class Worker:
             t.cancel()
         if pending:
             logger.debug("%d background loops did not stop in time; leaving them", len(pending))
-        self._runner.close()
-        logger.info(
-            "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
-        )
 
-    async def _fetch_loop(self, qs: _QueueState) -> None:
-        backoff = 0.05
-        while not self._stop.is_set():
-            free = self.concurrency + self.prefetch - len(self._running) - len(self._buffer)
-            if free <= 0:
-                await self._wait_slot(qs)
-                continue
-            want = min(free, self.max_batch)
-            try:
-                res = await self._claim(qs, want)
-                self._take(qs, res.jobs)
-                backoff = 0.05
-                if len(res.jobs) >= want:
-                    continue
-                if self.burst:
-                    if await self._burst_done(qs, res):
-                        return
-                    continue
-                # parked by that claim: new jobs may be handed over in the wait
-                handed = await self._wait_for_work(qs, res)
-                if handed:
-                    self._take(qs, handed)
-                    # let the handed jobs start before the next claim is prepared and sent
-                    await asyncio.sleep(0)
-            except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
-                logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except Exception:  # a bug, or a reply nobody expected: never stop fetching
-                logger.exception(
-                    "queue %s: unexpected error; retrying in %.2f s", qs.queue.name, 1.0
-                )
-                await asyncio.sleep(1.0)
-
-    def _take(self, qs: _QueueState, jobs: list[Claimed]) -> None:
+    def _take(self, qs: Fetcher, jobs: list[Claimed]) -> None:
         for c in jobs:
             if len(self._running) < self.concurrency:
                 self._start_job(qs, c)
             else:
                 self._buffer.append((qs, c))
 
-    async def _burst_done(self, qs: _QueueState, res: ClaimResult) -> bool:
-        """Burst mode found the queue drained for now: True once nothing more can come from
-        this worker's own jobs; else wait for one of them to finish and look again."""
-        if self._running or self._buffer:
-            await self._wait_slot(qs)
-            return False
-        if qs.acks or self._shielded:  # our own acks may still hold group slots
-            await self._flush_acks()
-            await asyncio.gather(*list(self._shielded), return_exceptions=True)
-            return False
-        return True
-
-    async def _wait_for_work(self, qs: _QueueState, res: ClaimResult) -> list[Claimed]:
-        """Parked: block until a producer hands over jobs (returned) or leaves a wake token, or
-        the next delayed job falls due or lease runs out (no polling)."""
-        block = self.idle_block
-        timer = None
-        if res.next_wake_ms >= 0:
-            block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            if block < self.idle_block:
-                # the server checks BLPOP timeouts only on its clock tick (100 ms at hz 10):
-                # leave ourselves a wake token at the due time instead
-                timer = asyncio.get_running_loop().call_later(block, self._wake_soon, qs)
-            block += 0.2  # the token is the wake-up; the timeout is the fallback
-        try:
-            # wait_for_handoff bounds the blocking call itself (block + half the socket
-            # timeout), so it cannot hang even if the socket silently died
-            handed: list[Claimed] = await self._idle(qs, qs.leases.wait_for_handoff(block, self.id))
-            return handed
-        finally:
-            if timer is not None:
-                timer.cancel()
-
-    def _wake_soon(self, qs: _QueueState) -> None:
-        self._shield(qs.leases.wake(), log=True)
-
-    async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:
-        """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
-        lease = self._lease_ms
-        acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
-        coro: Any
-        # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
-        park = 0 if self.burst else self._park_ms
-        if acks:
-            coro = qs.leases.complete_claim(acks, want, lease, self.id, park)
-        else:
-            coro = _with_no_outcomes(qs.leases.claim(want, lease, self.id, park))
-        # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
-        fut = asyncio.ensure_future(coro)
-        self._shielded.add(fut)
-        fut.add_done_callback(self._shielded.discard)
-        try:
-            res, outcomes = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            # stopping: hand back what this claim leased as soon as its reply is in
-            fut.add_done_callback(functools.partial(self._release_claimed, qs))
-            raise
-        except _TRANSIENT:
-            qs.acks[:0] = acks
-            raise
-        self._check_acks(outcomes)
-        return res  # type: ignore[no-any-return]
-
     async def _unpark(self) -> None:
-        """Leave every queue's parking, and hand back what was handed over but never reached
-        us (if the server cannot be reached, the leases bring those jobs back)."""
+        """Leave every queue's parking (see ``Fetcher.leave_parking``)."""
         for qs in self._queues:
-            try:
-                async with asyncio.timeout(5.0):
-                    res = await qs.leases.claim(0, self._lease_ms, self.id, 0)
-            except (TimeoutError, *_TRANSIENT) as exc:
-                logger.warning("queue %s: could not leave the parking: %r", qs.queue.name, exc)
-                continue
-            pairs = [(c.id, c.token) for c in res.jobs]
-            if pairs:
-                self._shield(qs.leases.release(pairs), log=True)
+            await qs.leave_parking()
 
-    def _release_claimed(self, qs: _QueueState, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return  # nothing reached us: any lease it took runs out and the job comes back
-        res: ClaimResult = fut.result()[0]
-        pairs = [(c.id, c.token) for c in res.jobs]
-        if pairs:
-            self._shield(qs.leases.release(pairs), log=True)
-
-    async def _wait_slot(self, qs: _QueueState) -> None:
-        self._slot_freed.clear()
-        await self._idle(qs, self._slot_freed.wait())
-
-    async def _idle(self, qs: _QueueState, waiting: Awaitable[Any]) -> Any:
-        """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
-        qs.idle = True
-        try:
-            if self._stop.is_set():  # stopping: do not start a blocking wait
-                if inspect.iscoroutine(waiting):
-                    waiting.close()
-                return []
-            return await waiting
-        finally:
-            qs.idle = False
-
-    # ------------------------------------------------------------------ one job
-    def _start_job(self, qs: _QueueState, c: Claimed) -> None:
+    def _start_job(self, qs: Fetcher, c: Claimed) -> None:
         task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
         self._running[task] = _Running(qs, c)
         task.add_done_callback(self._job_done)
@@ -467,7 +341,7 @@ class Worker:
             self._shield(self._fail(qs, c, outcome.error, outcome.retry_ms), log=True)
 
     async def _fail(
-        self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int | None = None
+        self, qs: Fetcher, c: Claimed, exc: BaseException, retry_ms: int | None = None
     ) -> None:
         """Record a failed run: retried after ``retry_ms`` while attempts are left (None:
         dead-letter it now)."""
@@ -496,7 +370,7 @@ class Worker:
             outcome = await self._shield(qs.leases.fail(c.id, c.token, exc, mode, retry_ms or 0))
             if outcome is Outcome.DEAD or outcome is Outcome.CANCELLED:
                 self._forward.set()  # its batch may live on another queue
-        except _TRANSIENT as e:
+        except TRANSIENT as e:
             logger.warning(
                 "could not record the failure of job %s (%r); its lease expires", c.id, e
             )
@@ -534,7 +408,7 @@ class Worker:
                 batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
                 try:
                     outcomes = await self._shield(qs.leases.complete(batch))
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
                     qs.acks[:0] = batch
                     ok = False
@@ -558,7 +432,7 @@ class Worker:
             for qs in self._queues:
                 try:
                     await forward_outbox(qs.queue)
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     logger.debug("forwarding batch outcomes failed: %s", exc)
 
     async def _heartbeat_loop(self) -> None:
@@ -566,31 +440,36 @@ class Worker:
         while not self._finished:
             await asyncio.sleep(interval)
             for qs in self._queues:
-                entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
-                held = [c for q, c in self._buffer if q is qs]
-                pairs = [(e.claimed.id, e.claimed.token) for _, e in entries]
-                pairs += [(c.id, c.token) for c in held]
-                pairs += [(a[0], a[1]) for a in qs.acks]
-                if not pairs:
-                    continue
-                try:
-                    outcomes = await qs.leases.extend(pairs, self._lease_ms)
-                except _TRANSIENT as exc:
-                    logger.warning("heartbeat failed (%s); will retry", exc)
-                    continue
-                self._drop_buffered(qs, held, outcomes[len(entries) : len(entries) + len(held)])
-                for (task, entry), outcome in zip(entries, outcomes, strict=False):
-                    if outcome is Outcome.CANCEL_REQUESTED and not task.done():
-                        logger.info("job %s was cancelled; stopping it", entry.claimed.id)
-                        entry.cancelled = True
-                        task.cancel()
-                    elif outcome.lost and not task.done():
-                        # the job was handed to someone else: stop working on it here
-                        logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
-                        entry.lost = True
-                        task.cancel()
+                await self._renew(qs)
 
-    def _drop_buffered(self, qs: _QueueState, held: list[Claimed], outcomes: list[Outcome]) -> None:
+    async def _renew(self, qs: Fetcher) -> None:
+        """Renew every lease this worker holds on ``qs``: running jobs, prefetched ones and
+        finished ones whose ack is not sent yet; then act on what the renewal found."""
+        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+        held = [c for q, c in self._buffer if q is qs]
+        pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
+        pairs += [(c.id, c.token) for c in held]
+        pairs += [(a[0], a[1]) for a in qs.acks]
+        if not pairs:
+            return
+        try:
+            outcomes = await qs.leases.extend(pairs, self._lease_ms)
+        except TRANSIENT as exc:
+            logger.warning("heartbeat failed (%s); will retry", exc)
+            return
+        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
+        for (task, entry), outcome in zip(running, outcomes, strict=False):
+            if task.done() or outcome is Outcome.OK:
+                continue
+            if outcome is Outcome.CANCEL_REQUESTED:
+                logger.info("job %s was cancelled; stopping it", entry.claimed.id)
+                entry.cancelled = True
+            else:  # the job was handed to someone else: stop working on it here
+                logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
+                entry.lost = True
+            task.cancel()
+
+    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
         """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
         gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
         if not gone:
@@ -609,7 +488,7 @@ class Worker:
                 try:
                     await qs.leases.reap(1000, lock_ms)
                     await forward_outbox(qs.queue)
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)
             await asyncio.sleep(interval)
 
@@ -618,7 +497,3 @@ def _log_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         # the lease brings the job back; nothing is lost
         logger.warning("could not record a job outcome: %r", fut.exception())
-
-
-async def _with_no_outcomes(claim: Awaitable[ClaimResult]) -> tuple[ClaimResult, list[Outcome]]:
-    return await claim, []

@@ -24,7 +24,7 @@ LAYERS: list[list[str]] = [
     ["_task"],
     ["_app"],
     ["_runner"],
-    ["_worker"],
+    ["_fetch", "_worker"],
     ["_embedded"],
     ["_cli"],
     ["__init__", "__main__"],
@@ -32,7 +32,7 @@ LAYERS: list[list[str]] = [
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # the lower layers that issue 12 names: none of them may reach the App, batches or the worker
 LOWER = {"_record", "_codec", "_scripts", "_wire", "_keys", "_queue", "_job", "_leases"}
-HIGHER = {"_app", "_batch", "_runner", "_worker"}
+HIGHER = {"_app", "_batch", "_fetch", "_runner", "_worker"}
 
 
 def modules() -> dict[str, str]:
