@@ -16,7 +16,8 @@ import redis.exceptions as rexc
 
 from ._exceptions import AioQueueError
 from ._leases import Leases
-from ._scripts import Claimed, ClaimResult, Outcome
+from ._record import Claimed, ClaimResult
+from ._scripts import Outcome
 
 if TYPE_CHECKING:
     from ._queue import Queue

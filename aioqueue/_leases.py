@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._scripts import Claimed, ClaimResult, FailMode, Outcome
+from ._record import Claimed, ClaimResult
+from ._scripts import FailMode, Outcome
 
 if TYPE_CHECKING:
     from ._queue import Queue

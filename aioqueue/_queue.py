@@ -24,8 +24,8 @@ from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobStatus, raise_for_outcome
 from ._keys import QueueKeys, check_name
 from ._leases import Leases, forward_outbox
-from ._record import JobRecord, Template
-from ._scripts import MAX_CLAIM, Claimed, FailMode, Outcome, QueueScripts
+from ._record import Claimed, JobRecord, Template
+from ._scripts import MAX_CLAIM, FailMode, Outcome, QueueScripts
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:

@@ -1,5 +1,7 @@
-"""The record of a job on its way to the server: what ``enqueue.lua`` stores for it, and the
-options of an enqueue call (``JobOptions``) it is made from.
+"""The records of a job on the wire: on its way to the server (``JobRecord``: what
+``enqueue.lua`` stores, made from the options of an enqueue call, ``JobOptions``) and back from
+it (``Claimed``: a job ``claim.lua`` leased), with their layouts in the scripts' ARGV and
+replies.
 
 A job is its id, its payload (serialised arguments) and a ``Template``: everything else, which
 the jobs of one ``enqueue_many`` call or of one batch share. ``enqueue.lua`` takes jobs in runs
@@ -8,8 +10,10 @@ of one template, so a call of many jobs sends the template once and then only id
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +73,78 @@ class JobOptions:
     result_ttl: float | None = None
     queue: str | None = None
     group: str | None = None
+
+
+@dataclass(slots=True)
+class Claimed:
+    """One job leased by ``claim``."""
+
+    id: str
+    token: str
+    attempt: int
+    task: str
+    payload: bytes
+    options: bytes
+    max_attempts: int
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    now_ms: int
+    next_wake_ms: int
+    jobs: list[Claimed]
+
+
+def enqueue_args(base: str, jobs: Sequence[JobRecord]) -> list[Any]:
+    """enqueue.lua's ARGV for ``jobs``: consecutive jobs with the same template go as one run
+    (see ``runs_args``), built in one pass."""
+    args: list[Any] = [base, 0]
+    last: Template | None = None
+    count_at = n = 0
+    for job in jobs:
+        t = job.template
+        if t is not last and (last is None or t != last):
+            if last is not None:
+                args[count_at] = n
+            args.extend(t.values())
+            count_at, n, last = len(args), 0, t
+            args.append(0)
+            args[1] += 1
+        args.append(job.id)
+        args.append(job.payload)
+        n += 1
+    if last is not None:
+        args[count_at] = n
+    return args
+
+
+def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
+    """enqueue.lua's ARGV for runs of jobs: (template values, [id, payload, ...]) each."""
+    args: list[Any] = [base, len(runs)]
+    for template, pairs in runs:
+        args.extend(template)
+        args.append(len(pairs) // 2)
+        args.extend(pairs)
+    return args
+
+
+def parse_claim(res: list[Any]) -> ClaimResult:
+    """claim's reply: now, next wake-up, then the leased jobs."""
+    return ClaimResult(int(res[0]), int(res[1]), parse_claimed(res, 2))
+
+
+def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
+    """Leased jobs, 7 values each from ``first`` on, as claim replies them and enqueue hands
+    them to a parked worker (integers then arrive as bytes, from a list)."""
+    return [
+        Claimed(
+            values[i].decode(),
+            str(int(values[i + 1])),
+            int(values[i + 2]),
+            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
+            values[i + 4],
+            values[i + 5],
+            int(values[i + 6]),
+        )
+        for i in range(first, len(values), 7)
+    ]

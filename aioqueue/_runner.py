@@ -21,7 +21,7 @@ from ._timeutil import to_seconds
 if TYPE_CHECKING:
     from ._app import App
     from ._leases import Leases
-    from ._scripts import Claimed
+    from ._record import Claimed
     from ._task import Task
 
 #: a run that succeeded: the ack to send (id, lease token, result, result_ttl_ms)

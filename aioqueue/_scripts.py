@@ -15,7 +15,6 @@ import asyncio
 import enum
 import hashlib
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, TypeVar, cast
 
@@ -25,7 +24,16 @@ import redis.exceptions as rexc
 from ._exceptions import ConnectionError as AQConnectionError
 from ._exceptions import JobNotFound, LeaseLost
 from ._keys import QueueKeys
-from ._record import JobRecord, Template
+from ._record import (
+    Claimed,
+    ClaimResult,
+    JobRecord,
+    Template,
+    enqueue_args,
+    parse_claim,
+    parse_claimed,
+    runs_args,
+)
 from ._wire import call_timeout, evalsha_command
 
 T = TypeVar("T")
@@ -185,26 +193,6 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
         elif isinstance(res, Exception):
             raise res
     return results
-
-
-@dataclass(slots=True)
-class Claimed:
-    """One job leased by ``claim``."""
-
-    id: str
-    token: str
-    attempt: int
-    task: str
-    payload: bytes
-    options: bytes
-    max_attempts: int
-
-
-@dataclass(slots=True)
-class ClaimResult:
-    now_ms: int
-    next_wake_ms: int
-    jobs: list[Claimed]
 
 
 class QueueScripts:
@@ -495,58 +483,3 @@ class QueueScripts:
 
 # the most jobs one claim leases (lua/_lib.lua MAX_BATCH)
 MAX_CLAIM = 1000
-
-
-def enqueue_args(base: str, jobs: Sequence[JobRecord]) -> list[Any]:
-    """enqueue.lua's ARGV for ``jobs``: consecutive jobs with the same template go as one run
-    (see ``runs_args``), built in one pass."""
-    args: list[Any] = [base, 0]
-    last: Template | None = None
-    count_at = n = 0
-    for job in jobs:
-        t = job.template
-        if t is not last and (last is None or t != last):
-            if last is not None:
-                args[count_at] = n
-            args.extend(t.values())
-            count_at, n, last = len(args), 0, t
-            args.append(0)
-            args[1] += 1
-        args.append(job.id)
-        args.append(job.payload)
-        n += 1
-    if last is not None:
-        args[count_at] = n
-    return args
-
-
-def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
-    """enqueue.lua's ARGV for runs of jobs: (template values, [id, payload, ...]) each."""
-    args: list[Any] = [base, len(runs)]
-    for template, pairs in runs:
-        args.extend(template)
-        args.append(len(pairs) // 2)
-        args.extend(pairs)
-    return args
-
-
-def parse_claim(res: list[Any]) -> ClaimResult:
-    """claim's reply: now, next wake-up, then the leased jobs."""
-    return ClaimResult(int(res[0]), int(res[1]), parse_claimed(res, 2))
-
-
-def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
-    """Leased jobs, 7 values each from ``first`` on, as claim replies them and enqueue hands
-    them to a parked worker (integers then arrive as bytes, from a list)."""
-    return [
-        Claimed(
-            values[i].decode(),
-            str(int(values[i + 1])),
-            int(values[i + 2]),
-            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
-            values[i + 4],
-            values[i + 5],
-            int(values[i + 6]),
-        )
-        for i in range(first, len(values), 7)
-    ]

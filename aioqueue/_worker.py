@@ -35,8 +35,9 @@ from ._codec import Unrunnable
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from ._leases import forward_outbox
+from ._record import Claimed
 from ._runner import Ack, Failure, Runner
-from ._scripts import Claimed, FailMode, Outcome
+from ._scripts import FailMode, Outcome
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
