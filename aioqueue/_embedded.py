@@ -8,6 +8,7 @@ Used by the quick start and the test suite so that neither needs Redis installed
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -226,15 +227,11 @@ class EmbeddedServer:
         self.stop()
 
     async def __aenter__(self) -> Self:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.start)
+        await asyncio.to_thread(self.start)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.stop)
+        await asyncio.to_thread(self.stop)
 
     def __repr__(self) -> str:
         state = f"running pid={self.pid}" if self.running else "stopped"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
-
-import anyio
 
 from aioqueue import App, Backoff
 
@@ -41,7 +40,7 @@ async def wait_until(
             return
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await anyio.sleep(interval)
+        await asyncio.sleep(interval)
 
 
 def app_from_env(default_prefix: str) -> App:
