@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 from ._checks import check_int, check_priority
 from ._exceptions import BatchCancelled, BatchFailed, ConfigurationError
 from ._job import Job, JobError
-from ._leases import forward_outbox as forward_outbox
 from ._record import JobOptions, JobRecord, Template
 from ._scripts import ScriptCall
 from ._timeutil import to_ms, to_seconds

@@ -3,6 +3,8 @@
 ``Leases`` binds a queue's scripts to its App's settings (retention of dead letters, the
 codec of errors and payloads), so a worker and ``Queue.reserve``/``complete``/``fail``/... take
 the same path for every transition of a leased job and judge a corrupt record the same way.
+``forward_outbox`` hands the outcomes of finished sub-jobs over to their batches on other
+queues (workers after an ack, ``Queue.complete`` and ``Queue.reap``).
 """
 
 from __future__ import annotations

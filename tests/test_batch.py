@@ -38,8 +38,8 @@ from aioqueue import (
     ResultTimeout,
     Worker,
 )
-from aioqueue._batch import forward_outbox
 from aioqueue._embedded import EmbeddedServer
+from aioqueue._leases import forward_outbox
 from aioqueue._scripts import SCRIPTS, FailMode, Outcome
 
 from .batchapp import BatchTasks, Keys, register
