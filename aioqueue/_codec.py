@@ -66,10 +66,10 @@ class Codec:
 
         Raises:
             BadSignature: signing is on and the payload is unsigned or forged.
-            Exception: whatever the serializer raises on a corrupt payload.
+            Unrunnable: ``CorruptPayload``, the payload cannot be decoded.
         """
-        value = self._payload(job_id, task, payload)
-        return tuple(value[0]), value[1]
+        args, kwargs, _ = self.load_job(job_id, task, payload, b"")
+        return args, kwargs
 
     def load_job(
         self, job_id: str, task: str, payload: bytes, options: bytes
@@ -81,26 +81,21 @@ class Codec:
             Unrunnable: ``CorruptPayload``, the payload or the options cannot be decoded.
         """
         try:
-            value = self._payload(job_id, task, payload)
-            return tuple(value[0]), value[1], self.load_options(options)
+            if self.signer is not None:
+                payload = self.signer.verify(job_id, task, payload)
+            value = self.serializer.loads(payload)
+            if (
+                not isinstance(value, list | tuple)
+                or len(value) != 2
+                or not isinstance(value[0], list | tuple)
+                or not isinstance(value[1], dict)
+            ):
+                raise ValueError("payload is not an [args, kwargs] pair")
+            return tuple(value[0]), value[1], self.load_options(options) if options else {}
         except BadSignature:
             raise
         except Exception as exc:
             raise corrupt(exc) from exc
-
-    def _payload(self, job_id: str, task: str, payload: bytes) -> Any:
-        """The stored payload, verified and deserialised: an ``[args, kwargs]`` pair."""
-        if self.signer is not None:
-            payload = self.signer.verify(job_id, task, payload)
-        value = self.serializer.loads(payload)
-        if (
-            not isinstance(value, list | tuple)
-            or len(value) != 2
-            or not isinstance(value[0], list | tuple)
-            or not isinstance(value[1], dict)
-        ):
-            raise ValueError("payload is not an [args, kwargs] pair")
-        return value
 
     # ------------------------------------------------------------------ options
     def dump_options(self, options: Mapping[str, Any]) -> bytes:

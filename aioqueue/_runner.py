@@ -67,7 +67,7 @@ class Runner:
         batch: Batch[Any] | None = None
         try:
             # everything read from the record is checked here: garbage dead-letters the job
-            args, kwargs, opts = leases.decode(c)
+            args, kwargs, opts = app.codec.load_job(c.id, c.task, c.payload, c.options)
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
             ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
             if "batch" in opts:  # a batch's callback (or a chain's second step)

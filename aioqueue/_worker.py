@@ -418,7 +418,7 @@ class Worker:
         return ok
 
     def _check_acks(self, outcomes: list[Outcome]) -> None:
-        lost = sum(1 for outcome in outcomes if outcome.lost)
+        lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
         if lost:
             logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
         if Outcome.FORWARD in outcomes:
