@@ -15,16 +15,19 @@ import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
+from ._batch import open_batch
+from ._checks import check_attempts, check_int
+from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
-from ._job import ErrorInfo
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._scripts import load_scripts, use_fast_packing
-from ._serialize import JsonSerializer, Serializer, dumps_checked, get_serializer
+from ._scripts import load_scripts
+from ._serialize import Serializer, get_serializer
 from ._signing import Signer
-from ._task import Backoff, Task, check_attempts, check_int
+from ._task import Backoff, Task
 from ._timeutil import to_ms, to_seconds
+from ._wire import use_fast_packing
 
 if TYPE_CHECKING:
     from ._batch import Batch, Call, FailurePolicy
@@ -117,7 +120,6 @@ class App:
         self.prefix = check_name("key prefix", prefix)
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
-        self.json: Serializer = JsonSerializer()
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
         self.lease = to_seconds(lease, "lease") or 0.0
         if self.lease < 0.1:
@@ -135,9 +137,13 @@ class App:
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
-        self._signer = None if signing_key is None else Signer(signing_key, verify_keys)
+        signer = None if signing_key is None else Signer(signing_key, verify_keys)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")
+        #: how job records are encoded and decoded (arguments, options, results, errors)
+        self.codec = Codec(
+            self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._queues: dict[str, Queue] = {}
         self._redis: aioredis.Redis | None = None
@@ -344,8 +350,6 @@ class App:
             retention: seconds the batch's record and collected results are kept after it
                 ends (default: the App's result_ttl).
         """
-        from ._batch import open_batch
-
         return await open_batch(
             self,
             calls,
@@ -365,70 +369,6 @@ class App:
         if q is None:
             q = self._queues[name] = Queue(self, name)
         return q
-
-    # ------------------------------------------------------------------ (de)serialisation
-    def dump_args(
-        self, job_id: str, task: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> bytes:
-        """The stored payload of a job: its serialised arguments, signed if configured."""
-        data = dumps_checked(
-            self.serializer, [list(args), dict(kwargs)], self.max_payload_bytes, "job arguments"
-        )
-        return data if self._signer is None else self._signer.sign(job_id, task, data)
-
-    def load_args(
-        self, job_id: str, task: str, payload: bytes
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """A job's arguments from its stored payload (checking its signature if configured).
-
-        Raises:
-            BadSignature: signing is on and the payload is unsigned or forged.
-            Exception: whatever the serializer raises on a corrupt payload.
-        """
-        if self._signer is not None:
-            payload = self._signer.verify(job_id, task, payload)
-        value = self.serializer.loads(payload)
-        if (
-            not isinstance(value, list | tuple)
-            or len(value) != 2
-            or not isinstance(value[0], list | tuple)
-            or not isinstance(value[1], dict)
-        ):
-            raise ValueError("payload is not an [args, kwargs] pair")
-        return tuple(value[0]), value[1]
-
-    def dump_result(self, value: Any) -> bytes:
-        return dumps_checked(self.serializer, value, 0, "the job's result")
-
-    def load_result(self, data: bytes) -> Any:
-        return self.serializer.loads(data) if data else None
-
-    def dump_options(self, options: Mapping[str, Any]) -> bytes:
-        return self.json.dumps(dict(options))
-
-    def load_options(self, data: bytes) -> dict[str, Any]:
-        if not data:
-            return {}
-        value = self.json.loads(data)
-        if not isinstance(value, dict):
-            raise ValueError("job options are not a JSON object")
-        return value
-
-    def load_error(self, data: bytes) -> ErrorInfo:
-        try:
-            rec = self.json.loads(data)
-            return ErrorInfo(str(rec["type"]), str(rec["message"]), rec.get("traceback"))
-        except Exception:
-            return ErrorInfo("Unknown", data.decode(errors="replace"))
-
-    def result_ttl_ms(self, options: Mapping[str, Any], task: Task[Any, Any] | None = None) -> int:
-        """Retention of a finished job: per-job option, else the task's, else the App's."""
-        rt = options.get("result_ttl")
-        if rt is None and task is not None:
-            rt = task.result_ttl
-        if rt is None:
-            return self.result_ttl_default_ms
-        return int(float(rt) * 1000)
 
 
 class _TaskDecorator:

@@ -9,17 +9,19 @@ batch is sealed and every sub-job has an outcome, the callback job is released e
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar
 
+from ._checks import check_int, check_priority
 from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from ._job import ErrorInfo, Job
-from ._scripts import SCRIPTS, enqueue_args, evalsha, evalsha_many
-from ._task import JobOptions, check_int, check_priority
+from ._record import JobOptions, JobRecord, Template
+from ._scripts import ScriptCall
 from ._timeutil import to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -143,13 +145,6 @@ class Batch(Generic[R]):
     def __repr__(self) -> str:
         return f"Batch(id={self.id!r}, queue={self.queue.name!r})"
 
-    async def _op(self, op: str, *args: Any) -> int:
-        q = self.queue
-        res = await evalsha(
-            q.app.redis, SCRIPTS["batch"], q.keys.lanes(), (q.keys.base, op, self.id, *args)
-        )
-        return int(res)
-
     async def add(self, *calls: Call[Any]) -> list[Job[Any]]:
         """Add sub-jobs to an open batch, in one round trip (see ``add_many``)."""
         return await self.add_many(calls)
@@ -166,7 +161,7 @@ class Batch(Generic[R]):
             raise ConfigurationError(f"batch {self.id!r} is sealed or finished; it takes no jobs")
         opts = await _batch_opts(self)
         jobs, pipeline = _plan(self, list(calls), opts)
-        await evalsha_many(self.queue.app.redis, pipeline)
+        await self.queue._scripts.run_many(pipeline)
         return jobs
 
     async def seal(self) -> None:
@@ -175,7 +170,7 @@ class Batch(Generic[R]):
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
-        if await self._op("seal") < 0:
+        if not await self.queue._scripts.batch_seal(self.id):
             raise BatchNotFound(self.id)
 
     async def cancel(self) -> int:
@@ -185,8 +180,8 @@ class Batch(Generic[R]):
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
-        n = await self._op("cancel")
-        if n < 0:
+        n = await self.queue._scripts.batch_cancel(self.id)
+        if n is None:
             raise BatchNotFound(self.id)
         for queue, ids in (await self._foreign_members()).items():
             n += await queue.cancel_jobs(ids)
@@ -198,9 +193,8 @@ class Batch(Generic[R]):
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
-        r = self.queue.app.redis
-        fields = ["s", "total", "done", "failed", "sealed"]
-        raw = cast(list[bytes | None], await r.hmget(self.queue.keys.batch(self.id), fields))
+        fields = ("s", "total", "done", "failed", "sealed")
+        raw = await self.queue._scripts.batch_fields(self.id, fields)
         if raw[0] is None:
             raise BatchNotFound(self.id)
         return BatchInfo(
@@ -237,7 +231,7 @@ class Batch(Generic[R]):
             return True, info
 
         waiter = q.app.result_waiter
-        channel = q.keys.done_channel
+        channel = q._keys.done_channel
         info = await waiter.wait(
             channel, f"batch:{self.id}", check, to_seconds(timeout), f"batch {self.id!r}"
         )
@@ -251,31 +245,28 @@ class Batch(Generic[R]):
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
         q = self.queue
-        app = q.app
-        bk = q.keys.batch(self.id)
-        members = cast(list[bytes], await app.redis.zrange(bk + ":all", 0, -1))
+        codec = q.app.codec
+        members = await q._scripts.batch_members(self.id)
         if not members:
-            if not await app.redis.exists(bk):
+            if (await q._scripts.batch_fields(self.id, ("s",)))[0] is None:
                 raise BatchNotFound(self.id)
             return []
-        pipe = app.redis.pipeline(transaction=False)
-        pipe.hmget(bk + ":res", members)
-        pipe.hmget(bk + ":err", members)
-        res, err = await pipe.execute()
+        res, err = await q._scripts.batch_outcomes(self.id, members)
         out = []
         for m, r, e in zip(members, res, err, strict=True):
             if r is None and e is None:
                 continue
             job = _member_job(q, m.decode())
             if r is not None:
-                out.append(BatchItem(job, True, app.load_result(r), None))
+                out.append(BatchItem(job, True, codec.load_result(r), None))
             else:
-                out.append(BatchItem(job, False, None, app.load_error(e)))
+                assert e is not None
+                out.append(BatchItem(job, False, None, codec.load_error(e)))
         return out
 
     async def _foreign_members(self) -> dict[Queue, list[str]]:
         q = self.queue
-        members = cast(list[bytes], await q.app.redis.zrange(q.keys.batch(self.id) + ":all", 0, -1))
+        members = await q._scripts.batch_members(self.id)
         out: dict[Queue, list[str]] = {}
         for m in members:
             job = _member_job(q, m.decode())
@@ -295,8 +286,7 @@ def _member_job(home: Queue, member: str) -> Job[Any]:
 
 
 async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
-    key = batch.queue.keys.batch(batch.id)
-    raw = cast(list[bytes | None], await batch.queue.app.redis.hmget(key, ["grp", "pri"]))
+    raw = await batch.queue._scripts.batch_fields(batch.id, ("grp", "pri"))
     return {
         "group": raw[0].decode() if raw[0] else None,
         "priority": int(raw[1]) if raw[1] else None,
@@ -305,15 +295,16 @@ async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
 
 def _plan(
     batch: Batch[Any], calls: list[Call[Any]], opts: dict[str, Any]
-) -> tuple[list[Job[Any]], list[tuple[Any, list[str], list[Any]]]]:
+) -> tuple[list[Job[Any]], list[ScriptCall]]:
     """The script calls that add ``calls`` to ``batch``: members on other queues are counted
     into the batch first, then every sub-job is enqueued on its queue."""
     home = batch.queue
     app = home.app
-    by_queue: dict[str, list[list[Any]]] = {}
+    by_queue: dict[str, list[JobRecord]] = {}
     members: list[str] = []
     foreign = False
     jobs: list[Job[Any]] = []
+    templates: dict[tuple[Template, bool], Template] = {}
     for call in calls:
         o = call.opts
         if o.job_id is not None:
@@ -326,33 +317,38 @@ def _plan(
                 "a batch with a concurrency limit keeps its sub-jobs on its own queue "
                 f"({home.name!r}); {call.task.name!r} goes to {queue.name!r}"
             )
-        spec = call.task._spec(app, o, call.args, call.kwargs)
-        if o.group is None and opts["group"] is not None:
-            spec[7] = opts["group"]
-        if o.priority is None and opts["priority"] is not None:
-            spec[6] = opts["priority"]
-        spec[8] = batch.id
+        rec = call.task._record(o, call.args, call.kwargs)
+        # sub-jobs of one task and options share one template: the enqueue calls send it
+        # once per run of them
+        key = (rec.template, queue is home)
+        template = templates.get(key)
+        if template is None:
+            t = rec.template
+            group = opts["group"] if o.group is None and opts["group"] is not None else t.group
+            prio = opts["priority"]
+            priority = prio if o.priority is None and prio is not None else t.priority
+            template = templates[key] = dataclasses.replace(
+                t,
+                group=group,
+                priority=priority,
+                batch=batch.id,
+                batch_queue="" if queue is home else home.name,
+            )
         if queue is not home:
-            spec[9] = home.name
-            members.append(queue.keys.base + spec[0])
+            members.append(queue._keys.base + rec.id)
             foreign = True
         else:
-            members.append(spec[0])
-        by_queue.setdefault(queue.name, []).append(spec)
-        jobs.append(Job(queue, spec[0]))
-    pipeline: list[tuple[Any, list[str], list[Any]]] = []
+            members.append(rec.id)
+        by_queue.setdefault(queue.name, []).append(JobRecord(rec.id, rec.payload, template))
+        jobs.append(Job(queue, rec.id))
+    pipeline: list[ScriptCall] = []
     if foreign:
         # sub-jobs on other queues must be counted into the batch before they exist; all the
         # members go in here, in call order, so results() keeps that order (enqueueing a home
         # sub-job then finds it counted already)
-        pipeline.append(
-            (SCRIPTS["batch"], home.keys.lanes(), [home.keys.base, "add", batch.id, *members])
-        )
-    for name, specs in by_queue.items():
-        q = app.queue(name)
-        for i in range(0, len(specs), 500):
-            args = enqueue_args(q.keys.base, specs[i : i + 500])
-            pipeline.append((SCRIPTS["enqueue"], q.keys.lanes(), args))
+        pipeline.append(home._scripts.batch_add_call(batch.id, members))
+    for name, records in by_queue.items():
+        pipeline += app.queue(name)._scripts.enqueue_calls(records)
     return jobs, pipeline
 
 
@@ -385,87 +381,30 @@ async def open_batch(
     own_group = f"batch:{bid}" if concurrency is not None else group
     ttl_s = to_seconds(retention, "retention")
     ttl_ms = to_ms(ttl_s, "retention") if ttl_s is not None else max(app.result_ttl_default_ms, 0)
-    cb_args: list[Any] = []
+    callback_record: JobRecord | None = None
     callback: Job[R] | None = None
     if on_complete is not None:
         cb_opts = dict[str, Any](batch=bid, bq=home.name)
         if chain:
             cb_opts["chain"] = 1
-        spec = on_complete.task._spec(app, on_complete.opts, on_complete.args, on_complete.kwargs)
-        extra = app.load_options(spec[10]) if spec[10] else {}
-        cb_args = [
-            spec[0],
-            spec[1],
-            spec[2],
-            spec[3],
-            spec[6],
-            spec[7],
-            app.dump_options({**extra, **cb_opts}),
-        ]
-        callback = Job(home, spec[0])
+        rec = on_complete.task._record(on_complete.opts, on_complete.args, on_complete.kwargs)
+        extra = app.codec.load_options(rec.template.options)
+        options = app.codec.dump_options({**extra, **cb_opts})
+        callback_record = dataclasses.replace(
+            rec, template=dataclasses.replace(rec.template, options=options)
+        )
+        callback = Job(home, rec.id)
     batch: Batch[R] = Batch(home, bid, callback)
-    open_args = [
-        home.keys.base,
-        "open",
-        bid,
-        on_failure,
-        ttl_ms,
-        own_group or "",
-        "" if concurrency is None else concurrency,
-        "" if priority is None else priority,
-        0,
-        *cb_args,
+    scripts = home._scripts
+    pipeline = [
+        scripts.batch_open_call(
+            bid, on_failure, ttl_ms, own_group or "", concurrency, priority, callback_record
+        )
     ]
-    lanes = home.keys.lanes()
-    pipeline: list[tuple[Any, list[str], list[Any]]] = [(SCRIPTS["batch"], lanes, open_args)]
     if calls is not None:
         opts = {"group": own_group, "priority": priority}
         _, more = _plan(batch, list(calls), opts)
         pipeline += more
-        pipeline.append((SCRIPTS["batch"], lanes, [home.keys.base, "seal", bid]))
-    await evalsha_many(app.redis, pipeline)
+        pipeline.append(scripts.batch_seal_call(bid))
+    await scripts.run_many(pipeline)
     return batch
-
-
-def _fields(record: bytes) -> list[bytes]:
-    """Split an outbox record: length-prefixed fields (``<len>:<bytes>``...)."""
-    out = []
-    pos = 0
-    while pos < len(record):
-        colon = record.index(b":", pos)
-        size = int(record[pos:colon])
-        out.append(record[colon + 1 : colon + 1 + size])
-        pos = colon + 1 + size
-    return out
-
-
-async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) -> int:
-    """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
-    the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
-    an outcome twice counts it once, and an entry leaves the outbox only after it was applied.
-    Returns the number of entries handed over."""
-    app = queue.app
-    done = 0
-    while done < limit:
-        items = cast(list[bytes], await app.redis.lrange(queue.keys.outbox, 0, chunk - 1))
-        if not items:
-            break
-        by_home: dict[str, list[bytes]] = {}
-        for raw in items:
-            bid, home, member, ok, value = _fields(raw)
-            by_home.setdefault(home.decode(), []).extend((bid, member, ok, value))
-        calls = []
-        for name, outcomes in by_home.items():
-            home_q = app.queue(name)
-            calls.append(
-                (SCRIPTS["batch"], home_q.keys.lanes(), [home_q.keys.base, "apply", "", *outcomes])
-            )
-        await evalsha_many(app.redis, calls)
-        pipe = app.redis.pipeline(transaction=False)
-        for raw in items:
-            pipe.lrem(queue.keys.outbox, 1, raw)  # type: ignore[arg-type]
-        await pipe.execute()
-        done += len(items)
-        if len(items) < chunk:
-            break
-    return done

@@ -36,8 +36,8 @@ class JobContext:
     async def progress(self, value: Any) -> None:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable
         from ``Job.info()`` in any process."""
-        key = self.app.queue(self.queue).keys.job(self.id)
-        await self.app.redis.hset(key, "pg", self.app.json.dumps(value))
+        data = self.app.codec.json.dumps(value)
+        await self.app.queue(self.queue)._scripts.set_progress(self.id, data)
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._exceptions import JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from ._exceptions import JobCancelled, JobFailed, ResultTimeout
 from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
@@ -110,10 +110,7 @@ class Job(Generic[R]):
         Raises:
             JobNotFound: no record (never enqueued, or its retention ran out).
         """
-        state, _, _ = await self._queue._scripts.watch(self.id, register=False)
-        if not state:
-            raise JobNotFound(self.id)
-        return JobState(state)
+        return await self._queue._job_state(self.id)
 
     async def cancel(self) -> bool:
         """Cancel the job (see ``Queue.cancel_jobs``). True if it was cancelled at once;

@@ -6,27 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import traceback as tb
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import redis.exceptions as rexc
-
-from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
-from ._job import Job, JobInfo, JobState, raise_for_outcome
-from ._keys import QueueKeys, check_name
-from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
-from ._scripts import (
-    CANCEL_REQUESTED,
-    Claimed,
-    QueueScripts,
-    check_code,
-    parse_claimed,
-    wrap_redis_error,
-)
-from ._task import (
+from ._checks import (
     check_attempts,
     check_group,
     check_int,
@@ -34,6 +19,14 @@ from ._task import (
     check_priority,
     new_job_id,
 )
+from ._codec import Unrunnable
+from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
+from ._job import Job, JobInfo, JobState, raise_for_outcome
+from ._keys import QueueKeys, check_name
+from ._leases import Leases, forward_outbox
+from ._limits import MAX_JOBS_PER_CALL
+from ._record import Claimed, JobRecord, Template
+from ._scripts import FailMode, Outcome, QueueScripts
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
@@ -55,27 +48,15 @@ class Reservation:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def error_record(app: App, error: BaseException | str, *, with_traceback: bool = True) -> bytes:
-    """The stored form of a failure: JSON with type, message and traceback."""
-    if isinstance(error, BaseException):
-        rec = {
-            "type": getattr(error, "kind", None) or type(error).__name__,
-            "message": str(error),
-            "traceback": "".join(tb.format_exception(error)) if with_traceback else None,
-        }
-    else:
-        rec = {"type": "Error", "message": str(error), "traceback": None}
-    return app.json.dumps(rec)
-
-
 class Queue:
     """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App."""
 
     def __init__(self, app: App, name: str) -> None:
         self.app = app
         self.name = check_name("queue name", name)
-        self.keys = QueueKeys(app.prefix, name)
+        self._keys = QueueKeys(app.prefix, name)
         self._scripts_obj: QueueScripts | None = None
+        self._leases_obj: Leases | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
@@ -84,8 +65,15 @@ class Queue:
     def _scripts(self) -> QueueScripts:
         s = self._scripts_obj
         if s is None or s.client is not self.app.redis:
-            s = self._scripts_obj = QueueScripts(self.app.redis, self.keys)
+            s = self._scripts_obj = QueueScripts(self.app.redis, self._keys)
         return s
+
+    @property
+    def _leases(self) -> Leases:
+        leases = self._leases_obj
+        if leases is None or leases.scripts is not self._scripts:
+            leases = self._leases_obj = Leases(self)
+        return leases
 
     # ------------------------------------------------------------------ producer side
     async def enqueue(
@@ -122,32 +110,30 @@ class Queue:
         rt = to_seconds(result_ttl, "result_ttl")
         if rt is not None:
             extra["result_ttl"] = rt
-        jid = new_job_id() if job_id is None else check_job_id(job_id)
-        spec = [
-            jid,
+        codec = self.app.codec
+        template = Template(
             task,
-            self.app.dump_args(jid, task, tuple(args), dict(kwargs or {})),
             check_attempts(max_attempts if max_attempts is not None else self.app.max_attempts),
             -1 if delay is None else to_ms(delay, "delay"),
             -1 if at is None else at_to_ms(at),
             check_priority(priority),
             "" if group is None else check_group(group),
-            "",
-            "",
-            self.app.dump_options(extra) if extra else "",
-        ]
-        return (await self.enqueue_specs([spec]))[0]
+            options=codec.dump_options(extra) if extra else b"",
+        )
+        jid = new_job_id() if job_id is None else check_job_id(job_id)
+        payload = codec.dump_args(jid, task, tuple(args), dict(kwargs or {}))
+        return (await self._enqueue([JobRecord(jid, payload, template)]))[0]
 
-    async def enqueue_specs(self, specs: Sequence[Sequence[Any]]) -> list[Job[Any]]:
-        """Store prepared jobs (11 enqueue.lua values each) in one round trip."""
-        if not specs:
+    async def _enqueue(self, jobs: Sequence[JobRecord]) -> list[Job[Any]]:
+        """Store prepared jobs in one round trip."""
+        if not jobs:
             return []
-        await self._scripts.enqueue(specs)
-        return [Job(self, spec[0]) for spec in specs]
+        await self._scripts.enqueue(jobs)
+        return [Job(self, job.id) for job in jobs]
 
-    async def enqueue_run(self, template: Sequence[Any], pairs: list[Any]) -> list[Job[Any]]:
-        """Store jobs that share one template (enqueue.lua's 9 values): ``pairs`` is id,
-        payload, id, payload, ... (the fast path of ``enqueue_many``)."""
+    async def _enqueue_run(self, template: Template, pairs: list[Any]) -> list[Job[Any]]:
+        """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ...
+        (the fast path of ``enqueue_many``)."""
         if not pairs:
             return []
         await self._scripts.enqueue_run(template, pairs)
@@ -168,40 +154,13 @@ class Queue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""
-        k = self.keys
-        r = self.app.redis
-        try:
-            pipe = r.pipeline(transaction=False)
-            pipe.llen(k.ready)
-            for key in (k.prio, k.scheduled, k.active, k.dead):
-                pipe.zcard(key)
-            ready, prio, sched, active, dead = await pipe.execute()
-            queued = ready + prio + sum((await self.group_counts()).values())
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise wrap_redis_error(exc) from exc
+        ready, prio, sched, active, dead = await self._scripts.lane_counts()
+        queued = ready + prio + sum((await self.group_counts()).values())
         return {"scheduled": sched, "queued": queued, "active": active, "failed": dead}
 
     async def group_counts(self) -> dict[str, int]:
         """Queued jobs per group, for every group that has any."""
-        k = self.keys
-        r = self.app.redis
-        # a group with queued jobs is in the ring, or parked: by its limit (it has active
-        # jobs), by its rate (gwait) or paused (gconf)
-        pipe = r.pipeline(transaction=False)
-        pipe.zrange(k.ring, 0, -1)
-        pipe.hkeys(k.gactive)
-        pipe.zrange(k.gwait, 0, -1)
-        pipe.hkeys(k.gconf)
-        ring, gactive, gwait, gconf = await pipe.execute()
-        names = {x.decode() for x in (*ring, *gactive, *gwait)}
-        names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
-        names.discard("")
-        groups = sorted(names)
-        pipe = r.pipeline(transaction=False)
-        for g in groups:
-            pipe.zcard(k.lane(g))
-        sizes = await pipe.execute()
-        return {g: n for g, n in zip(groups, sizes, strict=True) if n}
+        return await self._scripts.group_counts()
 
     # ------------------------------------------------------------------ quality of service
     async def pause(self, group: str | None = None) -> None:
@@ -236,27 +195,28 @@ class Queue:
 
     async def stats(self) -> dict[str, int]:
         """Lifetime counters: enqueued, completed, failed, retried, expired (leases)."""
-        raw = cast(dict[bytes, bytes], await self.app.redis.hgetall(self.keys.stats))
+        raw = await self._scripts.stats()
         return {k.decode(): int(v) for k, v in raw.items()}
 
     async def job_info(self, job_id: str) -> JobInfo:
-        raw = cast(dict[bytes, bytes], await self.app.redis.hgetall(self.keys.job(job_id)))
+        raw = await self._scripts.job_record(job_id)
         if not raw:
             raise JobNotFound(job_id)
         h = {k.decode(): v for k, v in raw.items()}
+        codec = self.app.codec
 
         def num(name: str) -> int | None:
             return int(h[name]) if name in h else None
 
         args: tuple[Any, ...] | None = None
         kwargs: dict[str, Any] | None = None
+        task = h.get("t", b"").decode(errors="replace")
         with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
-            task = h.get("t", b"").decode(errors="replace")
-            args, kwargs = self.app.load_args(job_id, task, h.get("p", b""))
+            args, kwargs = codec.load_args(job_id, task, h.get("p", b""))
         return JobInfo(
             id=job_id,
             queue=self.name,
-            task=h.get("t", b"").decode(errors="replace"),
+            task=task,
             state=JobState(h["s"].decode()),
             attempts=num("a") or 0,
             max_attempts=num("m") or 1,
@@ -264,26 +224,35 @@ class Queue:
             created_ms=num("ct") or 0,
             due_ms=num("due"),
             finished_ms=num("f"),
-            error=self.app.load_error(h["e"]) if "e" in h else None,
+            error=codec.load_error(h["e"]) if "e" in h else None,
             args=args,
             kwargs=kwargs,
-            progress=self.app.json.loads(h["pg"]) if "pg" in h else None,
+            progress=codec.json.loads(h["pg"]) if "pg" in h else None,
         )
 
+    async def _job_state(self, job_id: str) -> JobState:
+        state, _, _ = await self._scripts.watch(job_id, register=False)
+        if not state:
+            raise JobNotFound(job_id)
+        return JobState(state)
+
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
+        codec = self.app.codec
+
         async def check() -> tuple[bool, Any]:
             state, result, error = await self._scripts.watch(job_id, register=True)
             if not state:
                 raise JobNotFound(job_id)
             if state == JobState.COMPLETED:
-                return True, self.app.load_result(result)
+                return True, codec.load_result(result)
             if state in (JobState.FAILED, JobState.CANCELLED):
-                err = self.app.load_error(error) if error else None
+                err = codec.load_error(error) if error else None
                 raise_for_outcome(job_id, state, err)
             return False, None
 
         waiter = self.app.result_waiter
-        return await waiter.wait(self.keys.done_channel, job_id, check, timeout, f"job {job_id!r}")
+        channel = self._keys.done_channel
+        return await waiter.wait(channel, job_id, check, timeout, f"job {job_id!r}")
 
     # ------------------------------------------------------------------ pull API
     async def reserve(
@@ -314,13 +283,12 @@ class Queue:
         loop = asyncio.get_running_loop()
         deadline = None if wait_s is None else loop.time() + wait_s
         woken = False
+        leases = self._leases
         while True:
-            res = await self._scripts.claim(
-                min(n, MAX_JOBS_PER_CALL), lease_ms, self.app.dead_ttl_ms
-            )
+            res = await leases.claim(min(n, MAX_JOBS_PER_CALL), lease_ms)
             out = []
             for c in res.jobs:
-                r = await self._decode(c)
+                r = await self._decode(leases, c)
                 if r is not None:
                     out.append(r)
             if out or deadline is None:
@@ -332,46 +300,21 @@ class Queue:
                 if woken:
                     # leaving empty-handed with a wake-up we took: hand it back, another
                     # consumer may be blocked on an older, longer timeout
-                    await self.app.redis.lpush(self.keys.wake, b"1")
+                    await leases.wake()
                 return []
             # below the socket timeout, so a long wait never looks like a dead connection
             block = min(remaining, self.app.socket_timeout / 2)
             if res.next_wake_ms >= 0:
                 block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            woken = await self.wait_for_wake(block) or woken
+            woken = await self._scripts.wait_for_wake(block) or woken
 
-    async def wait_for_wake(self, seconds: float) -> bool:
-        """Block until a producer leaves a wake token or ``seconds`` pass (no polling);
-        True if a token was taken."""
+    async def _decode(self, leases: Leases, c: Claimed) -> Reservation | None:
+        """A leased job as a Reservation; one that cannot be decoded is dead-lettered with
+        the reason (``CorruptPayload`` or ``BadSignature``, as a worker would)."""
         try:
-            async with asyncio.timeout(seconds + self.app.socket_timeout / 2):
-                return await self.app.redis.blpop([self.keys.wake], max(seconds, 0.001)) is not None
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise wrap_redis_error(exc) from exc
-
-    async def wait_for_handoff(self, seconds: float, worker_id: str) -> list[Claimed]:
-        """A parked worker's wait: block until jobs are handed to ``worker_id`` (returned,
-        already leased to it), a wake token is left, or ``seconds`` pass (both: [])."""
-        hand = self.keys.hand(worker_id)
-        try:
-            async with asyncio.timeout(seconds + self.app.socket_timeout / 2):
-                res = await self.app.redis.execute_command(  # type: ignore[no-untyped-call]
-                    "BLMPOP", max(seconds, 0.001), 2, hand, self.keys.wake,
-                    "LEFT", "COUNT", CLAIMED_JOB_VALUES * MAX_JOBS_PER_CALL,
-                )  # fmt: skip
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise wrap_redis_error(exc) from exc
-        if res is None or res[0] != hand.encode():
-            return []
-        return parse_claimed(res[1])
-
-    async def _decode(self, c: Claimed) -> Reservation | None:
-        try:
-            args, kwargs = self.app.load_args(c.id, c.task, c.payload)
-            options = self.app.load_options(c.options)
+            args, kwargs, options = leases.decode(c)
         except Exception as exc:
-            err = error_record(self.app, exc)
-            await self._scripts.fail(c.id, c.token, err, -1, self.app.dead_ttl_ms)
+            await leases.fail(c.id, c.token, exc, FailMode.DEAD)
             return None
         return Reservation(
             c.id, c.token, c.task, args, kwargs, c.attempt, c.max_attempts, self.name, options
@@ -385,13 +328,13 @@ class Queue:
             JobNotFound: the job's record is gone.
             SerializationError: the result cannot be serialised (nothing is changed).
         """
-        data = self.app.dump_result(result)
-        ttl = self.app.result_ttl_ms(reservation.options, self.app.tasks.get(reservation.task))
-        code = (await self._scripts.complete([(reservation.id, reservation.token, data, ttl)]))[0]
-        check_code(code, reservation.id)
-        if code == 2:  # its batch lives on another queue: hand the outcome over now
-            from ._batch import forward_outbox
-
+        codec = self.app.codec
+        data = codec.dump_result(result)
+        task = self.app.tasks.get(reservation.task)
+        ttl = codec.result_ttl_ms(reservation.options, None if task is None else task.result_ttl)
+        outcome = (await self._leases.complete([(reservation.id, reservation.token, data, ttl)]))[0]
+        outcome.check(reservation.id)
+        if outcome is Outcome.FORWARD:  # its batch lives on another queue: hand it over now
             await forward_outbox(self)
 
     async def fail(
@@ -408,36 +351,24 @@ class Queue:
         Returns:
             True if a retry was scheduled, False if the job was dead-lettered.
         """
+        mode, delay_ms = FailMode.DEAD, 0
         if retry:
             d = to_seconds(delay, "delay")
+            mode = FailMode.RETRY
             delay_ms = to_ms(
                 self.app.backoff.delay(reservation.attempt) if d is None else d, "delay"
             )
-        else:
-            delay_ms = -1
-        code = await self._scripts.fail(
-            reservation.id,
-            reservation.token,
-            error_record(self.app, error),
-            delay_ms,
-            self.app.dead_ttl_ms,
-        )
-        check_code(code, reservation.id)
-        return code == 1
+        outcome = await self._leases.fail(reservation.id, reservation.token, error, mode, delay_ms)
+        outcome.check(reservation.id)
+        return outcome is Outcome.RETRY
 
     async def release(
         self, reservation: Reservation, *, delay: float | timedelta = 0, refund: bool = True
     ) -> None:
         """Give a reserved job back unfinished; by default its attempt is not counted."""
-        code = (
-            await self._scripts.release(
-                [(reservation.id, reservation.token)],
-                to_ms(delay, "delay"),
-                refund,
-                self.app.dead_ttl_ms,
-            )
-        )[0]
-        check_code(code, reservation.id)
+        pairs = [(reservation.id, reservation.token)]
+        outcome = (await self._leases.release(pairs, to_ms(delay, "delay"), refund))[0]
+        outcome.check(reservation.id)
 
     async def extend(
         self, reservation: Reservation, *, lease: float | timedelta | None = None
@@ -450,24 +381,21 @@ class Queue:
             LeaseLost, JobNotFound: as for ``complete``.
         """
         lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
-        code = (await self._scripts.extend([(reservation.id, reservation.token)], lease_ms))[0]
-        if code == CANCEL_REQUESTED:
-            err = error_record(self.app, "cancelled while reserved")
-            await self._scripts.fail(
-                reservation.id, reservation.token, err, -2, self.app.dead_ttl_ms
-            )
+        leases = self._leases
+        outcome = (await leases.extend([(reservation.id, reservation.token)], lease_ms))[0]
+        if outcome is Outcome.CANCEL_REQUESTED:
+            why = Unrunnable("Cancelled", "cancelled while reserved")
+            await leases.fail(reservation.id, reservation.token, why, FailMode.CANCELLED)
             raise JobCancelled(reservation.id)
-        check_code(code, reservation.id)
+        outcome.check(reservation.id)
 
-    async def reap(self, limit: int = 1000) -> dict[str, int]:
+    async def reap(self, limit: int = MAX_JOBS_PER_CALL) -> dict[str, int]:
         """Run queue maintenance now: recover expired leases, promote due delayed jobs, trim
         old dead letters, hand over outcomes of sub-jobs whose batch lives on another queue.
         Workers do this on their own; this is for pull-API-only setups."""
-        from ._batch import forward_outbox
-
         rec = pro = trimmed = 0
         while True:  # the script moves at most MAX_JOBS_PER_CALL jobs per step
-            r, p, t = await self._scripts.reap(min(limit, MAX_JOBS_PER_CALL), self.app.dead_ttl_ms)
+            r, p, t = await self._leases.reap(min(limit, MAX_JOBS_PER_CALL))
             rec, pro, trimmed = rec + r, pro + p, trimmed + t
             limit -= max(r, p)
             if limit <= 0 or max(r, p) < MAX_JOBS_PER_CALL:

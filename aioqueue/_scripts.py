@@ -1,40 +1,97 @@
-"""The Lua scripts: loaded from ``lua/*.lua``, run with EVALSHA, one typed method each.
+"""The one door to Redis: every script call and every read of a queue's keys goes through here.
 
-Each script file starts with a header listing its KEYS, ARGV and return codes; the parts of the
-library in ``lua/lib/`` that it needs are prepended to it (``LIB``, ``SCRIPTS``). Scripts are run
-with EVALSHA and reloaded transparently after a ``SCRIPT FLUSH`` or a failover to a server that
-has not seen them (NOSCRIPT).
+The Lua scripts are loaded from ``lua/*.lua``, each headed by its KEYS, ARGV and return codes;
+the parts of the library in ``lua/lib/`` that a script needs are prepended to it (``LIB``,
+``SCRIPTS``). They run with EVALSHA and are reloaded
+transparently after a ``SCRIPT FLUSH`` or a failover to a server that has not seen them
+(NOSCRIPT). ``QueueScripts`` has one typed method per script (and per batch operation); the
+per-job codes of the scripts become ``Outcome`` values here and nowhere else. Every call, reads
+included, is bounded by the App's socket timeout and raises ``ServerUnavailable`` when the
+server cannot be reached.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Sequence
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from ._exceptions import JobNotFound, LeaseLost, ServerUnavailable
 from ._keys import QueueKeys
-from ._limits import CLAIMED_JOB_VALUES
+from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
+from ._record import (
+    Claimed,
+    ClaimResult,
+    JobRecord,
+    Template,
+    enqueue_args,
+    parse_claim,
+    parse_claimed,
+    runs_args,
+)
+from ._wire import call_timeout, evalsha_command
 
-#: return codes shared by the fenced scripts
-OK: Final = 1
-NO_JOB: Final = -1
-STALE: Final = -2
-CANCEL_REQUESTED: Final = -3  # extend: renewed, but the job was cancelled meanwhile
+T = TypeVar("T")
 
 
-def check_code(code: int, job_id: str) -> None:
-    """Map a fenced script's per-job return code to an exception (the one table)."""
-    if code == NO_JOB:
-        raise JobNotFound(job_id)
-    if code == STALE:
-        raise LeaseLost(job_id)
+class Outcome(enum.Enum):
+    """What a fenced script did to one job (its per-job return code, by name)."""
+
+    OK = "ok"
+    #: complete: done, and its outcome waits in the outbox for a batch on another queue
+    FORWARD = "forward"
+    #: fail: a retry was scheduled
+    RETRY = "retry"
+    #: fail: dead-lettered
+    DEAD = "dead"
+    #: fail: recorded as cancelled
+    CANCELLED = "cancelled"
+    #: extend: renewed, but cancellation was requested: stop the job, record it cancelled
+    CANCEL_REQUESTED = "cancel_requested"
+    NO_JOB = "no_job"
+    #: the lease token does not match: the lease ran out and the job moved on
+    STALE = "stale"
+
+    def check(self, job_id: str) -> None:
+        """Raise for the codes that mean the caller no longer holds the job."""
+        if self is Outcome.NO_JOB:
+            raise JobNotFound(job_id)
+        if self is Outcome.STALE:
+            raise LeaseLost(job_id)
+
+    @property
+    def lost(self) -> bool:
+        """The caller no longer holds the job (no record, or another lease)."""
+        return self is Outcome.NO_JOB or self is Outcome.STALE
+
+
+# the one table per script: Lua's return code -> Outcome (see each .lua header)
+_FENCED = {-1: Outcome.NO_JOB, -2: Outcome.STALE}
+_COMPLETE: Final = {1: Outcome.OK, 2: Outcome.FORWARD, **_FENCED}
+_FAIL: Final = {1: Outcome.RETRY, 2: Outcome.DEAD, 3: Outcome.CANCELLED, **_FENCED}
+_EXTEND: Final = {1: Outcome.OK, -3: Outcome.CANCEL_REQUESTED, **_FENCED}
+_RELEASE: Final = {1: Outcome.OK, **_FENCED}
+
+
+class FailMode(enum.Enum):
+    """What ``fail`` does with a failed attempt."""
+
+    #: run again after the delay while attempts are left, else dead-letter
+    RETRY = "retry"
+    #: dead-letter now
+    DEAD = "dead"
+    #: record the job as cancelled (its cancellation was requested)
+    CANCELLED = "cancelled"
+
+
+# fail.lua's ARGV[5] (retry delay ms) carries the two other modes as -1 and -2
+_FAIL_SIGNAL: Final = {FailMode.DEAD: -1, FailMode.CANCELLED: -2}
 
 
 #: The Lua library, lua/lib/<part>.lua, in the order its parts are prepended to a script; each
@@ -97,6 +154,10 @@ SCRIPTS: Final = {
 }
 
 
+#: one script call of a pipeline: the script, its KEYS, its ARGV (ARGV[1]: the key base)
+ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
+
+
 def wrap_redis_error(exc: Exception) -> Exception:
     """Translate redis-py connection errors at the boundary; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
@@ -104,91 +165,19 @@ def wrap_redis_error(exc: Exception) -> Exception:
     return exc
 
 
-def _bulk(arg: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(arg), arg)
-
-
-class Head(str):
-    """The command name ``EVALSHA`` carrying the packed, unchanging start of a script call:
-    the SHA, the KEYS and the key base (ARGV[1]). A connection of ``fast_connection_class``
-    sends it as is, so a call only encodes its varying arguments."""
-
-    packed: bytes
-    nargs: int
-
-    def __new__(cls, script: Script, keys: Sequence[str], base: str) -> Head:
-        head = super().__new__(cls, "EVALSHA")
-        fixed = [b"EVALSHA", script.sha.encode(), b"%d" % len(keys)]
-        fixed += [k.encode() for k in keys]
-        fixed.append(base.encode())
-        head.packed = b"".join(_bulk(a) for a in fixed)
-        head.nargs = len(fixed)
-        return head
-
-
-_HEADS: dict[tuple[str, tuple[str, ...], str], Head] = {}
-
-
-def head_for(script: Script, keys: Sequence[str], base: str) -> Head:
-    key = (script.sha, tuple(keys), base)
-    head = _HEADS.get(key)
-    if head is None:
-        if len(_HEADS) > 10_000:  # many queues come and go: do not grow without bound
-            _HEADS.clear()
-        head = _HEADS[key] = Head(script, keys, base)
-    return head
-
-
-class _FastPack:
-    """Mixin for redis-py connections: packs a script call that starts with a Head by
-    splicing in its pre-packed bytes; every other command is packed by redis-py."""
-
-    encoder: Any
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        head = args[0]
-        if type(head) is not Head:
-            return super().pack_command(*args)  # type: ignore[misc,no-any-return]
-        parts = [b"*%d\r\n" % (head.nargs + len(args) - 1), head.packed]
-        for arg in args[1:]:
-            kind = type(arg)
-            if kind is bytes:
-                data = arg
-            elif kind is str:
-                data = arg.encode()
-            elif kind is int:
-                data = b"%d" % arg
-            else:
-                data = self.encoder.encode(arg)
-            parts.append(b"$%d\r\n" % len(data))
-            parts.append(data)
-            parts.append(b"\r\n")
-        return [b"".join(parts)]
-
-
-_FAST: dict[type, type] = {}
-
-
-def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> None:
-    """Make the client's pool create connections that splice pre-packed script heads, and
-    give script calls on it a time limit (``timeout`` seconds)."""
-    pool = client.connection_pool
-    pool.aioqueue_timeout = timeout  # type: ignore[attr-defined]
-    base = pool.connection_class
-    if issubclass(base, _FastPack):
-        return
-    fast = _FAST.get(base)
-    if fast is None:
-        fast = _FAST[base] = type(f"Fast{base.__name__}", (_FastPack, base), {})
-    pool.connection_class = fast
-
-
-def _command(
-    client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
-) -> tuple[Any, ...]:
-    if issubclass(client.connection_pool.connection_class, _FastPack):
-        return (head_for(script, keys, args[0]), *args[1:])
-    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | None = None) -> T:
+    """Await one call to Redis within the App's socket timeout, with connection errors wrapped
+    in aioqueue's. A blocking command that waits up to ``blocking`` seconds gets that long
+    plus half the socket timeout (its waits are kept below it)."""
+    limit = call_timeout(client)
+    if limit is not None and blocking is not None:
+        limit = blocking + limit / 2
+    try:
+        async with asyncio.timeout(limit):
+            return await call
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        # OSError covers TimeoutError: the call outlived the App's socket_timeout
+        raise wrap_redis_error(exc) from exc
 
 
 async def evalsha(
@@ -196,19 +185,18 @@ async def evalsha(
 ) -> Any:
     """Run a script with EVALSHA, loading it first if the server does not know it.
     ``args[0]`` is always the queue's key base (every script's ARGV[1])."""
-    command = _command(client, script, keys, args)
+    return await bounded(client, _evalsha(client, script, keys, args))
+
+
+async def _evalsha(
+    client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    command = evalsha_command(client, script.sha, keys, args)
     try:
-        async with asyncio.timeout(getattr(client.connection_pool, "aioqueue_timeout", None)):
-            try:
-                return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-            except rexc.NoScriptError:
-                await client.execute_command(  # type: ignore[no-untyped-call]
-                    "SCRIPT", "LOAD", script.source
-                )
-                return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        # OSError covers TimeoutError: the call outlived the App's socket_timeout
-        raise wrap_redis_error(exc) from exc
+        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    except rexc.NoScriptError:
+        await client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
+        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
 
 
 async def load_scripts(client: aioredis.Redis) -> None:
@@ -219,49 +207,26 @@ async def load_scripts(client: aioredis.Redis) -> None:
     await pipe.execute()
 
 
-async def evalsha_many(
-    client: aioredis.Redis, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]
-) -> list[Any]:
+async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
     """Run many script calls in one round trip (a non-transactional pipeline). Calls that met
     NOSCRIPT did not run, so they are run again, alone, once their script is loaded."""
-    try:
-        pipe = client.pipeline(transaction=False)
-        for script, keys, args in calls:
-            pipe.execute_command(*_command(client, script, keys, args))
-        async with asyncio.timeout(getattr(client.connection_pool, "aioqueue_timeout", None)):
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        for i, res in enumerate(results):
-            if isinstance(res, rexc.NoScriptError):
-                results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
-            elif isinstance(res, Exception):
-                raise res
-        return results
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        raise wrap_redis_error(exc) from exc
-
-
-@dataclass(slots=True)
-class Claimed:
-    """One job leased by ``claim``."""
-
-    id: str
-    token: str
-    attempt: int
-    task: str
-    payload: bytes
-    options: bytes
-    max_attempts: int
-
-
-@dataclass(slots=True)
-class ClaimResult:
-    now_ms: int
-    next_wake_ms: int
-    jobs: list[Claimed]
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args in calls:
+        pipe.execute_command(*evalsha_command(client, script.sha, keys, args))
+    results: list[Any] = await bounded(client, pipe.execute(raise_on_error=False))
+    for i, res in enumerate(results):
+        if isinstance(res, rexc.NoScriptError):
+            results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
+        elif isinstance(res, rexc.ConnectionError | rexc.TimeoutError | OSError):
+            raise wrap_redis_error(res) from res
+        elif isinstance(res, Exception):
+            raise res
+    return results
 
 
 class QueueScripts:
-    """The scripts bound to one queue's keys and one client."""
+    """The door to one queue's keys on one client: a typed method per script (and per batch
+    operation) and every read, each bounded by the socket timeout."""
 
     __slots__ = ("base", "client", "keys", "lanes")
 
@@ -271,50 +236,45 @@ class QueueScripts:
         self.lanes = tuple(keys.lanes())
         self.base = keys.base
 
-    async def enqueue(self, jobs: Sequence[Sequence[Any]], chunk: int = 500) -> list[int]:
-        """Add jobs (11 values each: id, task, payload, then the template of enqueue.lua);
-        returns one code per job. Runs of jobs with the same template go as id/payload pairs."""
-        calls = [
+    async def _run(self, name: str, args: Sequence[Any], keys: Sequence[str] = ()) -> Any:
+        return await evalsha(self.client, SCRIPTS[name], keys or self.lanes, args)
+
+    # ------------------------------------------------------------------ enqueue
+    def enqueue_calls(self, jobs: Sequence[JobRecord], chunk: int = 500) -> list[ScriptCall]:
+        """The enqueue.lua calls that store ``jobs`` (``chunk`` a call), for a pipeline."""
+        return [
             (SCRIPTS["enqueue"], self.lanes, enqueue_args(self.base, jobs[i : i + chunk]))
             for i in range(0, len(jobs), chunk)
         ]
-        return await self._enqueue_calls(calls)
 
-    async def enqueue_run(
-        self, template: Sequence[Any], pairs: list[Any], chunk: int = 500
-    ) -> list[int]:
-        """Add jobs that share one template (9 values: task, then enqueue.lua's template):
-        ``pairs`` is id, payload, id, payload, ...; returns one code per job."""
+    async def enqueue(self, jobs: Sequence[JobRecord], chunk: int = 500) -> None:
+        """Store jobs; runs of jobs with the same template go as id/payload pairs."""
+        await self._enqueue_calls(self.enqueue_calls(jobs, chunk))
+
+    async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
+        """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
         step = 2 * chunk
+        values = template.values()
         calls = [
-            (
-                SCRIPTS["enqueue"],
-                self.lanes,
-                runs_args(self.base, [(template, pairs[i : i + step])]),
-            )
+            (SCRIPTS["enqueue"], self.lanes, runs_args(self.base, [(values, pairs[i : i + step])]))
             for i in range(0, len(pairs), step)
         ]
-        return await self._enqueue_calls(calls)
+        await self._enqueue_calls(calls)
 
-    async def _enqueue_calls(
-        self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]
-    ) -> list[int]:
+    async def _enqueue_calls(self, calls: Sequence[ScriptCall]) -> None:
         if len(calls) == 1:
-            results = [await evalsha(self.client, *calls[0])]
-        else:
-            results = await evalsha_many(self.client, calls)
-        codes: list[int] = []
-        for res in results:
-            codes.extend(res[1:])
-        return codes
+            await evalsha(self.client, *calls[0])
+        elif calls:
+            await evalsha_many(self.client, calls)
 
+    # ------------------------------------------------------------------ leases
     async def claim(
         self, n: int, lease_ms: int, dead_ttl_ms: int, worker_id: str = "", park_ms: int = 0
     ) -> ClaimResult:
         """Lease up to ``n`` jobs; a worker (``worker_id``) also takes back what was handed to
         it while parked, and parks for ``park_ms`` when it got fewer than ``n``."""
         args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms)
-        return parse_claim(await evalsha(self.client, SCRIPTS["claim"], self.lanes, args))
+        return parse_claim(await self._run("claim", args))
 
     async def complete_claim(
         self,
@@ -324,28 +284,37 @@ class QueueScripts:
         dead_ttl_ms: int,
         worker_id: str = "",
         park_ms: int = 0,
-    ) -> tuple[ClaimResult, list[int]]:
+    ) -> tuple[ClaimResult, list[Outcome]]:
         """Complete ``items`` and lease up to ``n`` jobs in one round trip (see ``claim``)."""
         args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, len(items)]
         for item in items:
             args.extend(item)
-        res = await evalsha(self.client, SCRIPTS["complete_claim"], self.lanes, args)
+        res = await self._run("complete_claim", args)
         m = len(items)
         if not m:
             return parse_claim(res), []
-        return parse_claim(res[:-m]), list(res[-m:])
+        return parse_claim(res[:-m]), [_COMPLETE[c] for c in res[-m:]]
 
-    async def complete(self, items: Sequence[tuple[str, str, bytes, int]]) -> list[int]:
+    async def complete(self, items: Sequence[tuple[str, str, bytes, int]]) -> list[Outcome]:
+        """Finish jobs (id, token, result, result_ttl_ms each): OK, FORWARD, NO_JOB, STALE."""
         args: list[Any] = [self.base, len(items)]
         for item in items:
             args.extend(item)
-        return list(await evalsha(self.client, SCRIPTS["complete"], self.lanes, args))
+        return [_COMPLETE[c] for c in await self._run("complete", args)]
 
     async def fail(
-        self, job_id: str, token: str, error: bytes, retry_delay_ms: int, dead_ttl_ms: int
-    ) -> int:
-        args = (self.base, job_id, token, error, retry_delay_ms, dead_ttl_ms)
-        return int(await evalsha(self.client, SCRIPTS["fail"], self.lanes, args))
+        self,
+        job_id: str,
+        token: str,
+        error: bytes,
+        mode: FailMode,
+        dead_ttl_ms: int,
+        delay_ms: int = 0,
+    ) -> Outcome:
+        """Record a failed attempt: RETRY (scheduled), DEAD, CANCELLED, NO_JOB or STALE."""
+        delay = _FAIL_SIGNAL.get(mode, max(delay_ms, 0))
+        args = (self.base, job_id, token, error, delay, dead_ttl_ms)
+        return _FAIL[int(await self._run("fail", args))]
 
     async def release(
         self,
@@ -353,87 +322,196 @@ class QueueScripts:
         delay_ms: int = 0,
         refund: bool = False,
         dead_ttl_ms: int = 0,
-    ) -> list[int]:
+    ) -> list[Outcome]:
         args: list[Any] = [self.base, delay_ms, 1 if refund else 0, dead_ttl_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
-        return list(await evalsha(self.client, SCRIPTS["release"], self.lanes, args))
+        return [_RELEASE[c] for c in await self._run("release", args)]
 
-    async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[int]:
+    async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[Outcome]:
+        """Renew leases: OK, CANCEL_REQUESTED (renewed, but stop it), NO_JOB or STALE."""
         args: list[Any] = [self.base, lease_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
-        res = await evalsha(self.client, SCRIPTS["extend"], self.lanes, args)
-        return list(res[1:])
+        res = await self._run("extend", args)
+        return [_EXTEND[c] for c in res[1:]]
 
     async def cancel(self, ids: Sequence[str], dead_ttl_ms: int) -> tuple[int, int]:
         """Cancel jobs (see cancel.lua); returns (cancelled now, running ones asked to stop)."""
-        res = await evalsha(
-            self.client, SCRIPTS["cancel"], self.lanes, (self.base, dead_ttl_ms, *ids)
-        )
+        res = await self._run("cancel", (self.base, dead_ttl_ms, *ids))
         return int(res[0]), int(res[1])
 
     async def configure(self, op: str, group: str = "", v1: object = "", v2: object = "") -> None:
         """Change a queue or group setting (see configure.lua)."""
-        args = (self.base, op, group, v1, v2)
-        await evalsha(self.client, SCRIPTS["configure"], self.lanes, args)
+        await self._run("configure", (self.base, op, group, v1, v2))
 
     async def watch(
         self, job_id: str, register: bool, kind: str = "job"
     ) -> tuple[str, bytes, bytes]:
-        args = (self.base, job_id, 1 if register else 0, kind)
-        res = await evalsha(self.client, SCRIPTS["watch"], self.lanes, args)
+        res = await self._run("watch", (self.base, job_id, 1 if register else 0, kind))
         return res[0].decode(), res[1], res[2]
 
     async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:
         """Maintenance; returns (recovered, promoted, dead_trimmed), all -1 when another
         process did it in this lock period."""
         keys = [*self.lanes, self.keys.reap_lock]
-        res = await evalsha(
-            self.client, SCRIPTS["reap"], keys, (self.base, limit, dead_ttl_ms, lock_ms)
-        )
+        res = await self._run("reap", (self.base, limit, dead_ttl_ms, lock_ms), keys)
         return int(res[1]), int(res[2]), int(res[3])
 
+    # ------------------------------------------------------------------ batches (batch.lua)
+    def batch_open_call(
+        self,
+        batch_id: str,
+        policy: str,
+        retention_ms: int,
+        group: str,
+        concurrency: int | None,
+        priority: int | None,
+        callback: JobRecord | None,
+    ) -> ScriptCall:
+        """Open a batch homed on this queue, with its callback job (for a pipeline)."""
+        args: list[Any] = [
+            self.base,
+            "open",
+            batch_id,
+            policy,
+            retention_ms,
+            group,
+            "" if concurrency is None else concurrency,
+            "" if priority is None else priority,
+            0,
+        ]
+        if callback is not None:
+            t = callback.template
+            args += (callback.id, t.task, callback.payload, t.max_attempts, t.priority, t.group)
+            args.append(t.options)
+        return (SCRIPTS["batch"], self.lanes, args)
 
-def enqueue_args(base: str, jobs: Sequence[Sequence[Any]]) -> list[Any]:
-    """enqueue.lua's ARGV for jobs given as (id, task, payload, *template-rest): consecutive jobs
-    with the same template go as one run."""
-    runs: list[tuple[tuple[Any, ...], list[Any]]] = []
-    for job in jobs:
-        template = (job[1], *job[3:])
-        if not runs or runs[-1][0] != template:
-            runs.append((template, []))
-        runs[-1][1].extend((job[0], job[2]))
-    return runs_args(base, runs)
+    def batch_add_call(self, batch_id: str, members: Sequence[str]) -> ScriptCall:
+        """Count sub-jobs on other queues (``<their key base><id>``) into a batch."""
+        return (SCRIPTS["batch"], self.lanes, [self.base, "add", batch_id, *members])
 
+    def batch_seal_call(self, batch_id: str) -> ScriptCall:
+        return (SCRIPTS["batch"], self.lanes, [self.base, "seal", batch_id])
 
-def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
-    """enqueue.lua's ARGV for runs of jobs: (template, [id, payload, id, payload, ...]) each."""
-    args: list[Any] = [base, len(runs)]
-    for template, pairs in runs:
-        args.extend(template)
-        args.append(len(pairs) // 2)
-        args.extend(pairs)
-    return args
+    def batch_apply_call(self, outcomes: Sequence[bytes]) -> ScriptCall:
+        """Apply outcomes handed over from other queues' outboxes (4 values each)."""
+        return (SCRIPTS["batch"], self.lanes, [self.base, "apply", "", *outcomes])
 
+    async def batch_seal(self, batch_id: str) -> bool:
+        """Seal a batch; False when there is no such batch."""
+        return int(await evalsha(self.client, *self.batch_seal_call(batch_id))) >= 0
 
-def parse_claim(res: list[Any]) -> ClaimResult:
-    """claim's reply: now, next wake-up, then the leased jobs."""
-    return ClaimResult(int(res[0]), int(res[1]), parse_claimed(res, 2))
+    async def batch_cancel(self, batch_id: str) -> int | None:
+        """Cancel a batch: how many of its sub-jobs on this queue were cancelled, None when
+        there is no such batch."""
+        n = int(await self._run("batch", (self.base, "cancel", batch_id)))
+        return None if n < 0 else n
 
+    async def run_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run script calls (of any queues) in one round trip."""
+        return await evalsha_many(self.client, calls)
 
-def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
-    """Leased jobs, ``CLAIMED_JOB_VALUES`` values each from ``first`` on, as claim replies them
-    and enqueue hands them to a parked worker (integers then arrive as bytes, from a list)."""
-    return [
-        Claimed(
-            values[i].decode(),
-            str(int(values[i + 1])),
-            int(values[i + 2]),
-            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
-            values[i + 4],
-            values[i + 5],
-            int(values[i + 6]),
+    # ------------------------------------------------------------------ reads
+    async def read(self, call: Awaitable[T]) -> T:
+        """Await a plain command (or pipeline) on this client, bounded and wrapped."""
+        return await bounded(self.client, call)
+
+    async def job_record(self, job_id: str) -> dict[bytes, bytes]:
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.job(job_id))))
+
+    async def set_progress(self, job_id: str, data: bytes) -> None:
+        """Record a running job's progress (JSON)."""
+        await self.read(self.client.hset(self.keys.job(job_id), "pg", data))
+
+    async def stats(self) -> dict[bytes, bytes]:
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.stats)))
+
+    async def lane_counts(self) -> tuple[int, int, int, int, int]:
+        """Sizes of ready, prio, scheduled, active and dead."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.llen(k.ready)
+        for key in (k.prio, k.scheduled, k.active, k.dead):
+            pipe.zcard(key)
+        ready, prio, sched, active, dead = await self.read(pipe.execute())
+        return ready, prio, sched, active, dead
+
+    async def group_counts(self) -> dict[str, int]:
+        """Queued jobs per group, for every group that has any."""
+        k = self.keys
+        # a group with queued jobs is in the ring, or parked: by its limit (it has active
+        # jobs), by its rate (gwait) or paused (gconf)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(k.ring, 0, -1)
+        pipe.hkeys(k.gactive)
+        pipe.zrange(k.gwait, 0, -1)
+        pipe.hkeys(k.gconf)
+        ring, gactive, gwait, gconf = await self.read(pipe.execute())
+        names = {x.decode() for x in (*ring, *gactive, *gwait)}
+        names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
+        names.discard("")
+        groups = sorted(names)
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(k.lane(g))
+        sizes = await self.read(pipe.execute())
+        return {g: n for g, n in zip(groups, sizes, strict=True) if n}
+
+    async def wake(self) -> None:
+        """Leave a wake token: one idle consumer wakes up."""
+        await self.read(self.client.lpush(self.keys.wake, b"1"))
+
+    async def wait_for_wake(self, seconds: float) -> bool:
+        """Block until a producer leaves a wake token or ``seconds`` pass (no polling);
+        True if a token was taken."""
+        call = self.client.blpop([self.keys.wake], max(seconds, 0.001))
+        return await bounded(self.client, call, blocking=seconds) is not None
+
+    async def wait_for_handoff(self, seconds: float, worker_id: str) -> list[Claimed]:
+        """A parked worker's wait: block until jobs are handed to ``worker_id`` (returned,
+        already leased to it), a wake token is left, or ``seconds`` pass (both: [])."""
+        hand = self.keys.hand(worker_id)
+        call = self.client.execute_command(  # type: ignore[no-untyped-call]
+            "BLMPOP",
+            max(seconds, 0.001),
+            2,
+            hand,
+            self.keys.wake,
+            "LEFT",
+            "COUNT",
+            CLAIMED_JOB_VALUES * MAX_JOBS_PER_CALL,
         )
-        for i in range(first, len(values), CLAIMED_JOB_VALUES)
-    ]
+        res = await bounded(self.client, call, blocking=seconds)
+        if res is None or res[0] != hand.encode():
+            return []
+        return parse_claimed(res[1])
+
+    async def batch_fields(self, batch_id: str, fields: Sequence[str]) -> list[bytes | None]:
+        call = self.client.hmget(self.keys.batch(batch_id), list(fields))
+        return cast(list[bytes | None], await self.read(call))
+
+    async def batch_members(self, batch_id: str) -> list[bytes]:
+        call = self.client.zrange(self.keys.batch(batch_id) + ":all", 0, -1)
+        return cast(list[bytes], await self.read(call))
+
+    async def batch_outcomes(
+        self, batch_id: str, members: list[bytes]
+    ) -> tuple[list[bytes | None], list[bytes | None]]:
+        """Results and errors collected for these members (None where there is none)."""
+        bk = self.keys.batch(batch_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(bk + ":res", members)
+        pipe.hmget(bk + ":err", members)
+        res, err = await self.read(pipe.execute())
+        return res, err
+
+    async def outbox(self, n: int) -> list[bytes]:
+        """The first ``n`` entries of this queue's outbox."""
+        return cast(list[bytes], await self.read(self.client.lrange(self.keys.outbox, 0, n - 1)))
+
+    async def outbox_remove(self, entries: Sequence[bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for raw in entries:
+            pipe.lrem(self.keys.outbox, 1, raw)  # type: ignore[arg-type]
+        await self.read(pipe.execute())

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
-import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from ._batch import Call
+from ._checks import check_attempts, check_group, check_job_id, check_priority, new_job_id
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._keys import check_name
-from ._limits import MAX_PRIORITY, MIN_PRIORITY
+from ._record import JobOptions, JobRecord, Template
 from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
-    from ._batch import Call
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,82 +46,6 @@ class Backoff:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         d = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
         return d * (1.0 - self.jitter * random.random())
-
-
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Options of one enqueue call; ``None`` means the task's default."""
-
-    delay: float | None = None
-    at: datetime | float | None = None
-    job_id: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
-    result_ttl: float | None = None
-    queue: str | None = None
-    group: str | None = None
-
-
-def check_group(group: str) -> str:
-    if not isinstance(group, str) or not 0 < len(group) <= 200:
-        raise ConfigurationError(
-            f"group must be a non-empty string of at most 200 chars: {group!r}"
-        )
-    return group
-
-
-def check_priority(priority: int) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(f"priority must be an int, not {priority!r}")
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise ConfigurationError(
-            f"priority {priority} out of range {MIN_PRIORITY}..{MAX_PRIORITY} (higher runs first)"
-        )
-    return priority
-
-
-def check_int(value: int, minimum: int, what: str, note: str = "") -> int:
-    """An int (not a bool) of at least ``minimum``, or ConfigurationError naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{what} must be an int >= {minimum}{note}, not {value!r}")
-    return value
-
-
-def check_attempts(n: int) -> int:
-    return check_int(n, 1, "max_attempts")
-
-
-def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not 0 < len(job_id) <= 256:
-        raise ConfigurationError(
-            f"job_id must be a non-empty string of at most 256 chars: {job_id!r}"
-        )
-    return job_id
-
-
-class _Ids:
-    """Job ids: 16 random hex digits per process, then a counter. Unique without a round trip
-    and cheaper than uuid4; a forked child draws a new prefix."""
-
-    def __init__(self) -> None:
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.prefix = os.urandom(8).hex()
-        self.counter = itertools.count(1)
-
-    def next(self) -> str:
-        return f"{self.prefix}{next(self.counter):x}"
-
-
-_IDS = _Ids()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_IDS.reseed)
-
-
-def new_job_id() -> str:
-    return _IDS.next()
 
 
 class _Signature:
@@ -207,6 +130,8 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self._sig = _Signature(fn, name)
         self._defaults = JobOptions()
+        self._templates: dict[JobOptions, Template] = {}
+        self._default_template: Template | None = None
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -257,8 +182,6 @@ class Task(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """This task with its arguments bound, for batches and chains (checked like enqueue)."""
-        from ._batch import Call
-
         return Call(self, args, dict(kwargs), self._defaults)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
@@ -286,8 +209,7 @@ class Task(Generic[P, R]):
     ) -> Job[R]:
         self._sig.check(args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
-        spec = self._spec(queue.app, opts, args, kwargs)
-        jobs = await queue.enqueue_specs([spec])
+        jobs = await queue._enqueue([self._record(opts, args, kwargs)])
         return jobs[0]
 
     async def _enqueue_many(
@@ -296,7 +218,7 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
-        app, name, check = queue.app, self.name, self._sig.check
+        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
         # every job of the call shares one template: only ids and payloads vary
         pairs: list[Any] = []
         for call in calls:
@@ -307,35 +229,47 @@ class Task(Generic[P, R]):
             check(args, kwargs)
             job_id = new_job_id()
             pairs.append(job_id)
-            pairs.append(app.dump_args(job_id, name, args, kwargs))
-        return await queue.enqueue_run(self._template(app, opts), pairs)
+            pairs.append(dump(job_id, name, args, kwargs))
+        return await queue._enqueue_run(self._template(opts), pairs)
 
-    def _spec(
-        self, app: App, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> list[Any]:
-        """The 11 enqueue.lua values for one job (not in a batch)."""
+    def _record(
+        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> JobRecord:
+        """The record of one job of this task with these options and arguments."""
         job_id = opts.job_id or new_job_id()
-        template = self._template(app, opts)
-        return [job_id, template[0], app.dump_args(job_id, self.name, args, kwargs), *template[1:]]
+        payload = self.app.codec.dump_args(job_id, self.name, args, kwargs)
+        return JobRecord(job_id, payload, self._template(opts))
 
-    def _template(self, app: App, opts: JobOptions) -> list[Any]:
-        """enqueue.lua's 9 template values (everything but id and payload) for these options."""
+    def _template(self, opts: JobOptions) -> Template:
+        """The template (everything but id and payload) of this task's jobs with ``opts``;
+        it only depends on them, so it is made once per options object."""
+        if opts is self._defaults:  # the common case, without hashing the options
+            template = self._default_template
+            if template is None:
+                template = self._default_template = self._make_template(opts)
+            return template
+        template = self._templates.get(opts)
+        if template is None:
+            if len(self._templates) > 1000:  # many one-off options: do not grow without bound
+                self._templates.clear()
+            template = self._templates[opts] = self._make_template(opts)
+        return template
+
+    def _make_template(self, opts: JobOptions) -> Template:
         extra: dict[str, float] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
             extra["result_ttl"] = opts.result_ttl
-        return [
+        return Template(
             self.name,
             opts.max_attempts or self.max_attempts,
             -1 if opts.delay is None else to_ms(opts.delay, "delay"),
             -1 if opts.at is None else at_to_ms(opts.at),
             self.priority if opts.priority is None else opts.priority,
             opts.group or "",
-            "",
-            "",
-            app.dump_options(extra) if extra else "",
-        ]
+            options=self.app.codec.dump_options(extra) if extra else b"",
+        )
 
 
 class BoundTask(Generic[P, R]):
@@ -349,8 +283,6 @@ class BoundTask(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """The task with these options and arguments bound, for batches and chains."""
-        from ._batch import Call
-
         return Call(self.task, args, dict(kwargs), self.opts)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:

@@ -1,8 +1,9 @@
 """The consumer pool: one event loop runs up to ``concurrency`` jobs at once.
 
-Per queue, a fetch loop leases as many jobs per round trip as there are free slots and, when it
-finds nothing, blocks on the queue's wake list (no polling) until a producer adds work, a delayed
-job falls due or a lease runs out. Around it:
+Per queue, a fetch loop (``_fetch.py``) leases as many jobs per round trip as there are free
+slots and, when it finds nothing, blocks on the queue's wake list (no polling) until a producer
+adds work, a delayed job falls due or a lease runs out. Each job runs in its own task
+(``_runner.py``), whose outcome the pool settles. Around them:
 
 - a heartbeat renews the leases of every running job (and of finished jobs whose ack is still
   in flight), so a live worker never loses a slow job to another worker;
@@ -10,63 +11,44 @@ job falls due or a lease runs out. Around it:
 - a reaper runs queue maintenance once per period across all workers (lock in Redis).
 
 Failures, retries and releases are shielded from cancellation and tracked, so shutdown waits for
-them: cancelling the worker at any await point leaves every job in a valid state.
+them: cancelling the worker at any await point leaves every job in a valid state. Shutdown is a
+sequence of named steps (``_shutdown``): stop fetching, leave the parking, return prefetched
+jobs, the grace period, cancel what still runs, finish the acks, stop the loops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
-import inspect
 import logging
 import os
 import socket
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-import redis.exceptions as rexc
-
 from ._app import App
-from ._batch import Batch, forward_outbox
-from ._context import JobContext, _current
-from ._exceptions import AioQueueError, BadSignature, ClosedError, ConfigurationError, Retry
+from ._checks import check_int
+from ._codec import Unrunnable
+from ._exceptions import ClosedError, ConfigurationError
+from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from ._leases import forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
-from ._queue import Queue, error_record
-from ._scripts import CANCEL_REQUESTED, Claimed, ClaimResult, QueueScripts
-from ._task import check_int
+from ._record import Claimed
+from ._runner import Ack, Failure, Runner
+from ._scripts import FailMode, Outcome
 from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
 
-# most acks sent in one script call
-ACK_CHUNK = 500
-# complete's code for "done, and its outcome waits in the outbox for a batch on another queue"
-FORWARD = 2
-
-# errors a loop survives by backing off and trying again (the server went away, a failover)
-_TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
-
-
-@dataclass(slots=True)
-class _QueueState:
-    queue: Queue
-    scripts: QueueScripts
-    acks: list[tuple[str, str, bytes, int]] = field(default_factory=list)
-    idle: bool = False  # blocked waiting for work: safe to cancel
-
 
 @dataclass(slots=True)
 class _Running:
-    qs: _QueueState
-    job_id: str
-    token: str
+    qs: Fetcher
+    claimed: Claimed
     lost: bool = False
     cancelled: bool = False
 
@@ -118,7 +100,7 @@ class Worker:
         self.prefetch = check_int(prefetch, 0, "prefetch")
         # half the room by default: the server leases the next batch while this one runs
         self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
-        self._buffer: deque[tuple[_QueueState, Claimed]] = deque()
+        self._buffer: deque[tuple[Fetcher, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
             raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
@@ -127,8 +109,8 @@ class Worker:
         self.failed = 0
         #: jobs still running after shutdown because they ignored their cancellation
         self.abandoned = 0
-        self._queues: list[_QueueState] = []
-        self._running: dict[asyncio.Task[None], _Running] = {}
+        self._queues: list[Fetcher] = []
+        self._running: dict[asyncio.Task[Ack | Failure], _Running] = {}
         self._shielded: set[asyncio.Future[Any]] = set()
         self._slot_freed = asyncio.Event()
         self._ack_event = asyncio.Event()
@@ -138,8 +120,8 @@ class Worker:
         self._forced = asyncio.Event()
         self._stopping = False
         self._finished = False
-        self._runner: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._runner = Runner(app, concurrency)
         self._lease_ms = int(app.lease * 1000)
         # a parking outlasts the longest wait by a second: a worker that died parked stops
         # getting jobs handed over that long after
@@ -166,7 +148,7 @@ class Worker:
         return len(self._running) + len(self._buffer)
 
     async def __aenter__(self) -> Worker:
-        self._runner = asyncio.create_task(self.run())
+        self._main = asyncio.create_task(self.run())
         return self
 
     async def __aexit__(
@@ -176,8 +158,8 @@ class Worker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-        if self._runner is not None:
-            await self._runner
+        if self._main is not None:
+            await self._main
 
     # ------------------------------------------------------------------ main loop
     async def run(self) -> None:
@@ -186,16 +168,14 @@ class Worker:
             raise ClosedError("a Worker runs once; create a new one")
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
-        self._queues = [
-            _QueueState(q, q._scripts) for q in (self.app.queue(n) for n in self.queue_names)
-        ]
+        self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
             ", ".join(self.queue_names),
             self.concurrency,
         )
-        fetchers = [asyncio.create_task(self._fetch_loop(qs)) for qs in self._queues]
+        fetchers = [asyncio.create_task(qs.run()) for qs in self._queues]
         helpers = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._reap_loop()),
@@ -225,9 +205,23 @@ class Worker:
         self._stopping = True
         self._stop.set()
         self._slot_freed.set()
-        # a fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
-        # starts the jobs it got (they then get the grace period like the others), unless the
-        # stop is forced
+        await self._stop_fetching(fetchers)
+        if not self.burst:
+            await self._unpark()
+        self._return_prefetched()
+        await self._grace_period()
+        await self._cancel_running()
+        await self._finish_acks(acker)
+        await self._stop_loops(helpers)
+        self._runner.close()
+        logger.info(
+            "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
+        )
+
+    async def _stop_fetching(self, fetchers: list[asyncio.Task[None]]) -> None:
+        """A fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
+        starts the jobs it got (they then get the grace period like the others), unless the
+        stop is forced."""
         for qs, t in zip(self._queues, fetchers, strict=True):
             if qs.idle or self._force:
                 t.cancel()
@@ -235,48 +229,60 @@ class Worker:
         for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
-        if not self.burst:
-            await self._unpark()
-        # prefetched jobs never started: back to their queues at once, attempt refunded
+
+    def _return_prefetched(self) -> None:
+        """Prefetched jobs never started: back to their queues at once, attempt refunded."""
         buffered, self._buffer = self._buffer, deque()
         for qs in self._queues:
             pairs = [(c.id, c.token) for q, c in buffered if q is qs]
             if pairs:
-                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
-        if self._running and not self._force and self.grace > 0:
-            logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
-            # a forced stop (a second signal) ends the grace period at once
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.grace
-            forced = asyncio.ensure_future(self._forced.wait())
-            try:
-                while self._running and not forced.done() and loop.time() < deadline:
-                    await asyncio.wait(
-                        [*self._running, forced],
-                        timeout=deadline - loop.time(),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-            finally:
-                forced.cancel()
-        if self._running:
-            logger.warning("returning %d unfinished jobs to their queues", len(self._running))
-            for t in list(self._running):
-                t.cancel()
-            # a job that ignores its cancellation cannot hold the worker: after a short wait it
-            # is left behind, and its lease brings it back
-            _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
-            if stubborn:
-                logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
-                self.abandoned = len(stubborn)
+                self._shield(qs.leases.release(pairs), log=True)
+
+    async def _grace_period(self) -> None:
+        """Let running jobs finish, for up to ``grace`` seconds; a forced stop (a second
+        signal) ends it at once."""
+        if not self._running or self._force or self.grace <= 0:
+            return
+        logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        forced = asyncio.ensure_future(self._forced.wait())
+        try:
+            while self._running and not forced.done() and loop.time() < deadline:
+                await asyncio.wait(
+                    [*self._running, forced],
+                    timeout=deadline - loop.time(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            forced.cancel()
+
+    async def _cancel_running(self) -> None:
+        """Cancel the jobs still running: each goes back to its queue (see ``_settle``). One
+        that ignores its cancellation cannot hold the worker: after a short wait it is left
+        behind, and its lease brings it back."""
+        if not self._running:
+            return
+        logger.warning("returning %d unfinished jobs to their queues", len(self._running))
+        for job in list(self._running):
+            job.cancel()
+        _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
+        if stubborn:
+            logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
+            self.abandoned = len(stubborn)
+
+    async def _finish_acks(self, acker: asyncio.Task[None]) -> None:
+        """Send the last acks; acks, failures, retries and releases in flight finish before
+        we leave (if the server is gone they cannot, and the leases bring those jobs back)."""
         acker.cancel()
         await asyncio.wait([acker], timeout=5.0)
         await self._flush_acks()
-        # acks, failures, retries and releases in flight finish before we leave; if the
-        # server is gone they cannot, and the leases bring those jobs back
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (5.0 if self._force else 30.0)
         while self._shielded and loop.time() < deadline:  # one may start another (a release)
             await asyncio.wait(list(self._shielded), timeout=deadline - loop.time())
+
+    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
         # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
         # can, on Python 3.11) must not keep the worker from stopping
         self._finished = True
@@ -287,257 +293,63 @@ class Worker:
             t.cancel()
         if pending:
             logger.debug("%d background loops did not stop in time; leaving them", len(pending))
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        logger.info(
-            "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
-        )
 
-    async def _fetch_loop(self, qs: _QueueState) -> None:
-        backoff = 0.05
-        while not self._stop.is_set():
-            free = self.concurrency + self.prefetch - len(self._running) - len(self._buffer)
-            if free <= 0:
-                await self._wait_slot(qs)
-                continue
-            want = min(free, self.max_batch)
-            try:
-                res = await self._claim(qs, want)
-                self._take(qs, res.jobs)
-                backoff = 0.05
-                if len(res.jobs) >= want:
-                    continue
-                if self.burst:
-                    if await self._burst_done(qs, res):
-                        return
-                    continue
-                # parked by that claim: new jobs may be handed over in the wait
-                handed = await self._wait_for_work(qs, res)
-                if handed:
-                    self._take(qs, handed)
-                    # let the handed jobs start before the next claim is prepared and sent
-                    await asyncio.sleep(0)
-            except _TRANSIENT as exc:  # includes a blocking wait that overran its timeout
-                logger.warning("queue %s: %r; retrying in %.2f s", qs.queue.name, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except Exception:  # a bug, or a reply nobody expected: never stop fetching
-                logger.exception(
-                    "queue %s: unexpected error; retrying in %.2f s", qs.queue.name, 1.0
-                )
-                await asyncio.sleep(1.0)
-
-    def _take(self, qs: _QueueState, jobs: list[Claimed]) -> None:
+    def _take(self, qs: Fetcher, jobs: list[Claimed]) -> None:
         for c in jobs:
             if len(self._running) < self.concurrency:
                 self._start_job(qs, c)
             else:
                 self._buffer.append((qs, c))
 
-    async def _burst_done(self, qs: _QueueState, res: ClaimResult) -> bool:
-        """Burst mode found the queue drained for now: True once nothing more can come from
-        this worker's own jobs; else wait for one of them to finish and look again."""
-        if self._running or self._buffer:
-            await self._wait_slot(qs)
-            return False
-        if qs.acks or self._shielded:  # our own acks may still hold group slots
-            await self._flush_acks()
-            await asyncio.gather(*list(self._shielded), return_exceptions=True)
-            return False
-        return True
-
-    async def _wait_for_work(self, qs: _QueueState, res: ClaimResult) -> list[Claimed]:
-        """Parked: block until a producer hands over jobs (returned) or leaves a wake token, or
-        the next delayed job falls due or lease runs out (no polling)."""
-        block = self.idle_block
-        timer = None
-        if res.next_wake_ms >= 0:
-            block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            if block < self.idle_block:
-                # the server checks BLPOP timeouts only on its clock tick (100 ms at hz 10):
-                # leave ourselves a wake token at the due time instead
-                timer = asyncio.get_running_loop().call_later(block, self._wake_soon, qs)
-            block += 0.2  # the token is the wake-up; the timeout is the fallback
-        try:
-            # wait_for_handoff bounds the blocking call itself (block + half the socket
-            # timeout), so it cannot hang even if the socket silently died
-            handed: list[Claimed] = await self._idle(qs, qs.queue.wait_for_handoff(block, self.id))
-            return handed
-        finally:
-            if timer is not None:
-                timer.cancel()
-
-    def _wake_soon(self, qs: _QueueState) -> None:
-        push = qs.scripts.client.lpush(qs.queue.keys.wake, b"1")
-        self._shield(push, log=True)
-
-    async def _claim(self, qs: _QueueState, want: int) -> ClaimResult:
-        """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
-        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
-        acks, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
-        coro: Any
-        # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
-        park = 0 if self.burst else self._park_ms
-        if acks:
-            coro = qs.scripts.complete_claim(acks, want, lease, dead_ttl, self.id, park)
-        else:
-            coro = _with_no_codes(qs.scripts.claim(want, lease, dead_ttl, self.id, park))
-        # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
-        fut = asyncio.ensure_future(coro)
-        self._shielded.add(fut)
-        fut.add_done_callback(self._shielded.discard)
-        try:
-            res, codes = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            # stopping: hand back what this claim leased as soon as its reply is in
-            fut.add_done_callback(functools.partial(self._release_claimed, qs))
-            raise
-        except _TRANSIENT:
-            qs.acks[:0] = acks
-            raise
-        self._check_acks(codes)
-        return res  # type: ignore[no-any-return]
-
     async def _unpark(self) -> None:
-        """Leave every queue's parking, and hand back what was handed over but never reached
-        us (if the server cannot be reached, the leases bring those jobs back)."""
-        lease, dead_ttl = self._lease_ms, self.app.dead_ttl_ms
+        """Leave every queue's parking (see ``Fetcher.leave_parking``)."""
         for qs in self._queues:
-            try:
-                async with asyncio.timeout(5.0):
-                    res = await qs.scripts.claim(0, lease, dead_ttl, self.id, 0)
-            except (TimeoutError, *_TRANSIENT) as exc:
-                logger.warning("queue %s: could not leave the parking: %r", qs.queue.name, exc)
-                continue
-            pairs = [(c.id, c.token) for c in res.jobs]
-            if pairs:
-                self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
+            await qs.leave_parking()
 
-    def _release_claimed(self, qs: _QueueState, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return  # nothing reached us: any lease it took runs out and the job comes back
-        res: ClaimResult = fut.result()[0]
-        pairs = [(c.id, c.token) for c in res.jobs]
-        if pairs:
-            self._shield(qs.scripts.release(pairs, 0, refund=True), log=True)
-
-    async def _wait_slot(self, qs: _QueueState) -> None:
-        self._slot_freed.clear()
-        await self._idle(qs, self._slot_freed.wait())
-
-    async def _idle(self, qs: _QueueState, waiting: Awaitable[Any]) -> Any:
-        """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
-        qs.idle = True
-        try:
-            if self._stop.is_set():  # stopping: do not start a blocking wait
-                if inspect.iscoroutine(waiting):
-                    waiting.close()
-                return []
-            return await waiting
-        finally:
-            qs.idle = False
-
-    # ------------------------------------------------------------------ one job
-    def _start_job(self, qs: _QueueState, c: Claimed) -> None:
-        task = asyncio.get_running_loop().create_task(self._run_job(qs, c))
-        self._running[task] = _Running(qs, c.id, c.token)
+    def _start_job(self, qs: Fetcher, c: Claimed) -> None:
+        task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
+        self._running[task] = _Running(qs, c)
         task.add_done_callback(self._job_done)
 
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+    def _job_done(self, task: asyncio.Task[Ack | Failure]) -> None:
+        entry = self._running.pop(task, None)
+        if entry is not None:
+            self._settle(entry, task)
         if self._buffer and not self._stopping:
             self._start_job(*self._buffer.popleft())
         self._slot_freed.set()
-        if not task.cancelled() and task.exception() is not None:  # pragma: no cover - a bug
-            logger.error("job wrapper crashed", exc_info=task.exception())
 
-    async def _run_job(self, qs: _QueueState, c: Claimed) -> None:
-        app = self.app
-        task = app.tasks.get(c.task)
-        if task is None:
-            known = ", ".join(sorted(app.tasks)) or "none"
-            msg = f"no task named {c.task!r} in this worker (known: {known})"
-            await self._fail(qs, c, _Unrunnable("UnknownTask", msg), retry_ms=-1)
+    def _settle(self, entry: _Running, task: asyncio.Task[Ack | Failure]) -> None:
+        """Record how a run ended: ack it, record its failure, or, if it was cancelled, hand
+        the job back (shutdown) or record it as cancelled (a cancellation request)."""
+        qs, c = entry.qs, entry.claimed
+        if task.cancelled():
+            if entry.cancelled:  # cancelled from another process: record it, fenced by the lease
+                stop = Unrunnable("Cancelled", "cancelled while running")
+                self._shield(qs.leases.fail(c.id, c.token, stop, FailMode.CANCELLED), log=True)
+            elif not entry.lost:  # shutdown: back to the queue, and this attempt does not count
+                self._shield(qs.leases.release([(c.id, c.token)]), log=True)
             return
-        batch: Batch[Any] | None = None
-        try:
-            # everything read from the record is checked here: garbage dead-letters the job
-            args, kwargs = app.load_args(c.id, c.task, c.payload)
-            opts = app.load_options(c.options) if c.options else {}
-            timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
-            ttl_ms = app.result_ttl_ms(opts, task)
-            if "batch" in opts:  # a batch's callback (or a chain's second step)
-                batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
-        except BadSignature as exc:
-            await self._fail(qs, c, exc, retry_ms=-1)
+        crash = task.exception()
+        if crash is not None:  # pragma: no cover - a bug: the lease brings the job back
+            logger.error("job runner crashed", exc_info=crash)
             return
-        except Exception as exc:
-            await self._fail(qs, c, _Unrunnable("CorruptPayload", f"cannot decode: {exc!r}"), -1)
-            return
-        # each job runs in its own asyncio task, hence its own context: no reset needed
-        ctx = JobContext(c.id, qs.queue.name, c.task, c.attempt, c.max_attempts, app, batch)
-        _current.set(ctx)
-        try:
-            if batch is not None and opts.get("chain"):
-                items = await batch.results()
-                args = (items[0].result, *args[1:]) if items else args
-            if task.is_async:
-                if timeout is None:
-                    result = await task.fn(*args, **kwargs)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        result = await task.fn(*args, **kwargs)
-            else:
-                scope = asyncio.timeout(timeout)
-                async with scope:
-                    result = await self._run_sync(task.fn, args, kwargs)
-        except asyncio.CancelledError:
-            entry = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
-            if entry is not None and entry.cancelled:
-                # cancelled from another process: record it, fenced by the lease
-                err = error_record(app, _Unrunnable("Cancelled", "cancelled while running"))
-                fail = qs.scripts.fail(c.id, c.token, err, -2, app.dead_ttl_ms)
-                self._shield(fail, log=True)
-            elif entry is not None and not entry.lost:
-                # shutdown: back to the queue, and this attempt does not count
-                self._shield(qs.scripts.release([(c.id, c.token)], 0, refund=True), log=True)
-            raise
-        except Retry as r:
-            delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
-            if c.attempt >= c.max_attempts:
-                why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
-                if r.args:
-                    why += f": {r}"
-                await self._fail(qs, c, _Unrunnable("Retry", why), retry_ms=-1)
-                return
-            await self._fail(qs, c, r, retry_ms=int(delay * 1000))
-            return
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
-                exc = _Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
-            await self._fail(qs, c, exc, retry_ms=int(task.backoff.delay(c.attempt) * 1000))
-            return
-        try:
-            data = app.dump_result(result)
-        except AioQueueError as exc:
-            await self._fail(qs, c, exc, retry_ms=-1)
-            return
-        qs.acks.append((c.id, c.token, data, ttl_ms))
-        self._ack_event.set()
-        self.completed += 1
+        outcome = task.result()
+        if type(outcome) is tuple:
+            qs.acks.append(outcome)
+            self._ack_event.set()
+            self.completed += 1
+        else:
+            assert isinstance(outcome, Failure)
+            self._shield(self._fail(qs, c, outcome.error, outcome.retry_ms), log=True)
 
-    async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
-        the job fails and its thread is left to finish)."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aioqueue")
-        ctx = contextvars.copy_context()
-        call = functools.partial(ctx.run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-
-    async def _fail(self, qs: _QueueState, c: Claimed, exc: BaseException, retry_ms: int) -> None:
+    async def _fail(
+        self, qs: Fetcher, c: Claimed, exc: BaseException, retry_ms: int | None = None
+    ) -> None:
+        """Record a failed run: retried after ``retry_ms`` while attempts are left (None:
+        dead-letter it now)."""
         self.failed += 1
-        if retry_ms >= 0 and c.attempt < c.max_attempts:
+        if retry_ms is not None and c.attempt < c.max_attempts:
             logger.warning(
                 "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %r",
                 c.id,
@@ -556,14 +368,12 @@ class Worker:
                 c.max_attempts,
                 exc,
             )
-        err = error_record(self.app, exc, with_traceback=not isinstance(exc, _Unrunnable))
+        mode = FailMode.DEAD if retry_ms is None else FailMode.RETRY
         try:
-            code = await self._shield(
-                qs.scripts.fail(c.id, c.token, err, retry_ms, self.app.dead_ttl_ms)
-            )
-            if code in (2, 3):  # dead-lettered or cancelled: its batch may live elsewhere
-                self._forward.set()
-        except _TRANSIENT as e:
+            outcome = await self._shield(qs.leases.fail(c.id, c.token, exc, mode, retry_ms or 0))
+            if outcome is Outcome.DEAD or outcome is Outcome.CANCELLED:
+                self._forward.set()  # its batch may live on another queue
+        except TRANSIENT as e:
             logger.warning(
                 "could not record the failure of job %s (%r); its lease expires", c.id, e
             )
@@ -600,20 +410,20 @@ class Worker:
             while qs.acks:
                 batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
                 try:
-                    codes = await self._shield(qs.scripts.complete(batch))
-                except _TRANSIENT as exc:
+                    outcomes = await self._shield(qs.leases.complete(batch))
+                except TRANSIENT as exc:
                     logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
                     qs.acks[:0] = batch
                     ok = False
                     break
-                self._check_acks(codes)
+                self._check_acks(outcomes)
         return ok
 
-    def _check_acks(self, codes: list[int]) -> None:
-        lost = sum(1 for code in codes if code < 0)
+    def _check_acks(self, outcomes: list[Outcome]) -> None:
+        lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
         if lost:
             logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
-        if FORWARD in codes:
+        if Outcome.FORWARD in outcomes:
             self._forward.set()
 
     async def _forward_loop(self) -> None:
@@ -625,7 +435,7 @@ class Worker:
             for qs in self._queues:
                 try:
                     await forward_outbox(qs.queue)
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     logger.debug("forwarding batch outcomes failed: %s", exc)
 
     async def _heartbeat_loop(self) -> None:
@@ -633,41 +443,44 @@ class Worker:
         while not self._finished:
             await asyncio.sleep(interval)
             for qs in self._queues:
-                entries = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
-                held = [c for q, c in self._buffer if q is qs]
-                pairs = [(e.job_id, e.token) for _, e in entries]
-                pairs += [(c.id, c.token) for c in held]
-                pairs += [(a[0], a[1]) for a in qs.acks]
-                if not pairs:
-                    continue
-                try:
-                    codes = await qs.scripts.extend(pairs, self._lease_ms)
-                except _TRANSIENT as exc:
-                    logger.warning("heartbeat failed (%s); will retry", exc)
-                    continue
-                self._drop_buffered(qs, held, codes[len(entries) : len(entries) + len(held)])
-                for (task, entry), code in zip(entries, codes, strict=False):
-                    if code == -3 and not task.done():
-                        logger.info("job %s was cancelled; stopping it", entry.job_id)
-                        entry.cancelled = True
-                        task.cancel()
-                    elif code not in (1, -3) and not task.done():
-                        # the job was handed to someone else: stop working on it here
-                        logger.warning("lease on job %s lost; cancelling its run", entry.job_id)
-                        entry.lost = True
-                        task.cancel()
+                await self._renew(qs)
 
-    def _drop_buffered(self, qs: _QueueState, held: list[Claimed], codes: list[int]) -> None:
+    async def _renew(self, qs: Fetcher) -> None:
+        """Renew every lease this worker holds on ``qs``: running jobs, prefetched ones and
+        finished ones whose ack is not sent yet; then act on what the renewal found."""
+        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+        held = [c for q, c in self._buffer if q is qs]
+        pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
+        pairs += [(c.id, c.token) for c in held]
+        pairs += [(a[0], a[1]) for a in qs.acks]
+        if not pairs:
+            return
+        try:
+            outcomes = await qs.leases.extend(pairs, self._lease_ms)
+        except TRANSIENT as exc:
+            logger.warning("heartbeat failed (%s); will retry", exc)
+            return
+        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
+        for (task, entry), outcome in zip(running, outcomes, strict=False):
+            if task.done() or outcome is Outcome.OK:
+                continue
+            if outcome is Outcome.CANCEL_REQUESTED:
+                logger.info("job %s was cancelled; stopping it", entry.claimed.id)
+                entry.cancelled = True
+            else:  # the job was handed to someone else: stop working on it here
+                logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
+                entry.lost = True
+            task.cancel()
+
+    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
         """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
-        gone = {c.id for c, code in zip(held, codes, strict=True) if code != 1}
+        gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
         if not gone:
             return
-        for c, code in zip(held, codes, strict=True):
-            if code == CANCEL_REQUESTED:
-                err = error_record(self.app, _Unrunnable("Cancelled", "cancelled before it ran"))
-                self._shield(
-                    qs.scripts.fail(c.id, c.token, err, -2, self.app.dead_ttl_ms), log=True
-                )
+        for c, outcome in zip(held, outcomes, strict=True):
+            if outcome is Outcome.CANCEL_REQUESTED:
+                why = Unrunnable("Cancelled", "cancelled before it ran")
+                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
         self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
 
     async def _reap_loop(self) -> None:
@@ -676,26 +489,14 @@ class Worker:
         while not self._finished:
             for qs in self._queues:
                 try:
-                    await qs.scripts.reap(MAX_JOBS_PER_CALL, self.app.dead_ttl_ms, lock_ms)
+                    await qs.leases.reap(MAX_JOBS_PER_CALL, lock_ms)
                     await forward_outbox(qs.queue)
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)
             await asyncio.sleep(interval)
-
-
-class _Unrunnable(Exception):
-    """A reason a job could not run, recorded under its own type name."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         # the lease brings the job back; nothing is lost
         logger.warning("could not record a job outcome: %r", fut.exception())
-
-
-async def _with_no_codes(claim: Awaitable[ClaimResult]) -> tuple[ClaimResult, list[int]]:
-    return await claim, []

@@ -92,7 +92,7 @@ async def work(label: str, seq: int, sleep: float = 0.0) -> int:
     r = ctx.app.redis
     pid = str(os.getpid())
     head = json.dumps([label, seq, ctx.id, ctx.attempt, os.getpid()])[:-1]
-    active = ctx.app.queue(ctx.queue).keys.active
+    active = ctx.app.queue(ctx.queue)._keys.active
     running = keys.running(label)
     seen = int(
         await r.eval(START_LUA, 4, running, keys.max(label), keys.starts, active, pid, ctx.id, head)

@@ -31,7 +31,7 @@ async def server_past(redis: Redis, ms: int) -> bool:
 
 
 async def lease_deadline(redis: Redis, queue: Queue, job_id: str) -> int:
-    score = await redis.zscore(queue.keys.active, job_id)
+    score = await redis.zscore(queue._keys.active, job_id)
     assert score is not None, f"job {job_id} holds no lease"
     return int(score)
 
@@ -44,17 +44,17 @@ async def test_check_invariants_catches_a_job_in_two_states(app: App, redis: Red
     q = app.queue()
     job = await q.enqueue("t")
     (r,) = await q.reserve()
-    await check_invariants(redis, q.keys)
-    await redis.rpush(q.keys.ready, job.id)
+    await check_invariants(redis, q._keys)
+    await redis.rpush(q._keys.ready, job.id)
     with pytest.raises(AssertionError, match="both"):
-        await check_invariants(redis, q.keys)
-    await redis.lrem(q.keys.ready, 0, job.id)
-    await redis.zrem(q.keys.active, job.id)
+        await check_invariants(redis, q._keys)
+    await redis.lrem(q._keys.ready, 0, job.id)
+    await redis.zrem(q._keys.active, job.id)
     with pytest.raises(AssertionError, match="no structure"):
-        await check_invariants(redis, q.keys)
-    await redis.zadd(q.keys.active, {job.id: 0})
+        await check_invariants(redis, q._keys)
+    await redis.zadd(q._keys.active, {job.id: 0})
     await q.complete(r)
-    assert await check_invariants(redis, q.keys) == {job.id: "completed"}
+    assert await check_invariants(redis, q._keys) == {job.id: "completed"}
 
 
 async def test_every_operation_leaves_each_job_in_exactly_one_state(
@@ -115,7 +115,7 @@ async def test_every_operation_leaves_each_job_in_exactly_one_state(
                         await q.reap()
             except LeaseLost:
                 pass  # its short lease ran out and a reserve handed it back: expected
-            states = await check_invariants(redis, q.keys)
+            states = await check_invariants(redis, q._keys)
             assert completed <= {i for i, s in states.items() if s == "completed"}
         assert enqueued > 50
         assert len(completed) > 20
@@ -130,7 +130,7 @@ async def test_a_consumer_that_vanishes_loses_nothing(redis_url: str, redis: Red
             taken = await doomed.queue().reserve(10, lease=0.3)
             assert {r.id for r in taken} == ids
         # its App is gone without a single ack: every job is still active, none lost
-        assert await check_invariants(redis, q.keys) == dict.fromkeys(ids, "active")
+        assert await check_invariants(redis, q._keys) == dict.fromkeys(ids, "active")
 
         got: dict[str, Reservation] = {}
         while len(got) < len(ids):
@@ -140,7 +140,7 @@ async def test_a_consumer_that_vanishes_loses_nothing(redis_url: str, redis: Red
         assert all(r.attempt == 2 for r in got.values())
         for r in got.values():
             await q.complete(r, "recovered")
-        assert await check_invariants(redis, q.keys) == dict.fromkeys(ids, "completed")
+        assert await check_invariants(redis, q._keys) == dict.fromkeys(ids, "completed")
         assert (await q.stats())["expired"] == 10
 
 
@@ -165,7 +165,7 @@ async def test_a_producer_cut_off_mid_batch_leaves_every_job_whole(
         async def item(i: int, pad: str) -> None:
             return None
 
-        keys = app.queue().keys
+        keys = app.queue()._keys
         batch = asyncio.create_task(
             item.enqueue_many([{"i": i, "pad": "x" * 40} for i in range(n)])
         )
@@ -242,7 +242,7 @@ async def test_racing_claimers_complete_every_job_exactly_once(
         q = producer.queue()
         assert await q.counts() == {"scheduled": 0, "queued": 0, "active": 0, "failed": 0}
         assert (await q.stats())["completed"] == total
-        assert await check_invariants(redis, q.keys) == dict.fromkeys(ids, "completed")
+        assert await check_invariants(redis, q._keys) == dict.fromkeys(ids, "completed")
         assert await jobs[1234].result(timeout=1) == 1234
 
 
@@ -267,7 +267,7 @@ async def test_stale_and_forged_tokens_are_rejected_and_change_nothing(
         with pytest.raises(LeaseLost) as caught:
             await call()
         assert caught.value.job_id == job.id
-    assert await check_invariants(redis, q.keys) == {job.id: "active"}
+    assert await check_invariants(redis, q._keys) == {job.id: "active"}
     assert await lease_deadline(redis, q, job.id) == deadline
     assert (await job.info()).attempts == 1
 
@@ -316,7 +316,7 @@ async def test_an_ack_whose_reply_is_lost_takes_effect_exactly_once(
         assert proxy.dropped == 1
         info = await job.info()
         expected = {"complete": "completed", "fail": "failed", "release": "queued"}[op]
-        assert await check_invariants(redis, q.keys) == {job.id: expected}
+        assert await check_invariants(redis, q._keys) == {job.id: expected}
         if op == "complete":
             assert await job.result(timeout=1) == "done"
         if op == "release":
@@ -394,12 +394,12 @@ async def test_completed_jobs_expire_after_result_ttl(redis_url: str, redis: Red
         gone = await q.enqueue("t", result_ttl=0)
         for r in await q.reserve(3):
             await q.complete(r, "x")
-        assert 4000 < await redis.pttl(q.keys.job(default.id)) <= 5000
-        assert 1000 < await redis.pttl(q.keys.job(short.id)) <= 2000
-        assert await redis.exists(q.keys.job(gone.id)) == 0
+        assert 4000 < await redis.pttl(q._keys.job(default.id)) <= 5000
+        assert 1000 < await redis.pttl(q._keys.job(short.id)) <= 2000
+        assert await redis.exists(q._keys.job(gone.id)) == 0
         with pytest.raises(JobNotFound):
             await gone.state()
-        assert await check_invariants(redis, q.keys) == {
+        assert await check_invariants(redis, q._keys) == {
             default.id: "completed",
             short.id: "completed",
         }
@@ -408,7 +408,7 @@ async def test_completed_jobs_expire_after_result_ttl(redis_url: str, redis: Red
         job = await keep.queue().enqueue("t")
         (r,) = await keep.queue().reserve()
         await keep.queue().complete(r)
-        assert await redis.pttl(keep.queue().keys.job(job.id)) == -1  # kept, as configured
+        assert await redis.pttl(keep.queue()._keys.job(job.id)) == -1  # kept, as configured
 
 
 async def test_a_tasks_result_ttl_applies_to_pull_api_completions(app: App, redis: Redis) -> None:
@@ -419,7 +419,7 @@ async def test_a_tasks_result_ttl_applies_to_pull_api_completions(app: App, redi
     job = await brief.enqueue()
     (r,) = await app.queue().reserve()
     await app.queue().complete(r)
-    assert 0 < await redis.pttl(app.queue().keys.job(job.id)) <= 2000
+    assert 0 < await redis.pttl(app.queue()._keys.job(job.id)) <= 2000
 
 
 async def test_dead_letters_expire_and_reap_trims_them(redis_url: str, redis: Redis) -> None:
@@ -428,24 +428,24 @@ async def test_dead_letters_expire_and_reap_trims_them(redis_url: str, redis: Re
         job = await q.enqueue("t")
         (r,) = await q.reserve()
         await q.fail(r, "fatal", retry=False)
-        died = await redis.zscore(q.keys.dead, job.id)
+        died = await redis.zscore(q._keys.dead, job.id)
         assert died is not None
-        assert 0 < await redis.pttl(q.keys.job(job.id)) <= 400
+        assert 0 < await redis.pttl(q._keys.job(job.id)) <= 400
         assert (await q.reap())["dead_trimmed"] == 0  # not old enough yet
-        assert await redis.zscore(q.keys.dead, job.id) == died
+        assert await redis.zscore(q._keys.dead, job.id) == died
 
         await wait_until(lambda: server_past(redis, int(died) + 400), what="dead_ttl to pass")
-        assert await redis.exists(q.keys.job(job.id)) == 0
+        assert await redis.exists(q._keys.job(job.id)) == 0
         assert (await q.reap())["dead_trimmed"] == 1
-        assert await redis.zcard(q.keys.dead) == 0
-        assert await check_invariants(redis, q.keys, allow_expired_dead=False) == {}
+        assert await redis.zcard(q._keys.dead) == 0
+        assert await check_invariants(redis, q._keys, allow_expired_dead=False) == {}
 
     async with open_app(redis_url, dead_ttl=60) as app:
         q = app.queue()
         job = await q.enqueue("t")
         (r,) = await q.reserve()
         await q.fail(r, "fatal", retry=False)
-        assert 59_000 < await redis.pttl(q.keys.job(job.id)) <= 60_000
+        assert 59_000 < await redis.pttl(q._keys.job(job.id)) <= 60_000
 
 
 async def test_finished_jobs_leave_no_key_without_a_ttl(redis_url: str, redis: Redis) -> None:
@@ -454,7 +454,7 @@ async def test_finished_jobs_leave_no_key_without_a_ttl(redis_url: str, redis: R
         ids = [(await q.enqueue("t", [i], priority=i % 3 - 1)).id for i in range(30)]
         ids.append((await q.enqueue("t", delay=0.05)).id)
         waiters = [asyncio.create_task(q.job(i).result(timeout=10)) for i in ids[:5]]
-        await wait_until(lambda: redis.hexists(q.keys.job(ids[0]), "w"), what="the result waiters")
+        await wait_until(lambda: redis.hexists(q._keys.job(ids[0]), "w"), what="the result waiters")
         done = 0
         while done < len(ids):
             for r in await q.reserve(8, wait=2):
@@ -473,11 +473,11 @@ async def test_finished_jobs_leave_no_key_without_a_ttl(redis_url: str, redis: R
         async for key in redis.scan_iter(match=app.prefix + ":*", count=1000):
             name = text(key)
             ttl = await redis.pttl(name)
-            if name.startswith(q.keys.base + "job:"):
+            if name.startswith(q._keys.base + "job:"):
                 assert 0 < ttl <= 60_000, f"{name} has TTL {ttl}"
             elif ttl == -1:
-                no_ttl.add(name[len(q.keys.base) :])
+                no_ttl.add(name[len(q._keys.base) :])
         # bounded bookkeeping only: counters, one wake token, dead letters (trimmed by reap)
         assert no_ttl <= {"stats", "seq", "wake", "dead"}, no_ttl
-        states = await check_invariants(redis, q.keys)
+        states = await check_invariants(redis, q._keys)
         assert set(states.values()) <= {"completed", "failed"}

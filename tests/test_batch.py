@@ -22,7 +22,6 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
-import aioqueue._batch as batch_module
 import aioqueue._scripts as scripts_module
 from aioqueue import (
     App,
@@ -40,9 +39,9 @@ from aioqueue import (
     ResultTimeout,
     Worker,
 )
-from aioqueue._batch import forward_outbox
 from aioqueue._embedded import EmbeddedServer
-from aioqueue._scripts import SCRIPTS
+from aioqueue._leases import forward_outbox
+from aioqueue._scripts import SCRIPTS, FailMode, Outcome
 
 from .batchapp import BatchTasks, Keys, register
 from .support.apps import open_app, unique_prefix
@@ -104,7 +103,7 @@ async def cb_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
 
 
 def bkey(batch: Batch[Any]) -> str:
-    return batch.queue.keys.batch(batch.id)
+    return batch.queue._keys.batch(batch.id)
 
 
 async def check_batch(
@@ -183,14 +182,14 @@ async def test_an_all_at_once_batch_is_one_round_trip(
             assert batch.callback is not None
             assert await batch.callback.state() is JobState.WAITING
             q = app.queue()
-            states = await check_invariants(observer, q.keys)
+            states = await check_invariants(observer, q._keys)
             assert sorted(states.values()) == ["queued"] * n + ["waiting"]
             # the sub-jobs are queued in the order given, and each names its batch
-            ready = ready_ids(await observer.lrange(q.keys.ready, 0, -1))
+            ready = ready_ids(await observer.lrange(q._keys.ready, 0, -1))
             members = [text(m) for m in await observer.zrange(bkey(batch) + ":all", 0, -1)]
             assert len(ready) == n
             assert ready == members
-            assert {text(await observer.hget(q.keys.job(ready[0]), "b"))} == {batch.id}
+            assert {text(await observer.hget(q._keys.job(ready[0]), "b"))} == {batch.id}
     finally:
         await observer.aclose()
 
@@ -346,7 +345,7 @@ async def test_policy_fail_fails_the_batch_and_cancels_the_callback(
     # the worker stopped with every queue empty: the cancelled callback was never handed out
     await check_batch(redis, batch, total=3, done=2, failed=1)
     assert await cb_count(redis, t.keys) == 0
-    assert batch.callback.id not in ready_ids(await redis.lrange(bapp.queue().keys.ready, 0, -1))
+    assert batch.callback.id not in ready_ids(await redis.lrange(bapp.queue()._keys.ready, 0, -1))
     assert sorted(await runs(redis, t.keys)) == [1, 2]
 
 
@@ -394,7 +393,7 @@ async def test_cancelling_a_batch(bapp: App, tasks: BatchTasks, redis: Redis) ->
         # the worker drops the cancelled sub-jobs from the lane instead of running them
 
         async def idle() -> bool:
-            return worker.running_jobs == 0 and await redis.llen(q.keys.ready) == 0
+            return worker.running_jobs == 0 and await redis.llen(q._keys.ready) == 0
 
         await wait_until(idle, timeout=20, what="the worker to drop the cancelled sub-jobs")
     assert await runs(redis, t.keys) == [0]
@@ -403,7 +402,7 @@ async def test_cancelling_a_batch(bapp: App, tasks: BatchTasks, redis: Redis) ->
     assert (info.state, info.done) == (BatchState.CANCELLED, 1)
     with pytest.raises(BatchCancelled):
         await batch.wait(timeout=5)
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 async def _started(redis: Redis, keys: Keys, x: int) -> bool:
@@ -420,7 +419,7 @@ async def test_a_batch_concurrency_limit_holds_across_its_sub_jobs(
         [t.tracked.call(i, 0.2) for i in range(12)], on_complete=t.collect.call(), concurrency=k
     )
     group = f"batch:{batch.id}"
-    gconf = bapp.queue().keys.gconf
+    gconf = bapp.queue()._keys.gconf
     assert text(await redis.hget(gconf, f"limit:{group}")) == str(k)
     async with Worker(bapp, concurrency=20):
         await batch.wait(timeout=30)
@@ -448,18 +447,18 @@ async def test_priority_and_group_are_passed_to_sub_jobs(
     streamed: Batch[Any] = await bapp.batch(priority=5)
     (added,) = await streamed.add(t.work.call(4))
     members = [text(m) for m in await redis.zrange(bkey(batch) + ":all", 0, -1)]
-    fields = [await redis.hmget(q.keys.job(m), ["pr", "g", "b"]) for m in members]
+    fields = [await redis.hmget(q._keys.job(m), ["pr", "g", "b"]) for m in members]
     assert [[text(v) for v in f] for f in fields] == [
         ["7", "tenant-1", batch.id],
         ["-3", "own", batch.id],
         ["7", "tenant-1", batch.id],
     ]
-    assert [text(v) for v in await redis.hmget(q.keys.job(added.id), ["pr", "b"])] == [
+    assert [text(v) for v in await redis.hmget(q._keys.job(added.id), ["pr", "b"])] == [
         "5",
         streamed.id,
     ]
     assert await q.group_counts() == {"tenant-1": 2, "own": 1}
-    states = await check_invariants(redis, q.keys)
+    states = await check_invariants(redis, q._keys)
     assert sorted(states.values()) == ["queued"] * 4
     got = await q.reserve(4)
     assert {r.args for r in got} == {(1,), (2,), (3,), (4,)}
@@ -494,10 +493,10 @@ async def test_sub_jobs_on_other_queues_are_counted_through_the_outbox(
     assert sorted(summaries[batch.id]["values"]) == [10, 20, 30, 40]
     assert sorted(summaries[remote.id]["values"]) == [50, 60]
     for name in (bapp.default_queue, OTHER):
-        assert await redis.llen(bapp.queue(name).keys.outbox) == 0
+        assert await redis.llen(bapp.queue(name)._keys.outbox) == 0
     # a foreign member is named by its queue's key base
     members = {text(m) for m in await redis.zrange(bkey(batch) + ":all", 0, -1)}
-    assert sum(m.startswith(bapp.queue(OTHER).keys.base) for m in members) == 2
+    assert sum(m.startswith(bapp.queue(OTHER)._keys.base) for m in members) == 2
 
 
 async def test_forward_outbox_applies_foreign_outcomes_once(
@@ -518,22 +517,23 @@ async def test_forward_outbox_applies_foreign_outcomes_once(
     assert (bad.args, good.args) == ((-2,), (1,))
     # the scripts alone (Queue.complete would forward at once)
     ttl = bapp.result_ttl_default_ms
-    assert await other._scripts.complete([(good.id, good.token, bapp.dump_result(10), ttl)])
-    err = bapp.json.dumps({"type": "ValueError", "message": "boom"})
-    assert await other._scripts.fail(bad.id, bad.token, err, -1, bapp.dead_ttl_ms) == 2
-    entries = await redis.lrange(other.keys.outbox, 0, -1)
+    assert await other._scripts.complete([(good.id, good.token, bapp.codec.dump_result(10), ttl)])
+    err = bapp.codec.dump_error(ValueError("boom"))
+    dead = await other._scripts.fail(bad.id, bad.token, err, FailMode.DEAD, bapp.dead_ttl_ms)
+    assert dead is Outcome.DEAD
+    entries = await redis.lrange(other._keys.outbox, 0, -1)
     assert len(entries) == 2
     await check_batch(redis, batch, total=2, done=0, failed=0)  # nothing applied yet
     assert await forward_outbox(other) == 2
     info = await check_batch(redis, batch, total=2, done=1, failed=1)
     assert info.state is BatchState.COMPLETED
-    assert await redis.llen(other.keys.outbox) == 0
+    assert await redis.llen(other._keys.outbox) == 0
     assert await batch.callback.state() is JobState.QUEUED
-    await redis.rpush(other.keys.outbox, *entries, *entries)  # as if removals had been lost
+    await redis.rpush(other._keys.outbox, *entries, *entries)  # as if removals had been lost
     assert await forward_outbox(other) == 4
     assert await forward_outbox(other) == 0
     await check_batch(redis, batch, total=2, done=1, failed=1)
-    ready = ready_ids(await redis.lrange(bapp.queue().keys.ready, 0, -1))
+    ready = ready_ids(await redis.lrange(bapp.queue()._keys.ready, 0, -1))
     assert ready.count(batch.callback.id) == 1
     await drain(bapp)
     assert await cb_count(redis, t.keys) == 1
@@ -564,9 +564,8 @@ async def test_every_script_call_of_a_cross_queue_batch_touches_one_slot(
             record(keys, args)
         return await real_many(client, calls)
 
-    for module in (scripts_module, batch_module):
-        monkeypatch.setattr(module, "evalsha", one)
-        monkeypatch.setattr(module, "evalsha_many", many)
+    monkeypatch.setattr(scripts_module, "evalsha", one)
+    monkeypatch.setattr(scripts_module, "evalsha_many", many)
     batch = await bapp.batch(
         [t.work.call(1), t.work_other.call(2)],
         on_complete=t.collect.options(queue="callbacks").call(),
@@ -613,14 +612,14 @@ async def test_two_sub_jobs_finishing_at_the_same_instant(
     assert batch.callback is not None
     r1, r2 = await reserve_all(q, 2)
     if how == "one_script_call":
-        data = bapp.dump_result(7)
+        data = bapp.codec.dump_result(7)
         codes = await q._scripts.complete([(r.id, r.token, data, -1) for r in (r1, r2)])
-        assert codes == [1, 1]
+        assert codes == [Outcome.OK, Outcome.OK]
     else:
         await asyncio.gather(q.complete(r1, 7), q.complete(r2, 7))
     info = await check_batch(redis, batch, total=2, done=2, failed=0)
     assert info.state is BatchState.COMPLETED
-    ready = ready_ids(await redis.lrange(q.keys.ready, 0, -1))
+    ready = ready_ids(await redis.lrange(q._keys.ready, 0, -1))
     assert ready == [batch.callback.id]  # released once
     await drain(bapp)
     assert await cb_count(redis, t.keys) == 1
@@ -636,7 +635,7 @@ async def test_a_sub_job_retried_after_its_lease_expired_is_counted_once(
     assert batch.callback is not None
     first, other = await reserve_all(q, 2, lease=0.2)
     await q.complete(other, 20)
-    deadline = await redis.zscore(q.keys.active, first.id)
+    deadline = await redis.zscore(q._keys.active, first.id)
     assert deadline is not None
 
     async def expired() -> bool:
@@ -654,7 +653,7 @@ async def test_a_sub_job_retried_after_its_lease_expired_is_counted_once(
         await q.complete(first, 10)
     info = await check_batch(redis, batch, total=2, done=2, failed=0)
     assert info.state is BatchState.COMPLETED
-    assert ready_ids(await redis.lrange(q.keys.ready, 0, -1)) == [batch.callback.id]
+    assert ready_ids(await redis.lrange(q._keys.ready, 0, -1)) == [batch.callback.id]
     assert [i.result for i in await batch.results()] == [10, 20]
 
 
@@ -693,7 +692,7 @@ async def test_an_ack_resent_after_a_lost_reply_counts_the_last_sub_job_once(
         assert proxy.dropped == 1
         await q.complete(r2, 20)  # the resent ack: accepted, not LeaseLost
         await check_batch(redis, batch, total=2, done=2, failed=0)
-        ready = ready_ids(await redis.lrange(q.keys.ready, 0, -1))
+        ready = ready_ids(await redis.lrange(q._keys.ready, 0, -1))
         assert ready == [batch.callback.id]
 
 
@@ -708,13 +707,13 @@ async def test_applying_the_same_outcome_twice_counts_it_once(
     batch = await bapp.batch([t.work_other.call(1), t.work.call(2)], on_complete=t.collect.call())
     assert batch.callback is not None
     (ro,) = await reserve_all(other, 1)
-    ack = (ro.id, ro.token, bapp.dump_result(10), bapp.result_ttl_default_ms)
+    ack = (ro.id, ro.token, bapp.codec.dump_result(10), bapp.result_ttl_default_ms)
     assert await other._scripts.complete([ack])
-    (entry,) = await redis.lrange(other.keys.outbox, 0, -1)
+    (entry,) = await redis.lrange(other._keys.outbox, 0, -1)
     # two forwarders at once, each applying the same entry
     assert sum(await asyncio.gather(forward_outbox(other), forward_outbox(other))) >= 1
     await check_batch(redis, batch, total=2, done=1, failed=0)
-    await redis.rpush(other.keys.outbox, entry)
+    await redis.rpush(other._keys.outbox, entry)
     await forward_outbox(other)
     info = await check_batch(redis, batch, total=2, done=1, failed=0)
     assert info.state is BatchState.OPEN
@@ -723,12 +722,12 @@ async def test_applying_the_same_outcome_twice_counts_it_once(
     info = await check_batch(redis, batch, total=2, done=2, failed=0)
     assert info.state is BatchState.COMPLETED
     # after the batch finished: a stale entry, and the sub-job's ack sent again
-    await redis.rpush(other.keys.outbox, entry)
+    await redis.rpush(other._keys.outbox, entry)
     assert await forward_outbox(other) == 1
-    assert await other._scripts.complete([ack]) == [1]  # recognised: not a second outcome
-    assert await redis.llen(other.keys.outbox) == 0
+    assert await other._scripts.complete([ack]) == [Outcome.OK]  # recognised: not a second outcome
+    assert await redis.llen(other._keys.outbox) == 0
     await check_batch(redis, batch, total=2, done=2, failed=0)
-    assert ready_ids(await redis.lrange(q.keys.ready, 0, -1)) == [batch.callback.id]
+    assert ready_ids(await redis.lrange(q._keys.ready, 0, -1)) == [batch.callback.id]
     assert [i.result for i in await batch.results()] == [10, 20]
 
 
@@ -776,7 +775,7 @@ async def test_wait_returns_promptly_through_pub_sub(redis_url: str, redis: Redi
         for r in res[:2]:
             await q.complete(r, 1)
         events = redis.pubsub()
-        await events.subscribe(q.keys.done_channel)
+        await events.subscribe(q._keys.done_channel)
         waiter = asyncio.create_task(batch.wait(timeout=30))
 
         async def registered() -> bool:
@@ -824,7 +823,7 @@ async def test_wait_issues_no_commands_while_nothing_happens(
         async with open_app(quiet_server.url) as app:
             t = register(app)
             batch = await app.batch([t.work.call(1)], on_complete=t.collect.call())
-            await app.result_waiter.subscribe(app.queue().keys.done_channel)
+            await app.result_waiter.subscribe(app.queue()._keys.done_channel)
             stats = await observer.info("commandstats")
             before = {k: int(v["calls"]) for k, v in stats.items()}
             with pytest.raises(ResultTimeout):
@@ -898,7 +897,7 @@ async def test_a_cancelled_batch_expires(bapp: App, tasks: BatchTasks, redis: Re
 
         async def idle() -> bool:
             q = bapp.queue()
-            return worker.running_jobs == 0 and await redis.llen(q.keys.ready) == 0
+            return worker.running_jobs == 0 and await redis.llen(q._keys.ready) == 0
 
         await wait_until(idle, timeout=20, what="the worker to finish")
     assert await keys_without_ttl(redis, bapp) == []
@@ -916,7 +915,7 @@ async def test_the_cancelled_callback_of_a_failed_batch_expires(
         with pytest.raises(BatchFailed):
             await batch.wait(timeout=20)
     assert await batch.callback.state() is JobState.CANCELLED
-    assert await redis.pttl(bapp.queue().keys.job(batch.callback.id)) > 0
+    assert await redis.pttl(bapp.queue()._keys.job(batch.callback.id)) > 0
 
 
 # ---------------------------------------------------------------------------- scale
@@ -965,7 +964,7 @@ async def test_pull_api_consumers_of_other_queues_finish_a_batch(
     await other.reap()
     info = await check_batch(redis, batch, total=2, done=1, failed=1)
     assert info.state is BatchState.COMPLETED
-    assert await redis.llen(other.keys.outbox) == 0
+    assert await redis.llen(other._keys.outbox) == 0
 
 
 async def test_many_foreign_outcomes_are_forwarded_promptly(redis_url: str, redis: Redis) -> None:
@@ -1012,7 +1011,7 @@ async def test_first_batch_on_a_server_that_does_not_know_the_batch_script(
             assert (info.total, info.sealed, info.state) == (1, True, BatchState.OPEN)
             assert batch.callback is not None
             assert await batch.callback.state() is JobState.WAITING
-            await check_invariants(observer, app.queue().keys)
+            await check_invariants(observer, app.queue()._keys)
     finally:
         await observer.aclose()
 

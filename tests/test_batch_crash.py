@@ -58,7 +58,7 @@ def tasks(producer: App) -> BatchTasks:
 
 async def counted(redis: Redis, batch: Batch[Any]) -> tuple[int, int, int, int]:
     """(done, failed, outcomes in :seen, results in :res) of a batch."""
-    bk = batch.queue.keys.batch(batch.id)
+    bk = batch.queue._keys.batch(batch.id)
     done, failed = await redis.hmget(bk, ["done", "failed"])
     return (
         int(done or 0),
@@ -105,7 +105,7 @@ async def test_worker_killed_while_running_the_last_sub_job(
     assert int(await redis.get(t.keys.cb_count) or 0) == 1
     (summary,) = [json.loads(s) for s in await redis.lrange(t.keys.cb_runs, 0, -1)]
     assert summary["values"] == [0, 10, 20, 30, 40]
-    states = await check_invariants(redis, producer.queue().keys)
+    states = await check_invariants(redis, producer.queue()._keys)
     assert set(states.values()) == {"completed"}
 
 
@@ -150,5 +150,5 @@ async def test_a_streamed_batch_survives_a_worker_killed_mid_way(
     # at least once: only what w1 held when it died may have run twice
     assert len(ran) - n <= 32, f"{len(ran) - n} sub-jobs ran twice"
     assert (await producer.queue().stats()).get("expired", 0) >= 1  # w1 died holding some
-    states = await check_invariants(redis, producer.queue().keys)
+    states = await check_invariants(redis, producer.queue()._keys)
     assert set(states.values()) == {"completed"}

@@ -27,7 +27,7 @@ async def claim_times(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, i
     """The server time at which each (active) job was claimed."""
     if not ids:
         return {}
-    scores = await redis.zmscore(queue.keys.active, ids)
+    scores = await redis.zmscore(queue._keys.active, ids)
     assert all(s is not None for s in scores), "a claimed job holds no lease"
     return {i: int(s) - LEASE_MS for i, s in zip(ids, scores, strict=True) if s is not None}
 
@@ -35,7 +35,7 @@ async def claim_times(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, i
 async def due_times(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, int]:
     pipe = redis.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hget(queue.keys.job(job_id), "due")
+        pipe.hget(queue._keys.job(job_id), "due")
     return {i: int(d) for i, d in zip(ids, await pipe.execute(), strict=True) if d is not None}
 
 
@@ -142,9 +142,9 @@ async def test_a_due_job_waits_for_a_claim_or_reap_to_be_promoted(app: App, redi
     assert due is not None
     await wait_until(lambda: _server_past(redis, due), what="the due time")
     assert await job.state() is JobState.SCHEDULED  # promotion is lazy and atomic
-    assert await check_invariants(redis, q.keys) == {job.id: "scheduled"}
+    assert await check_invariants(redis, q._keys) == {job.id: "scheduled"}
     assert (await q.reap())["promoted"] == 1
-    assert await check_invariants(redis, q.keys) == {job.id: "queued"}
+    assert await check_invariants(redis, q._keys) == {job.id: "queued"}
     assert (await q.reap())["promoted"] == 0
 
 
@@ -181,7 +181,7 @@ async def test_many_delayed_and_immediate_jobs_mixed(redis_url: str, redis: Redi
         scheduled = delayed + burst
         due = await due_times(redis, q, scheduled)
         assert len(due) == len(scheduled)
-        await check_invariants(redis, q.keys)
+        await check_invariants(redis, q._keys)
 
         claimed: dict[str, int] = {}
 
@@ -204,4 +204,4 @@ async def test_many_delayed_and_immediate_jobs_mixed(redis_url: str, redis: Redi
         assert early == {}, f"claimed before due (ms early): {early}"
         late = max(claimed[i] - due[i] for i in scheduled)
         assert late < 500, f"a due job waited {late} ms"
-        assert await check_invariants(redis, q.keys) == dict.fromkeys(claimed, "completed")
+        assert await check_invariants(redis, q._keys) == dict.fromkeys(claimed, "completed")

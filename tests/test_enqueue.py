@@ -37,7 +37,7 @@ async def stored_keys(redis: Redis, app: App) -> list[str]:
 
 
 async def job_field(redis: Redis, app: App, job_id: str, field: str, queue: str = "default") -> str:
-    value = await redis.hget(app.queue(queue).keys.job(job_id), field)
+    value = await redis.hget(app.queue(queue)._keys.job(job_id), field)
     assert value is not None, f"job {job_id} has no field {field!r}"
     return text(value)
 
@@ -66,7 +66,7 @@ async def test_typed_enqueue_stores_positional_and_keyword_arguments(
     info = await by_keyword.info()
     assert (info.args, info.kwargs) == ((), {"x": 3, "y": 4})
 
-    states = await check_invariants(redis, app.queue().keys)
+    states = await check_invariants(redis, app.queue()._keys)
     assert states == {job.id: "queued", by_keyword.id: "queued"}
     assert await app.queue().counts() == {"scheduled": 0, "queued": 2, "active": 0, "failed": 0}
 
@@ -186,7 +186,7 @@ async def test_enqueue_by_name_needs_no_task_code(app: App, redis: Redis) -> Non
     assert (reserved.id, reserved.task, reserved.args) == (job.id, "billing.charge", (42, "eur"))
     assert reserved.kwargs == {"retry": False}
     assert reserved.queue == "remote"
-    await check_invariants(redis, queue.keys)
+    await check_invariants(redis, queue._keys)
 
 
 @pytest.mark.parametrize("name", ["", 5, None])
@@ -225,7 +225,7 @@ async def test_delay_schedules_by_the_server_clock(app: App, redis: Redis) -> No
     info = await job.info()
     assert info.state is JobState.SCHEDULED
     assert info.due_ms == info.created_ms + 5000
-    score = await redis.zscore(app.queue().keys.scheduled, job.id)
+    score = await redis.zscore(app.queue()._keys.scheduled, job.id)
     assert score == info.due_ms
 
     later = await ping.options(delay=timedelta(minutes=1)).enqueue()
@@ -239,7 +239,7 @@ async def test_delay_schedules_by_the_server_clock(app: App, redis: Redis) -> No
     now = await ping.options(delay=0).enqueue()
     assert await now.state() is JobState.QUEUED
     assert await app.queue().reserve() != []
-    await check_invariants(redis, app.queue().keys)
+    await check_invariants(redis, app.queue()._keys)
 
 
 async def test_at_schedules_an_absolute_time(app: App, redis: Redis) -> None:
@@ -260,7 +260,7 @@ async def test_at_schedules_an_absolute_time(app: App, redis: Redis) -> None:
 
     past = await ping.options(at=datetime(2001, 1, 1, tzinfo=UTC)).enqueue()
     assert await past.state() is JobState.QUEUED
-    await check_invariants(redis, app.queue().keys)
+    await check_invariants(redis, app.queue()._keys)
 
 
 @pytest.mark.parametrize(
@@ -306,10 +306,10 @@ async def test_priority_range_is_inclusive(app: App, redis: Redis, priority: int
 
     job = await ping.options(priority=priority).enqueue()
     assert (await job.info()).priority == priority
-    assert await redis.zscore(app.queue().keys.prio, job.id) is not None
+    assert await redis.zscore(app.queue()._keys.prio, job.id) is not None
     by_name = await app.queue().enqueue("ping", priority=priority)
     assert (await by_name.info()).priority == priority
-    await check_invariants(redis, app.queue().keys)
+    await check_invariants(redis, app.queue()._keys)
 
 
 async def test_task_priority_is_validated_at_registration(app: App) -> None:
@@ -341,9 +341,9 @@ async def test_job_id_makes_enqueue_idempotent(app: App, redis: Redis) -> None:
     assert first == second == by_name
     info = await first.info()
     assert info.args == (1,)  # the first enqueue wins
-    assert await redis.llen(app.queue().keys.ready) == 1
+    assert await redis.llen(app.queue()._keys.ready) == 1
     assert (await app.queue().stats())["enqueued"] == 1
-    assert await check_invariants(redis, app.queue().keys) == {"order-1": "queued"}
+    assert await check_invariants(redis, app.queue()._keys) == {"order-1": "queued"}
 
     # a delayed duplicate does not reschedule the queued original either
     again = await charge.options(job_id="order-1", delay=60).enqueue(4)
@@ -371,7 +371,7 @@ async def test_max_attempts_timeout_and_result_ttl_are_stored(app: App, redis: R
         "result_ttl": 0.0,
     }
     plain = await ping.enqueue()
-    assert await redis.hget(app.queue().keys.job(plain.id), "o") is None
+    assert await redis.hget(app.queue()._keys.job(plain.id), "o") is None
 
     reserved = {r.id: r for r in await app.queue().reserve(3)}
     assert reserved[job.id].options == {"timeout": 30.0, "result_ttl": 60.0}
@@ -418,11 +418,11 @@ async def test_enqueue_many_is_one_round_trip(
             assert writes == 1, f"enqueue_many wrote to the server {writes} times"
             assert calls == math.ceil(n / 500), f"{calls} script calls for {n} jobs"
             assert len({j.id for j in jobs}) == n
-            states = await check_invariants(observer, app.queue().keys)
+            states = await check_invariants(observer, app.queue()._keys)
             assert len(states) == n + 1
             assert (await app.queue().counts())["queued"] == n + 1
             # FIFO across the script calls of one batch
-            ready = [text(m) for m in await observer.lrange(app.queue().keys.ready, 0, -1)]
+            ready = [text(m) for m in await observer.lrange(app.queue()._keys.ready, 0, -1)]
             assert ready[1:] == [j.id for j in jobs]
     finally:
         await observer.aclose()
@@ -443,7 +443,7 @@ async def test_enqueue_many_accepts_mappings_and_pairs_with_bound_options(
     assert await add.enqueue_many([]) == []
     with pytest.raises(ConfigurationError):
         await add.options(job_id="one").enqueue_many([{"x": 1}])
-    await check_invariants(redis, app.queue().keys)
+    await check_invariants(redis, app.queue()._keys)
 
 
 # ---------------------------------------------------------------------------- bad input (I7)
@@ -511,7 +511,7 @@ async def test_pickle_is_only_used_on_explicit_opt_in(redis_url: str, redis: Red
             return {"at": at}
 
         job = await when_p.enqueue(moment, {"a", "b"})
-        raw = await redis.hget(pickle_app.queue().keys.job(job.id), "p")
+        raw = await redis.hget(pickle_app.queue()._keys.job(job.id), "p")
         assert isinstance(raw, bytes)
         assert raw.startswith(b"\x80")  # a pickle stream, not JSON
         (reserved,) = await pickle_app.queue().reserve()
@@ -531,7 +531,7 @@ async def test_oversized_payload_is_refused(redis_url: str, redis: Redis) -> Non
         async def store(blob: str) -> None:
             return None
 
-        overhead = len(app.dump_args("id", "t", ("",), {}))
+        overhead = len(app.codec.dump_args("id", "t", ("",), {}))
         fits = "x" * (limit - overhead)
         job = await store.enqueue(fits)  # exactly at the limit: accepted
         assert (await job.info()).args == (fits,)
@@ -541,7 +541,7 @@ async def test_oversized_payload_is_refused(redis_url: str, redis: Redis) -> Non
             await app.queue().enqueue("store", [fits + "x"])
         with pytest.raises(PayloadTooLarge):
             await store.enqueue_many([{"blob": "small"}, {"blob": fits + "x"}])
-        assert await check_invariants(redis, app.queue().keys) == {job.id: "queued"}
+        assert await check_invariants(redis, app.queue()._keys) == {job.id: "queued"}
 
     async with open_app(redis_url, max_payload_bytes=0) as unlimited:
 

@@ -15,7 +15,7 @@ import time
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._scripts import QueueScripts
+from aioqueue._scripts import Outcome, QueueScripts
 
 from .support.apps import open_app
 from .support.instrumented import instrument
@@ -41,12 +41,12 @@ def scripts(app: App) -> QueueScripts:
 
 async def handed(redis: Redis, app: App, worker_id: str) -> list[tuple[str, int]]:
     """(id, attempt) of the jobs waiting in ``worker_id``'s hand list."""
-    values = await redis.lrange(app.queue().keys.hand(worker_id), 0, -1)
+    values = await redis.lrange(app.queue()._keys.hand(worker_id), 0, -1)
     return [(text(values[i]), int(values[i + 2])) for i in range(0, len(values), 7)]
 
 
 async def parked(redis: Redis, app: App) -> list[str]:
-    return [text(w) for w in await redis.zrange(app.queue().keys.idle, 0, -1)]
+    return [text(w) for w in await redis.zrange(app.queue()._keys.idle, 0, -1)]
 
 
 async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redis: Redis) -> None:
@@ -58,20 +58,20 @@ async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redi
         # the first two fill w1's room; the third waits in the queue, with a wake token
         assert await handed(redis, app, "w1") == [(jobs[0].id, 1), (jobs[1].id, 1)]
         assert await parked(redis, app) == []
-        states = await check_invariants(redis, q.keys)
+        states = await check_invariants(redis, q._keys)
         assert [states[j.id] for j in jobs] == ["active", "active", "queued"]
-        assert await redis.llen(q.keys.wake) == 1
-        assert 0 < await redis.pttl(q.keys.hand("w1")) <= LEASE_MS
+        assert await redis.llen(q._keys.wake) == 1
+        assert 0 < await redis.pttl(q._keys.hand("w1")) <= LEASE_MS
         # the worker's next claim takes what was handed over first, counted towards n
         res = await scripts(app).claim(2, LEASE_MS, DEAD_TTL_MS, "w1", 0)
         assert sorted(c.id for c in res.jobs) == [jobs[0].id, jobs[1].id]
         assert all(c.payload and c.task == "t" and c.max_attempts >= 1 for c in res.jobs)
-        assert await redis.exists(q.keys.hand("w1")) == 0
+        assert await redis.exists(q._keys.hand("w1")) == 0
         # the leases are the real ones: complete works with the handed-over token
         held = {c.id: c.token for c in res.jobs}
-        tokens = await scripts(app).complete([(i, t, b"1", 60_000) for i, t in held.items()])
-        assert tokens == [1, 1]
-        assert (await check_invariants(redis, q.keys))[jobs[2].id] == "queued"
+        done = await scripts(app).complete([(i, t, b"1", 60_000) for i, t in held.items()])
+        assert done == [Outcome.OK, Outcome.OK]
+        assert (await check_invariants(redis, q._keys))[jobs[2].id] == "queued"
 
 
 async def test_the_worker_parked_longest_ahead_is_served_first(
@@ -104,7 +104,7 @@ async def test_no_hand_off_past_a_pause_a_group_limit_or_a_delay(
         # the paused job and the first of group g go to w1, within g's limit of one
         got = [job_id for job_id, _ in await handed(redis, app, "w1")]
         assert sorted(got) == sorted([paused.id, g1.id])
-        states = await check_invariants(redis, q.keys)
+        states = await check_invariants(redis, q._keys)
         assert (states[g2.id], states[later.id]) == ("queued", "scheduled")
 
 
@@ -116,7 +116,7 @@ async def test_a_registration_ends_by_itself(redis_url: str, redis: Redis) -> No
         job = await app.queue().enqueue("t")
         assert await handed(redis, app, "gone") == []
         assert await parked(redis, app) == []  # the stale registration was cleared
-        assert (await check_invariants(redis, app.queue().keys))[job.id] == "queued"
+        assert (await check_invariants(redis, app.queue()._keys))[job.id] == "queued"
 
 
 async def test_reap_drops_a_dead_registration_behind_a_live_one(
@@ -133,7 +133,7 @@ async def test_reap_drops_a_dead_registration_behind_a_live_one(
         assert await parked(redis, app) == ["gone"]
         await scripts(app).reap(100, DEAD_TTL_MS)
         assert await parked(redis, app) == []
-        assert await redis.hlen(app.queue().keys.idlew) == 0
+        assert await redis.hlen(app.queue()._keys.idlew) == 0
 
 
 async def _after(redis: Redis, ms: int) -> bool:
@@ -153,8 +153,8 @@ async def test_jobs_handed_to_a_worker_that_never_took_them_come_back(
             return (await q.reap())["recovered"] == 1
 
         await wait_until(recovered, interval=0.02, what="the lease to run out")
-        assert await redis.exists(q.keys.hand("dead")) == 0  # expired with the lease
-        assert (await check_invariants(redis, q.keys))[job.id] == "queued"
+        assert await redis.exists(q._keys.hand("dead")) == 0  # expired with the lease
+        assert (await check_invariants(redis, q._keys))[job.id] == "queued"
         got = await q.reserve(1)
         assert [(r.id, r.attempt) for r in got] == [(job.id, 2)]
 
@@ -189,5 +189,5 @@ async def test_a_parked_worker_gets_a_new_job_in_one_hop(redis_url: str, redis: 
             assert await parked(redis, app) == [worker.id]
         # a stopped worker has left its parking
         assert await parked(redis, app) == []
-        assert await redis.exists(app.queue().keys.hand(worker.id)) == 0
+        assert await redis.exists(app.queue()._keys.hand(worker.id)) == 0
         assert (await app.queue().stats())["completed"] == 5

@@ -175,7 +175,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.redis = Redis.from_url(url, socket_timeout=None)
         self.run(self.app.open())
         self.queue = self.app.queue()
-        self.keys: QueueKeys = self.queue.keys
+        self.keys: QueueKeys = self.queue._keys
         self.model = Model()
         self.n = 0
         self.steps: list[str] = []
@@ -528,11 +528,11 @@ async def test_fail_after_the_lease_ran_out_is_rejected(app: App, redis: Redis) 
     q = app.queue()
     await q.enqueue("t", job_id="a", max_attempts=3)
     [r] = await q.reserve(1, lease=0.02)
-    deadline = await redis.zscore(q.keys.active, "a")
+    deadline = await redis.zscore(q._keys.active, "a")
     assert deadline is not None
     await wait_until(lambda: _after(redis, deadline), timeout=5, what="the lease to run out")
     assert (await q.reap())["recovered"] == 1
-    assert await redis.hget(q.keys.job("a"), "s") == b"queued"
+    assert await redis.hget(q._keys.job("a"), "s") == b"queued"
     with pytest.raises(LeaseLost):
         await q.complete(r)
     with pytest.raises(LeaseLost):
@@ -544,7 +544,7 @@ async def test_fail_after_the_lease_ran_out_is_rejected(app: App, redis: Redis) 
         except LeaseLost:
             outcomes.append("LeaseLost")
     # the old holder's token is void once its lease ran out and the job was handed back
-    assert await redis.hget(q.keys.job("a"), "s") == b"queued"
+    assert await redis.hget(q._keys.job("a"), "s") == b"queued"
     assert outcomes == ["LeaseLost", "LeaseLost"], outcomes
 
 
@@ -556,7 +556,7 @@ async def test_release_that_spends_the_last_attempt_does_not_exceed_max_attempts
     [r] = await q.reserve(1, lease=LONG)
     await q.release(r, refund=False)  # the one attempt is spent
     again = await q.reserve(1, lease=LONG)
-    attempts = int(await redis.hget(q.keys.job("once"), "a") or 0)
+    attempts = int(await redis.hget(q._keys.job("once"), "a") or 0)
     assert attempts <= 1, f"attempt {again[0].attempt} of {again[0].max_attempts} handed out"
 
 

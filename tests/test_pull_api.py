@@ -33,7 +33,7 @@ from .support.waiting import wait_until
 
 
 async def lease_deadline(redis: Redis, queue: Queue, job_id: str) -> int:
-    score = await redis.zscore(queue.keys.active, job_id)
+    score = await redis.zscore(queue._keys.active, job_id)
     assert score is not None, f"job {job_id} holds no lease"
     return int(score)
 
@@ -58,7 +58,7 @@ async def test_reserve_leases_a_job_until_a_server_clock_deadline(app: App, redi
     assert await job.state() is JobState.ACTIVE
     assert await q.reserve() == []  # one job, already leased
     assert await q.counts() == {"scheduled": 0, "queued": 0, "active": 1, "failed": 0}
-    assert await check_invariants(redis, q.keys) == {job.id: "active"}
+    assert await check_invariants(redis, q._keys) == {job.id: "active"}
 
 
 async def test_reserve_takes_the_highest_priority_first_fifo_within_a_level(
@@ -70,7 +70,7 @@ async def test_reserve_takes_the_highest_priority_first_fifo_within_a_level(
     expected = sorted(range(len(order)), key=lambda i: (-order[i], i))
     got = await q.reserve(len(order))
     assert [r.id for r in got] == [ids[i] for i in expected]
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 @pytest.mark.parametrize(("n", "lease"), [(0, None), (-1, None), (True, None), (1, 0), (1, -1)])
@@ -95,7 +95,7 @@ async def test_complete_stores_the_result_and_the_job_is_never_delivered_again(
         info = await job.info()
         assert info.finished_ms is not None
         assert info.attempts == 1
-        assert await check_invariants(redis, q.keys) == {job.id: "completed"}
+        assert await check_invariants(redis, q._keys) == {job.id: "completed"}
 
         # the same ack again (as after a lost reply) is accepted and changes nothing
         await q.complete(r, "twice")
@@ -123,7 +123,7 @@ async def test_an_unserialisable_result_changes_nothing(app: App, redis: Redis) 
     deadline = await lease_deadline(redis, q, job.id)
     with pytest.raises(SerializationError):
         await q.complete(r, {"when": object()})
-    assert await check_invariants(redis, q.keys) == {job.id: "active"}
+    assert await check_invariants(redis, q._keys) == {job.id: "active"}
     assert await lease_deadline(redis, q, job.id) == deadline
     await q.complete(r, {"when": "now"})  # the lease is still the caller's
     assert await job.result(timeout=1) == {"when": "now"}
@@ -151,7 +151,7 @@ async def test_result_waits_without_polling_and_returns_promptly(
         waiting = asyncio.create_task(waiter.queue().job(job.id).result(timeout=30))
         # the waiter has subscribed and marked the job as awaited: now it only listens
         await wait_until(
-            lambda: redis.hexists(q.keys.job(job.id), "w"), what="the waiter to register"
+            lambda: redis.hexists(q._keys.job(job.id), "w"), what="the waiter to register"
         )
 
         async def commands() -> int:
@@ -174,7 +174,7 @@ async def test_many_waiters_of_one_job_all_get_the_result(app: App) -> None:
     job = await q.enqueue("t")
     waiters = [asyncio.create_task(job.result(timeout=10)) for _ in range(20)]
     r = await reserve_one(q)
-    await wait_until(lambda: app.redis.hexists(q.keys.job(job.id), "w"), what="waiters")
+    await wait_until(lambda: app.redis.hexists(q._keys.job(job.id), "w"), what="waiters")
     await q.complete(r, "shared")
     assert await asyncio.gather(*waiters) == ["shared"] * 20
 
@@ -219,7 +219,7 @@ async def test_result_of_a_dead_letter_raises_job_failed_with_its_error(
     await q.fail(await reserve_one(q), "gave up", retry=False)
     with pytest.raises(JobFailed, match="gave up"):
         await other.result(timeout=1)
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 async def test_unknown_job_raises_job_not_found(app: App) -> None:
@@ -239,7 +239,7 @@ async def test_result_pending_when_the_app_closes_raises_closed_error(redis_url:
         job = await app.queue().enqueue("t")
         waiting = asyncio.create_task(job.result(timeout=10))
         await wait_until(
-            lambda: app.redis.hexists(app.queue().keys.job(job.id), "w"), what="the waiter"
+            lambda: app.redis.hexists(app.queue()._keys.job(job.id), "w"), what="the waiter"
         )
     # the App is closed: the waiter must learn why, not be cancelled
     with pytest.raises(ClosedError):
@@ -272,7 +272,7 @@ async def test_an_awaited_job_can_be_finished_without_channel_rights(
         (r,) = await q.reserve()
         await q.complete(r, "seen")
         assert await job.result(timeout=2) == "seen"
-        assert 0 < await app.redis.pttl(q.keys.job(job.id)) <= 60_000
+        assert 0 < await app.redis.pttl(q._keys.job(job.id)) <= 60_000
         assert (await q.stats())["completed"] == 1
 
 
@@ -306,7 +306,7 @@ async def test_release_with_delay_reschedules_by_the_server_clock(app: App, redi
     assert info.state is JobState.SCHEDULED
     assert info.due_ms is not None
     assert before + 400 <= info.due_ms <= after + 400
-    assert await check_invariants(redis, q.keys) == {job.id: "scheduled"}
+    assert await check_invariants(redis, q._keys) == {job.id: "scheduled"}
     assert await q.reserve() == []  # not before it is due
 
     again = await reserve_one(q, wait=5, lease=30)
@@ -325,7 +325,7 @@ async def test_release_now_puts_the_job_back_at_the_front(app: App, redis: Redis
     assert r.id == first.id
     await q.release(r)
     assert [x.id for x in await q.reserve(2)] == [first.id, second.id]
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 async def test_release_refund_does_not_consume_an_attempt(app: App, redis: Redis) -> None:
@@ -339,7 +339,7 @@ async def test_release_refund_does_not_consume_an_attempt(app: App, redis: Redis
     r = await reserve_one(q)
     assert await q.fail(r, "boom") is False  # its only attempt: dead-lettered
     assert await job.state() is JobState.FAILED
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 async def test_release_without_refund_counts_the_attempt(app: App) -> None:
@@ -370,7 +370,7 @@ async def test_fail_retries_after_its_delay_and_dead_letters_after_max_attempts(
     assert before + 300 <= info.due_ms <= after + 300
     assert info.error is not None
     assert info.error.message == "flaky"
-    assert await check_invariants(redis, q.keys) == {job.id: "scheduled"}
+    assert await check_invariants(redis, q._keys) == {job.id: "scheduled"}
     assert await q.reserve() == []
 
     r2 = await reserve_one(q, wait=5, lease=30)
@@ -385,14 +385,14 @@ async def test_fail_retries_after_its_delay_and_dead_letters_after_max_attempts(
     assert r3.attempt == 3
     assert await q.fail(r3, "last") is False  # out of attempts, retry or not
     assert await job.state() is JobState.FAILED
-    assert await redis.zscore(q.keys.dead, job.id) is not None
+    assert await redis.zscore(q._keys.dead, job.id) is not None
     assert await q.counts() == {"scheduled": 0, "queued": 0, "active": 0, "failed": 1}
     stats = await q.stats()
     assert (stats["retried"], stats["failed"]) == (2, 1)
     with pytest.raises(JobFailed, match="last"):
         await job.result(timeout=1)
     assert await q.reserve() == []
-    assert await check_invariants(redis, q.keys) == {job.id: "failed"}
+    assert await check_invariants(redis, q._keys) == {job.id: "failed"}
 
 
 async def test_fail_without_retry_dead_letters_at_once(app: App, redis: Redis) -> None:
@@ -400,7 +400,7 @@ async def test_fail_without_retry_dead_letters_at_once(app: App, redis: Redis) -
     job = await q.enqueue("t", max_attempts=10)
     assert await q.fail(await reserve_one(q), "fatal", retry=False) is False
     assert await job.state() is JobState.FAILED
-    assert await check_invariants(redis, q.keys) == {job.id: "failed"}
+    assert await check_invariants(redis, q._keys) == {job.id: "failed"}
 
 
 async def test_fail_without_a_delay_uses_the_backoff(redis_url: str, redis: Redis) -> None:
@@ -439,7 +439,7 @@ async def test_abandoned_reservation_comes_back_and_the_old_token_is_stale(
         assert claimed_at >= deadline
         assert (new.id, new.attempt) == (job.id, 2)
         assert new.token != old.token
-        assert await check_invariants(redis, q.keys) == {job.id: "active"}
+        assert await check_invariants(redis, q._keys) == {job.id: "active"}
 
         for stale in (
             lambda: gone.queue().complete(old, "from the lost consumer"),
@@ -449,7 +449,7 @@ async def test_abandoned_reservation_comes_back_and_the_old_token_is_stale(
         ):
             with pytest.raises(LeaseLost):
                 await stale()
-        assert await check_invariants(redis, q.keys) == {job.id: "active"}
+        assert await check_invariants(redis, q._keys) == {job.id: "active"}
         await q.complete(new, "from the new holder")
         assert await job.result(timeout=1) == "from the new holder"
         assert (await q.stats())["expired"] == 1
@@ -472,7 +472,7 @@ async def test_lease_expiry_on_the_last_attempt_dead_letters_the_job(
             await job.result(timeout=1)
         assert caught.value.error_type == "LeaseExpired"
         assert "attempt 2 of 2" in caught.value.error_message
-        assert await check_invariants(redis, q.keys) == {job.id: "failed"}
+        assert await check_invariants(redis, q._keys) == {job.id: "failed"}
 
 
 async def test_extend_keeps_a_lease_alive_past_its_first_deadline(
@@ -572,7 +572,7 @@ async def test_a_cancelled_queued_job_is_never_delivered(app: App, redis: Redis)
     with pytest.raises(JobCancelled):
         await job.result(timeout=1)
     assert [r.id for r in await q.reserve(5)] == [keep.id]
-    assert await check_invariants(redis, q.keys) == {job.id: "cancelled", keep.id: "active"}
+    assert await check_invariants(redis, q._keys) == {job.id: "cancelled", keep.id: "active"}
 
 
 async def test_counts_do_not_report_a_cancelled_job_as_queued(app: App) -> None:
@@ -599,7 +599,7 @@ async def test_a_job_cancelled_while_held_is_not_delivered_again_after_its_lease
     assert await job.cancel() is False
     assert await q.reserve(wait=1) == []
     assert await job.state() is JobState.CANCELLED
-    assert await check_invariants(redis, q.keys) == {job.id: "cancelled"}
+    assert await check_invariants(redis, q._keys) == {job.id: "cancelled"}
 
 
 # ---------------------------------------------------------------------------- bad payloads (I7)
@@ -611,11 +611,13 @@ async def test_an_undecodable_payload_is_dead_lettered_and_reserve_carries_on(
     q = app.queue()
     bad = await q.enqueue("t", ["will be corrupted"])
     good = await q.enqueue("t", ["fine"])
-    await redis.hset(q.keys.job(bad.id), "p", b"\xff not a payload")
+    await redis.hset(q._keys.job(bad.id), "p", b"\xff not a payload")
     got = await q.reserve(2)
     assert [r.id for r in got] == [good.id]
     assert await bad.state() is JobState.FAILED
     with pytest.raises(JobFailed) as caught:
         await bad.result(timeout=1)
-    assert caught.value.error_type  # the decoder's error, recorded for inspection
-    assert await check_invariants(redis, q.keys) == {bad.id: "failed", good.id: "active"}
+    # the same reason as a worker records, with the decoder's error in the message
+    assert caught.value.error_type == "CorruptPayload"
+    assert "cannot decode" in str(caught.value)
+    assert await check_invariants(redis, q._keys) == {bad.id: "failed", good.id: "active"}

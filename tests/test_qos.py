@@ -93,7 +93,7 @@ async def test_groups_interleave_round_robin_while_one_floods(app: App, redis: R
     # B and C are done; A alone now gets every claim
     assert labels(await reserve_each(q, 5)) == ["A"] * 5
     assert await q.group_counts() == {"A": 2990}
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 async def test_one_batch_claim_is_fair_too(app: App) -> None:
@@ -134,7 +134,7 @@ async def test_jobs_without_a_group_are_one_lane_of_the_ring(app: App, redis: Re
     got = await reserve_each(q, 30)
     assert Counter(labels(got)) == {"none": 10, "A": 10, "B": 10}
     # ungrouped priority-0 jobs still wait in the plain ready LIST, as without groups
-    assert await redis.llen(q.keys.ready) == 290
+    assert await redis.llen(q._keys.ready) == 290
     assert await q.group_counts() == {"A": 290, "B": 290}
     assert await q.counts() == {"scheduled": 0, "queued": 870, "active": 30, "failed": 0}
 
@@ -178,7 +178,7 @@ async def test_priorities_of_jobs_without_a_group(app: App, redis: Redis) -> Non
     order = [0, 5, -5, 100, 5, 0, -100, 100, 0, -1, 1]
     for seq, p in enumerate(order):
         await work.options(priority=p).enqueue("none", seq)
-    assert await redis.llen(q.keys.ready) == 3  # priority 0: the plain FIFO list
+    assert await redis.llen(q._keys.ready) == 3  # priority 0: the plain FIFO list
     got = await reserve_each(q, len(order))
     assert seqs(got) == sorted(range(len(order)), key=lambda i: (-order[i], i))
 
@@ -284,8 +284,8 @@ async def test_a_group_limit_caps_its_reservations_and_each_ending_frees_a_slot(
     (again,) = await q.reserve(10, lease=60)
     assert again.id == nxt2.id
     assert await q.reserve(10) == []
-    assert await redis.hget(q.keys.gactive, "L") == b"2"
-    states = Counter((await check_invariants(redis, q.keys)).values())
+    assert await redis.hget(q._keys.gactive, "L") == b"2"
+    states = Counter((await check_invariants(redis, q._keys)).values())
     assert states == {"active": 12, "completed": 1, "queued": 5, "scheduled": 1, "failed": 1}
 
 
@@ -295,7 +295,7 @@ async def test_an_expired_lease_frees_the_slot_at_once(app: App, redis: Redis) -
     await q.set_group_limit("L", 1)
     await fill(work, "L", 3)
     (held,) = await q.reserve(5, lease=0.3)
-    deadline = await redis.zscore(q.keys.active, held.id)
+    deadline = await redis.zscore(q._keys.active, held.id)
     assert deadline is not None
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -444,7 +444,7 @@ async def claim_windows(
     lease deadline minus the lease)."""
     pipe = redis.pipeline(transaction=False)
     for r in got:
-        pipe.zscore(q.keys.active, r.id)
+        pipe.zscore(q._keys.active, r.id)
     deadlines = await pipe.execute()
     assert None not in deadlines
     return Counter((int(d) - lease_ms) // period_ms for d in deadlines)
@@ -509,8 +509,8 @@ async def test_a_default_group_rate_limits_each_group_on_its_own(app: App, redis
     assert Counter(labels(got)) == {"A": 3, "B": 3, "own": 5, "none": 4}
     assert await q.reserve(100) == []
     # the groups wait for their next window, parked (not in the ring)
-    assert await redis.zcard(q.keys.ring) == 0
-    assert await redis.zcard(q.keys.gwait) == 3
+    assert await redis.zcard(q._keys.ring) == 0
+    assert await redis.zcard(q._keys.gwait) == 3
     await q.set_default_group_rate_limit(None)
     assert Counter(labels(await q.reserve(100))) == {"A": 17, "B": 17}
 
@@ -559,7 +559,7 @@ async def test_pause_and_resume_one_group_from_another_process(
         assert await q.group_counts() == {"A": 5}
         await q.complete(running)  # a job already running finishes normally
         assert await q.reserve(20) == []
-        assert await redis.zcard(q.keys.ring) == 0  # parked, not polled
+        assert await redis.zcard(q._keys.ring) == 0  # parked, not polled
 
         waiter = asyncio.create_task(q.reserve(20, lease=60, wait=10))
         done, _ = await asyncio.wait({waiter}, timeout=0.2)  # an observation window
@@ -651,7 +651,7 @@ async def test_claim_cost_does_not_grow_with_blocked_groups(app: App, redis: Red
 
     for q in (clean, crowded):
         await fill(work, "free", 300, queue=q.name)
-    assert await redis.zcard(crowded.keys.ring) == 1  # only the free group can be served
+    assert await redis.zcard(crowded._keys.ring) == 1  # only the free group can be served
     times: dict[str, list[float]] = {"clean": [], "crowded": []}
     for i in range(300):
         for q in (clean, crowded):
@@ -681,7 +681,7 @@ async def test_counts_include_every_lane_and_every_parked_group(app: App, redis:
     assert Counter(labels(got)) == {"none": 5, "limited": 1, "rated": 1, "plain": 2}
     assert await q.group_counts() == {"limited": 2, "rated": 2, "paused": 2}
     assert await q.counts() == {"scheduled": 1, "queued": 6, "active": 9, "failed": 0}
-    states = Counter((await check_invariants(redis, q.keys)).values())
+    states = Counter((await check_invariants(redis, q._keys)).values())
     assert states == {"active": 9, "queued": 6, "scheduled": 1}
 
 
@@ -704,7 +704,7 @@ async def test_a_grouped_job_keeps_its_group_through_retry_and_delay(
     got = await q.reserve(5, lease=60, wait=2)
     assert [(r.id, r.attempt) for r in got] == [(job.id, 2)]
     assert await job.state() is JobState.ACTIVE
-    await check_invariants(redis, q.keys)
+    await check_invariants(redis, q._keys)
 
 
 # ---------------------------------------------------------------------- found by the benchmark

@@ -224,7 +224,7 @@ async def test_a_group_limit_holds_across_worker_processes(
     report("limit", group_limit=3, max_running_L=observed, max_running_unlimited=others)
     assert observed == 3  # never above the limit, and the limit is used to the full
     assert others > 3
-    assert await redis.hlen(q.keys.gactive) == 0  # every slot given back
+    assert await redis.hlen(q._keys.gactive) == 0  # every slot given back
 
 
 async def test_a_group_limit_holds_while_a_worker_is_killed(
@@ -257,8 +257,8 @@ async def test_a_group_limit_holds_while_a_worker_is_killed(
     held = int(await redis.hget(keys.running("L"), str(pid)) or 0)
     await redis.hdel(keys.running("L"), str(pid))
     dead_jobs = [s for s in await starts(redis, keys) if s.pid == pid]
-    lost = [s.id for s in dead_jobs if await redis.zscore(q.keys.active, s.id) is not None]
-    deadlines = {i: int(await redis.zscore(q.keys.active, i) or 0) for i in lost}
+    lost = [s.id for s in dead_jobs if await redis.zscore(q._keys.active, s.id) is not None]
+    deadlines = {i: int(await redis.zscore(q._keys.active, i) or 0) for i in lost}
 
     async def all_done() -> bool:
         return await done_of(redis, keys, "L") == set(range(40))
@@ -309,7 +309,7 @@ async def test_a_group_rate_limit_holds_across_worker_processes(
     await q.pause()  # freeze the record before reading it: every claimed job has finished
 
     async def r_idle() -> bool:
-        return await redis.hget(q.keys.gactive, "R") is None
+        return await redis.hget(q._keys.gactive, "R") is None
 
     await wait_until(r_idle, what="R's claimed jobs to finish")
     log = [s for s in await starts(redis, keys) if s.label == "R"]
@@ -405,7 +405,7 @@ async def _at_least(value: Any, n: int) -> bool:
 
 async def _group_idle(redis: Redis, q: Queue, group: str) -> bool:
     """No job of ``group`` is active on the server (claimed and not yet acknowledged)."""
-    return await redis.hget(q.keys.gactive, group) is None
+    return await redis.hget(q._keys.gactive, group) is None
 
 
 async def _server_past(redis: Redis, ms: int) -> bool:

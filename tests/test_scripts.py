@@ -235,7 +235,7 @@ async def test_every_operation_works_after_script_flush(private_app: tuple[App, 
 
     await flushed()
     many = await add.enqueue_many([((i, i), {}) for i in range(1200)])  # pipelined script calls
-    ready = [text(m) for m in await observer.lrange(q.keys.ready, 0, -1)]
+    ready = [text(m) for m in await observer.lrange(q._keys.ready, 0, -1)]
     assert ready == [one.id] + [j.id for j in many]  # each once, in order
 
     await flushed()
@@ -263,14 +263,14 @@ async def test_every_operation_works_after_script_flush(private_app: tuple[App, 
     await flushed()
     (again,) = await q.reserve(wait=5)
     assert again.id == c.id  # released to the front of the queue
-    due = int(await observer.hget(q.keys.job(b.id), "due") or 0)
+    due = int(await observer.hget(q._keys.job(b.id), "due") or 0)
     await wait_until(lambda: _server_at(observer, due), what="the retry to fall due")
 
     await flushed()
     assert (await q.reap())["promoted"] == 1  # the retried job
     assert await reloaded("reap")
     assert await q.job(b.id).state() is JobState.QUEUED
-    await check_invariants(observer, q.keys)
+    await check_invariants(observer, q._keys)
 
 
 async def _server_at(redis: Redis, ms: int) -> bool:

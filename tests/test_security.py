@@ -176,9 +176,9 @@ async def test_a_json_worker_never_unpickles_a_planted_pickle(
         q = app.queue()
         await q.pause()
         job = await q.enqueue("add", [1, 2])
-        await redis.hset(q.keys.job(job.id), "p", evil_payload(marker))
+        await redis.hset(q._keys.job(job.id), "p", evil_payload(marker))
         await q.resume()
-        assert await finished(redis, q.keys, job.id) == "failed:CorruptPayload"
+        assert await finished(redis, q._keys, job.id) == "failed:CorruptPayload"
         await job.info()  # reading the record decodes the payload too
         assert not await q.reserve(1)  # and the pull API
         assert await (await q.enqueue("add", [2, 2])).result(timeout=5) == 4
@@ -196,9 +196,9 @@ async def test_a_signing_pickle_app_refuses_a_forged_pickle_before_unpickling(
         assert await (await q.enqueue("add", [1, 2])).result(timeout=5) == 3
         await q.pause()
         job = await q.enqueue("add", [1, 2])
-        await redis.hset(q.keys.job(job.id), "p", evil_payload(marker))
+        await redis.hset(q._keys.job(job.id), "p", evil_payload(marker))
         await q.resume()
-        assert await finished(redis, q.keys, job.id) == "failed:BadSignature"
+        assert await finished(redis, q._keys, job.id) == "failed:BadSignature"
     assert not marker.exists(), "the forged pickle ran"
 
 
@@ -212,7 +212,7 @@ async def test_signed_jobs_run_and_tampered_ones_are_dead_lettered(
     foreign = _app(redis_url, prefix, signing_key=OTHER_KEY)
     async with worker_of(worker_app), unsigned, foreign:
         q = worker_app.queue()
-        keys = q.keys
+        keys = q._keys
         await q.pause()
         good = await q.enqueue("add", [1, 2])
         tampered = await q.enqueue("add", [1, 2])
@@ -257,7 +257,7 @@ async def test_key_rotation_accepts_old_signatures_only_while_listed(
         # once the old key is dropped, what it signed is refused
         late = await q.enqueue("add", [1, 1])
         async with worker_of(_app(redis_url, prefix, signing_key=KEY)):
-            keys = old_producer.queue().keys
+            keys = old_producer.queue()._keys
             assert await finished(redis, keys, late.id) == "failed:BadSignature"
 
 
@@ -269,12 +269,12 @@ async def test_the_pull_api_dead_letters_a_tampered_job_instead_of_returning_it(
         q = app.queue()
         bad = await q.enqueue("add", [1, 2])
         good = await q.enqueue("add", [3, 4])
-        raw = await redis.hget(q.keys.job(bad.id), "p")
+        raw = await redis.hget(q._keys.job(bad.id), "p")
         assert isinstance(raw, bytes)
-        await redis.hset(q.keys.job(bad.id), "p", raw[:-3] + b"9}]")
+        await redis.hset(q._keys.job(bad.id), "p", raw[:-3] + b"9}]")
         got = await q.reserve(2)
         assert [(r.id, r.args) for r in got] == [(good.id, (3, 4))]
-        assert await finished(redis, q.keys, bad.id) == "failed:BadSignature"
+        assert await finished(redis, q._keys, bad.id) == "failed:BadSignature"
 
 
 # ---------------------------------------------------------------------- key prefixes
@@ -389,7 +389,7 @@ async def test_a_least_privilege_acl_user_runs_producers_workers_and_the_pull_ap
             dropped = await add.options(result_ttl=0).enqueue(5, 5)  # record deleted at once
             await app.queue().set_rate_limit(1000, 1.0)  # claims now count in a rate window
             assert await (await add.enqueue(6, 6)).result(timeout=10) == 12
-            await wait_until(lambda: _gone(admin, app.queue().keys.job(dropped.id)))
+            await wait_until(lambda: _gone(admin, app.queue()._keys.job(dropped.id)))
         q = app.queue()
         async with App(url, prefix=prefix) as puller:
             pq = puller.queue()
@@ -408,7 +408,7 @@ async def test_a_least_privilege_acl_user_runs_producers_workers_and_the_pull_ap
             assert (await pq.job_info("p0")).state == "completed"
             assert (await pq.stats())["enqueued"] >= 17
         assert await denials(admin) == []
-        await check_invariants(admin, q.keys)
+        await check_invariants(admin, q._keys)
         # and the user really is limited: other keys and admin commands are refused
         async with Redis.from_url(url) as limited:
             with pytest.raises(rexc.NoPermissionError):
@@ -429,7 +429,7 @@ async def test_an_app_under_another_acl_user_cannot_touch_the_first_apps_keys(
         async with _app(url_a, pa) as a, _app(url_b, pb) as b:
             job = await a.queue().enqueue("add", [1, 2], job_id="secret")
             assert await b.queue().enqueue("add", [3, 4])  # its own prefix: fine
-            keys = a.queue().keys
+            keys = a.queue()._keys
             async with Redis.from_url(url_b) as raw_b:
                 with pytest.raises(rexc.NoPermissionError):
                     await raw_b.hgetall(keys.job("secret"))

@@ -38,7 +38,7 @@ async def test_immediate_jobs_and_the_jobs_they_enqueue_run_in_one_call(
     assert sorted(ran) == [*range(5), *range(100, 105)]
     assert [await j.result(timeout=1) for j in jobs] == [0, 2, 4, 6, 8]
     for name in (app.default_queue, "other"):
-        states = await check_invariants(redis, app.queue(name).keys)
+        states = await check_invariants(redis, app.queue(name)._keys)
         assert set(states.values()) == {"completed"}
 
 
@@ -52,7 +52,7 @@ async def test_run_now_runs_delayed_jobs_without_waiting_for_them(app: App, redi
     summary = await run_until_empty(app, timeout=10)
     assert summary == RunSummary(completed=3, failed=0, scheduled=0)
     assert [await j.result(timeout=1) for j in jobs] == [0, 1, 2]
-    assert set((await check_invariants(redis, app.queue().keys)).values()) == {"completed"}
+    assert set((await check_invariants(redis, app.queue()._keys)).values()) == {"completed"}
 
 
 async def test_wait_runs_delayed_jobs_once_due_by_the_servers_clock(app: App, redis: Redis) -> None:
@@ -81,7 +81,7 @@ async def test_skip_leaves_delayed_jobs_scheduled(app: App, redis: Redis) -> Non
     later = await work.options(delay=3600).enqueue(2)
     summary = await run_until_empty(app, delayed="skip")
     assert summary == RunSummary(completed=1, failed=0, scheduled=1)
-    assert await check_invariants(redis, app.queue().keys) == {
+    assert await check_invariants(redis, app.queue()._keys) == {
         now.id: "completed",
         later.id: "scheduled",
     }
@@ -114,7 +114,7 @@ async def test_failing_jobs_spend_every_attempt_then_are_dead_lettered(
     assert info.error is not None
     assert info.error.type == "ValueError"
     assert await retried.result(timeout=1) == "got it"
-    assert await check_invariants(redis, app.queue().keys) == {
+    assert await check_invariants(redis, app.queue()._keys) == {
         bad.id: "failed",
         retried.id: "completed",
     }

@@ -135,7 +135,7 @@ async def test_current_job_gives_the_job_and_stores_progress(app: App, redis: Re
         assert await job.result(timeout=5) == job.id
         assert await sync_job.result(timeout=5) == [sync_job.id, 1, 2]
     assert seen == {"id": job.id, "attempt": 1, "max": 4, "task": "work", "queue": "default"}
-    stored = await redis.hget(app.queue().keys.job(job.id), "pg")
+    stored = await redis.hget(app.queue()._keys.job(job.id), "pg")
     assert stored is not None
     assert json.loads(stored) == {"step": 1, "of": 2}
     with pytest.raises(RuntimeError, match="outside a job"):
@@ -224,7 +224,7 @@ async def test_exception_is_recorded_retried_with_backoff_then_dead_lettered(
     assert info.attempts == 3
     assert info.error is not None
     assert info.error.type == "ValueError"
-    assert await redis.zscore(app.queue().keys.dead, job.id) is not None
+    assert await redis.zscore(app.queue()._keys.dead, job.id) is not None
     counters = await stats(app)
     assert (counters["failed"], counters["retried"], counters["completed"]) == (1, 2, 1)
 
@@ -306,7 +306,7 @@ async def test_corrupt_payload_is_dead_lettered_and_the_worker_carries_on(
     async with Worker(app, concurrency=2, grace=2):
         # delayed, so the record can be damaged before any worker claims it
         job = await echo.options(delay=0.3, timeout=5).enqueue(1)
-        await redis.hset(app.queue().keys.job(job.id), field, garbage)
+        await redis.hset(app.queue()._keys.job(job.id), field, garbage)
         assert await (await echo.enqueue(2)).result(timeout=5) == 2
         with pytest.raises(JobFailed) as failed:
             await job.result(timeout=5)
@@ -389,7 +389,7 @@ async def test_burst_worker_exits_as_soon_as_its_last_job_is_done(app: App, redi
         pass
 
     job = await quick.enqueue()
-    await redis.delete(app.queue().keys.wake)  # another consumer took the wake-up token
+    await redis.delete(app.queue()._keys.wake)  # another consumer took the wake-up token
     t0 = time.monotonic()
     await asyncio.wait_for(Worker(app, concurrency=8, burst=True).run(), 10)
     elapsed = time.monotonic() - t0
@@ -456,7 +456,7 @@ async def test_claim_batching_drains_2000_jobs_exactly_once(app: App, redis: Red
     assert worker.completed == 2000
     assert (await stats(app))["completed"] == 2000
     assert sum(scripts.claimed) == 2000
-    states = Counter(r.state for r in (await check_records(redis, app.queue().keys)).values())
+    states = Counter(r.state for r in (await check_records(redis, app.queue()._keys)).values())
     assert states == {"completed": 2000}
     batches = [n for n in scripts.claimed if n]
     claims = scripts.calls["claim"] + scripts.calls["complete_claim"]
@@ -513,7 +513,7 @@ async def _delayed_lateness(redis_url: str, redis: Redis, delays: list[float]) -
             )
         lateness = []
         for job in jobs:
-            due_ms = int(await redis.hget(app.queue().keys.job(job.id), "due") or 0)
+            due_ms = int(await redis.hget(app.queue()._keys.job(job.id), "due") or 0)
             lateness.append(started[job.id] - due_ms)
     return lateness
 
@@ -551,7 +551,7 @@ async def test_idle_worker_hands_out_an_abandoned_lease_as_it_runs_out(
         async with Worker(app, concurrency=2, grace=1):
             await wait_until(lambda: blocked_in(redis, name), what="the worker to block idle")
             await app.queue().extend(held, lease=1.0)  # ...renews it for 1 s, then vanishes
-            runs_out = int(await redis.zscore(app.queue().keys.active, job.id) or 0)
+            runs_out = int(await redis.zscore(app.queue()._keys.active, job.id) or 0)
             await wait_until(lambda: job.id in started, timeout=10, what="the job to run")
         late = started[job.id] - runs_out
         print(f"\nabandoned lease handed out {late} ms after it ran out")
@@ -618,7 +618,7 @@ async def test_cancel_while_the_job_body_awaits(redis_url: str, redis: Redis, mo
         await wait_until(lambda: blocked_in(redis, name), what="the fetch loop to block")
         interrupt(worker, runner, mode)
         await stopped(runner, mode)
-        records = await check_records(redis, app.queue().keys)
+        records = await check_records(redis, app.queue()._keys)
         # back in the queue at once, and the interrupted attempt does not count
         assert records == {job.id: JobRecord("queued", 0, None)}
         finish.set()
@@ -657,7 +657,7 @@ async def test_cancel_while_a_failure_is_recorded(
         await wait_until(lambda: worker.running_jobs == 0, what="the job's task to be cancelled")
         gate.open()
         await stopped(runner, mode)
-        records = await check_records(redis, app.queue().keys)
+        records = await check_records(redis, app.queue()._keys)
         # the failure was recorded whole (a real failure spends its attempt): due for a retry
         assert records[job.id].state in ("scheduled", "queued")
         assert records[job.id].attempts == 1
@@ -712,7 +712,7 @@ async def test_cancel_while_acks_are_pending(
         await wait_until(lambda: ack_calls() >= 2, what="the other acks to be sent")
         gate.open()
         await stopped(runner, mode)
-        records = await check_records(redis, app.queue().keys)
+        records = await check_records(redis, app.queue()._keys)
         assert {r.state for r in records.values()} == {"completed"}
         assert set(records) == {j.id for j in jobs}
         assert (await stats(app))["completed"] == 20
@@ -751,7 +751,7 @@ async def test_stop_during_claim(app: App, redis: Redis, mode: str, after: bool)
     await wait_until(lambda: stopping(worker), what="shutdown to begin")
     gate.open()  # a claim still in flight may now finish
     await stopped(runner, mode)
-    records = await check_records(redis, app.queue().keys)
+    records = await check_records(redis, app.queue()._keys)
     if mode == "stop":
         # a graceful stop lets the claim finish and its jobs run, within the grace period
         assert records == {j.id: JobRecord("completed", 1, None) for j in jobs}
@@ -784,7 +784,7 @@ async def test_cancel_while_blocked_idle(redis_url: str, redis: Redis, mode: str
         job = await quick.enqueue()
         await drain(app)
         assert await job.result(timeout=1) == "ran"
-        records = await check_records(redis, app.queue().keys)
+        records = await check_records(redis, app.queue()._keys)
         assert records == {job.id: JobRecord("completed", 1, None)}
 
 

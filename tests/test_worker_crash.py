@@ -96,7 +96,7 @@ async def test_kill_9_mid_job_is_recovered_once_within_the_lease(
     assert (starts, done) == ({job.id: 2}, {job.id: 1})
     stats = await producer.queue().stats()
     assert (stats["completed"], stats["expired"]) == (1, 1)
-    assert await check_records(redis, producer.queue().keys) == {
+    assert await check_records(redis, producer.queue()._keys) == {
         job.id: JobRecord("completed", 2, None)
     }
 
@@ -109,7 +109,7 @@ async def test_jobs_handed_to_a_worker_killed_while_parked_come_back_with_the_le
     lease = 1.0
     victim = workers.start(lease=lease)
     await workers.wait_idle(redis, victim)
-    keys = producer.queue().keys
+    keys = producer.queue()._keys
     victim_id = await _parked_id(redis, keys.idle)
     victim.signal(signal.SIGKILL)
     assert await victim.wait_exit(5) == -signal.SIGKILL
@@ -179,7 +179,7 @@ async def test_poison_job_is_dead_lettered_after_max_attempts(
     assert [(r.pid, r.attempt) for r in runs] == list(zip(dead, [1, 2, 3], strict=True))
     info = await job.info()
     assert (info.state, info.attempts) == (JobState.FAILED, 3)
-    assert await check_records(redis, producer.queue().keys) == {
+    assert await check_records(redis, producer.queue()._keys) == {
         job.id: JobRecord("failed", 3, None)
     }
     # the worker that outlived it is unharmed and stops cleanly
@@ -208,7 +208,7 @@ async def test_sigterm_lets_the_running_job_finish(
     assert await later.state() is JobState.QUEUED
     starts, done = await side_effects(redis, prefix)
     assert (starts, done) == ({job.id: 1}, {job.id: 1})
-    records = await check_records(redis, producer.queue().keys)
+    records = await check_records(redis, producer.queue()._keys)
     assert records == {
         job.id: JobRecord("completed", 1, None),
         later.id: JobRecord("queued", 0, None),
@@ -232,7 +232,7 @@ async def test_sigterm_after_grace_returns_the_job_without_spending_an_attempt(
     assert elapsed >= grace
     assert elapsed < grace + 3
     # back in the queue at once, its attempt refunded
-    assert await check_records(redis, producer.queue().keys) == {
+    assert await check_records(redis, producer.queue()._keys) == {
         job.id: JobRecord("queued", 0, None)
     }
     nxt = workers.start()
@@ -264,7 +264,7 @@ async def test_second_sigterm_forces_a_prompt_exit_and_loses_nothing(
     print(f"\nsecond SIGTERM: exited after {elapsed:.2f} s")
     assert elapsed < 2.0
     # not lost: handed back now, or by its lease
-    records = await check_records(redis, producer.queue().keys)
+    records = await check_records(redis, producer.queue()._keys)
     assert records[job.id].state in ("queued", "active")
     nxt = workers.start(lease=lease)
     release.touch()

@@ -66,7 +66,7 @@ def workers(tmp_path: Path, fresh_server: EmbeddedServer, prefix: str) -> Iterat
 
 
 async def stats(admin: Redis, app: App) -> dict[str, int]:
-    raw: dict[Any, Any] = await admin.hgetall(app.queue().keys.stats)
+    raw: dict[Any, Any] = await admin.hgetall(app.queue()._keys.stats)
     return {k.decode(): int(v) for k, v in raw.items()}
 
 
@@ -178,7 +178,7 @@ async def test_killed_connections_lose_no_job_and_complete_none_twice(
         assert set(finished) == {j.id for j in jobs}
         assert duplicates <= kills
         assert counters["completed"] == n  # each completed exactly once in the store
-        records = await check_records(admin, app.queue().keys)
+        records = await check_records(admin, app.queue()._keys)
         assert Counter(r.state for r in records.values()) == {"completed": n}
 
 
@@ -251,7 +251,7 @@ async def test_restart_while_workers_run_jobs(
         assert counters["completed"] == n  # none completed twice in the store
         # a body re-runs only if its own side effect met the restart
         assert duplicates <= 2 * 20
-        records = await check_records(admin, producer.queue().keys)
+        records = await check_records(admin, producer.queue()._keys)
         assert Counter(r.state for r in records.values()) == {"completed": n}
         assert all(p.popen.poll() is None for p in procs)
 

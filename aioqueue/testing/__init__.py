@@ -20,8 +20,8 @@ from typing import Literal, cast
 from uuid import uuid4
 
 from .._app import App
-from .._batch import forward_outbox
 from .._exceptions import ConfigurationError
+from .._leases import forward_outbox
 from .._timeutil import to_seconds
 from .._worker import Worker
 
@@ -152,7 +152,7 @@ async def _make_due(app: App, names: Sequence[str]) -> None:
     scheduled set only inside scripts)."""
     redis = app.redis
     for name in names:
-        key = app.queue(name).keys.scheduled
+        key = app.queue(name)._keys.scheduled
         ids = cast(list[bytes], await redis.zrange(key, 0, -1))
         for start in range(0, len(ids), _CHUNK):
             await redis.zadd(key, dict.fromkeys(ids[start : start + _CHUNK], 0), xx=True)
@@ -165,7 +165,7 @@ async def _until_next_due(app: App, names: Sequence[str]) -> float:
     now_ms = int(sec) * 1000 + int(usec) // 1000
     due = []
     for name in names:
-        key = app.queue(name).keys.scheduled
+        key = app.queue(name)._keys.scheduled
         first = cast(list[tuple[bytes, float]], await redis.zrange(key, 0, 0, withscores=True))
         due += [int(score) for _, score in first]
     return max((min(due, default=now_ms) - now_ms) / 1000, 0.001)

@@ -117,6 +117,6 @@ def stopping(worker: Worker) -> bool:
 def instrument(app: App, queue: str | None = None) -> InstrumentedScripts:
     """Make the queue's scripts (used by every Worker started afterwards) instrumented."""
     q = app.queue(queue)
-    scripts = InstrumentedScripts(app.redis, q.keys)
+    scripts = InstrumentedScripts(app.redis, q._keys)
     q._scripts_obj = scripts
     return scripts

@@ -17,6 +17,8 @@ class ReplyDropProxy:
     ``arm(marker)``: the next request containing ``marker`` goes through to the server and
     runs there, but its reply never reaches the client: the proxy cuts the client's
     connection instead. Everything else is forwarded untouched.
+    ``mute()``: from then on no reply reaches any client, and no connection is closed (a
+    server, or a network, that silently stops answering).
     """
 
     def __init__(self, redis_url: str) -> None:
@@ -27,6 +29,7 @@ class ReplyDropProxy:
         self._db = parts.path or "/0"
         self._server: asyncio.Server | None = None
         self._marker: bytes | None = None
+        self._muted = False
         self._writers: list[asyncio.StreamWriter] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.dropped = 0
@@ -36,6 +39,10 @@ class ReplyDropProxy:
         assert self._server is not None
         port = self._server.sockets[0].getsockname()[1]
         return f"redis://127.0.0.1:{port}{self._db}"
+
+    def mute(self) -> None:
+        """Swallow every reply from now on, leaving the connections open."""
+        self._muted = True
 
     def arm(self, marker: bytes) -> None:
         """Lose the reply to the next request that contains ``marker``."""
@@ -89,6 +96,8 @@ class ReplyDropProxy:
                     client_w.transport.abort()
                     server_w.transport.abort()
                     return
+                if self._muted:
+                    continue
                 client_w.write(data)
                 await client_w.drain()
             client_w.transport.abort()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-
-import anyio
 
 
 async def wait_until(
@@ -38,4 +37,4 @@ async def wait_until(
             return
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await anyio.sleep(interval)
+        await asyncio.sleep(interval)

@@ -1,0 +1,138 @@
+"""Leased jobs, from a consumer's side: what a worker and the pull API ask of a queue.
+
+``Leases`` binds a queue's scripts to its App's settings (retention of dead letters, the
+codec of errors and payloads), so a worker and ``Queue.reserve``/``complete``/``fail``/... take
+the same path for every transition of a leased job and judge a corrupt record the same way.
+``forward_outbox`` hands the outcomes of finished sub-jobs over to their batches on other
+queues (workers after an ack, ``Queue.complete`` and ``Queue.reap``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._record import Claimed, ClaimResult
+from ._scripts import FailMode, Outcome
+
+if TYPE_CHECKING:
+    from ._queue import Queue
+
+
+class Leases:
+    """One queue's leases: claim, complete, fail, release, renew, and the waits of a consumer."""
+
+    __slots__ = ("codec", "dead_ttl_ms", "name", "scripts")
+
+    def __init__(self, queue: Queue) -> None:
+        app = queue.app
+        self.name = queue.name
+        self.scripts = queue._scripts
+        self.codec = app.codec
+        self.dead_ttl_ms = app.dead_ttl_ms
+
+    def decode(self, c: Claimed) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+        """A leased job's arguments and options.
+
+        Raises:
+            BadSignature: signing is on and the payload is unsigned or forged.
+            Unrunnable: ``CorruptPayload``, the record cannot be decoded.
+        """
+        return self.codec.load_job(c.id, c.task, c.payload, c.options)
+
+    async def claim(
+        self, n: int, lease_ms: int, worker_id: str = "", park_ms: int = 0
+    ) -> ClaimResult:
+        """Lease up to ``n`` jobs (see ``QueueScripts.claim``)."""
+        return await self.scripts.claim(n, lease_ms, self.dead_ttl_ms, worker_id, park_ms)
+
+    async def complete_claim(
+        self,
+        acks: Sequence[tuple[str, str, bytes, int]],
+        n: int,
+        lease_ms: int,
+        worker_id: str = "",
+        park_ms: int = 0,
+    ) -> tuple[ClaimResult, list[Outcome]]:
+        """Finish ``acks`` and lease up to ``n`` jobs in one round trip."""
+        return await self.scripts.complete_claim(
+            acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms
+        )
+
+    async def complete(self, acks: Sequence[tuple[str, str, bytes, int]]) -> list[Outcome]:
+        """Finish jobs: (id, token, result, result_ttl_ms) each."""
+        return await self.scripts.complete(acks)
+
+    async def fail(
+        self,
+        job_id: str,
+        token: str,
+        error: BaseException | str,
+        mode: FailMode,
+        delay_ms: int = 0,
+    ) -> Outcome:
+        """Record a failed attempt with its error (see ``FailMode``)."""
+        err = self.codec.dump_error(error)
+        return await self.scripts.fail(job_id, token, err, mode, self.dead_ttl_ms, delay_ms)
+
+    async def release(
+        self, pairs: Sequence[tuple[str, str]], delay_ms: int = 0, refund: bool = True
+    ) -> list[Outcome]:
+        """Give leased jobs back unfinished (by default without spending their attempt)."""
+        return await self.scripts.release(pairs, delay_ms, refund, self.dead_ttl_ms)
+
+    async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[Outcome]:
+        """Renew leases to ``lease_ms`` from now."""
+        return await self.scripts.extend(pairs, lease_ms)
+
+    async def reap(self, limit: int, lock_ms: int = 0) -> tuple[int, int, int]:
+        """Queue maintenance (see ``QueueScripts.reap``)."""
+        return await self.scripts.reap(limit, self.dead_ttl_ms, lock_ms)
+
+    async def wait_for_handoff(self, seconds: float, worker_id: str) -> list[Claimed]:
+        """A parked worker's wait (see ``QueueScripts.wait_for_handoff``)."""
+        return await self.scripts.wait_for_handoff(seconds, worker_id)
+
+    async def wake(self) -> None:
+        """Leave a wake token for one idle consumer."""
+        await self.scripts.wake()
+
+
+def _fields(record: bytes) -> list[bytes]:
+    """Split an outbox record: length-prefixed fields (``<len>:<bytes>``...)."""
+    out = []
+    pos = 0
+    while pos < len(record):
+        colon = record.index(b":", pos)
+        size = int(record[pos:colon])
+        out.append(record[colon + 1 : colon + 1 + size])
+        pos = colon + 1 + size
+    return out
+
+
+async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) -> int:
+    """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
+    the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
+    an outcome twice counts it once, and an entry leaves the outbox only after it was applied.
+    Returns the number of entries handed over."""
+    app = queue.app
+    scripts = queue._scripts
+    done = 0
+    while done < limit:
+        items = await scripts.outbox(chunk)
+        if not items:
+            break
+        by_home: dict[str, list[bytes]] = {}
+        for raw in items:
+            bid, home, member, ok, value = _fields(raw)
+            by_home.setdefault(home.decode(), []).extend((bid, member, ok, value))
+        calls = [
+            app.queue(name)._scripts.batch_apply_call(outcomes)
+            for name, outcomes in by_home.items()
+        ]
+        await scripts.run_many(calls)
+        await scripts.outbox_remove(items)
+        done += len(items)
+        if len(items) < chunk:
+            break
+    return done

@@ -1,0 +1,153 @@
+"""The records of a job on the wire: on its way to the server (``JobRecord``: what
+``enqueue.lua`` stores, made from the options of an enqueue call, ``JobOptions``) and back from
+it (``Claimed``: a job ``claim.lua`` leased), with their layouts in the scripts' ARGV and
+replies.
+
+A job is its id, its payload (serialised arguments) and a ``Template``: everything else, which
+the jobs of one ``enqueue_many`` call or of one batch share. ``enqueue.lua`` takes jobs in runs
+of one template, so a call of many jobs sends the template once and then only ids and payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ._limits import CLAIMED_JOB_VALUES
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """The part of a job record that many jobs can share (enqueue.lua's 9 template values)."""
+
+    task: str
+    max_attempts: int
+    #: run no earlier than this many ms from now (server clock); -1: no delay
+    delay_ms: int = -1
+    #: run no earlier than this absolute time (epoch ms); -1: none
+    at_ms: int = -1
+    priority: int = 0
+    #: fairness group; '' none
+    group: str = ""
+    #: the batch the job is a sub-job of; '' none
+    batch: str = ""
+    #: the batch's home queue when it is another queue ('' this one)
+    batch_queue: str = ""
+    #: per-job options as JSON (timeout, result_ttl, ...); empty: none
+    options: bytes = b""
+
+    def values(self) -> tuple[str, int, int, int, int, str, str, str, bytes]:
+        """The 9 values in enqueue.lua's order."""
+        return (
+            self.task,
+            self.max_attempts,
+            self.delay_ms,
+            self.at_ms,
+            self.priority,
+            self.group,
+            self.batch,
+            self.batch_queue,
+            self.options,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job to store: its id, its payload and its (possibly shared) template."""
+
+    id: str
+    payload: bytes
+    template: Template
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Options of one enqueue call; ``None`` means the task's default."""
+
+    delay: float | None = None
+    at: datetime | float | None = None
+    job_id: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    result_ttl: float | None = None
+    queue: str | None = None
+    group: str | None = None
+
+
+@dataclass(slots=True)
+class Claimed:
+    """One job leased by ``claim``."""
+
+    id: str
+    token: str
+    attempt: int
+    task: str
+    payload: bytes
+    options: bytes
+    max_attempts: int
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    now_ms: int
+    next_wake_ms: int
+    jobs: list[Claimed]
+
+
+def enqueue_args(base: str, jobs: Sequence[JobRecord]) -> list[Any]:
+    """enqueue.lua's ARGV for ``jobs``: consecutive jobs with the same template go as one run
+    (see ``runs_args``), built in one pass."""
+    args: list[Any] = [base, 0]
+    last: Template | None = None
+    count_at = n = 0
+    for job in jobs:
+        t = job.template
+        if t is not last and (last is None or t != last):
+            if last is not None:
+                args[count_at] = n
+            args.extend(t.values())
+            count_at, n, last = len(args), 0, t
+            args.append(0)
+            args[1] += 1
+        args.append(job.id)
+        args.append(job.payload)
+        n += 1
+    if last is not None:
+        args[count_at] = n
+    return args
+
+
+def runs_args(base: str, runs: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
+    """enqueue.lua's ARGV for runs of jobs: (template values, [id, payload, ...]) each."""
+    args: list[Any] = [base, len(runs)]
+    for template, pairs in runs:
+        args.extend(template)
+        args.append(len(pairs) // 2)
+        args.extend(pairs)
+    return args
+
+
+def parse_claim(res: list[Any]) -> ClaimResult:
+    """claim's reply: now, next wake-up, then the leased jobs."""
+    return ClaimResult(int(res[0]), int(res[1]), parse_claimed(res, 2))
+
+
+def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
+    """Leased jobs, ``CLAIMED_JOB_VALUES`` values each from ``first`` on, as claim replies
+    them and enqueue hands them to a parked worker (integers then arrive as bytes, from a
+    list)."""
+    return [
+        Claimed(
+            values[i].decode(),
+            str(int(values[i + 1])),
+            int(values[i + 2]),
+            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
+            values[i + 4],
+            values[i + 5],
+            int(values[i + 6]),
+        )
+        for i in range(first, len(values), CLAIMED_JOB_VALUES)
+    ]

@@ -1,0 +1,126 @@
+"""The run of one leased job: decode it, call its task (with its timeout, its context, in a
+thread for a sync task) and say how it went. Knows nothing of the pool that runs it; the pool
+(``_worker.py``) records the outcome, renews the lease meanwhile and decides about shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._batch import Batch
+from ._codec import Unrunnable, corrupt
+from ._context import JobContext, _current
+from ._exceptions import AioQueueError, BadSignature, Retry
+from ._timeutil import to_seconds
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._leases import Leases
+    from ._record import Claimed
+    from ._task import Task
+
+#: a run that succeeded: the ack to send (id, lease token, result, result_ttl_ms)
+Ack = tuple[str, str, bytes, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A run that failed: the error to record; retried after ``retry_ms`` while attempts are
+    left, or (None) dead-lettered at once."""
+
+    error: BaseException
+    retry_ms: int | None = None
+
+
+class Runner:
+    """Runs jobs of an App's tasks, one call of ``run`` per leased job.
+
+    Args:
+        app: whose tasks run.
+        threads: size of the thread pool for sync tasks (made on first use).
+    """
+
+    def __init__(self, app: App, threads: int) -> None:
+        self.app = app
+        self.threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the thread pool (threads still running a job are left to finish)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, leases: Leases, c: Claimed) -> Ack | Failure:
+        """Run the leased job ``c`` of ``leases``' queue to its outcome. Cancelling it
+        cancels the job's body; the caller decides what the cancellation means."""
+        app = self.app
+        task = app.tasks.get(c.task)
+        if task is None:
+            known = ", ".join(sorted(app.tasks)) or "none"
+            msg = f"no task named {c.task!r} in this worker (known: {known})"
+            return Failure(Unrunnable("UnknownTask", msg))
+        batch: Batch[Any] | None = None
+        try:
+            # everything read from the record is checked here: garbage dead-letters the job
+            args, kwargs, opts = app.codec.load_job(c.id, c.task, c.payload, c.options)
+            timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
+            ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
+            if "batch" in opts:  # a batch's callback (or a chain's second step)
+                batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
+        except (BadSignature, Unrunnable) as exc:
+            return Failure(exc)
+        except Exception as exc:
+            return Failure(corrupt(exc))
+        # each job runs in its own asyncio task, hence its own context: no reset needed
+        _current.set(JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch))
+        try:
+            if batch is not None and opts.get("chain"):
+                items = await batch.results()
+                args = (items[0].result, *args[1:]) if items else args
+            # the body is awaited here, not in a helper: no extra coroutine per job
+            if task.is_async:
+                if timeout is None:
+                    result = await task.fn(*args, **kwargs)
+                else:
+                    async with asyncio.timeout(timeout) as scope:
+                        result = await task.fn(*args, **kwargs)
+            else:
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    result = await self._run_sync(task.fn, args, kwargs)
+        except Retry as r:
+            return _retry(task, c, r)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
+                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
+        try:
+            return (c.id, c.token, app.codec.dump_result(result), ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
+        the job fails and its thread is left to finish)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="aioqueue")
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
+    """The outcome of a job that raised ``Retry``: run again after its delay, unless this was
+    its last attempt."""
+    if c.attempt >= c.max_attempts:
+        why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
+        if r.args:
+            why += f": {r}"
+        return Failure(Unrunnable("Retry", why))
+    delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
+    return Failure(r, int(delay * 1000))

@@ -1,0 +1,53 @@
+"""The wire-level packing of script calls (aioqueue/_wire.py) depends on redis-py internals:
+these tests fail loudly when a redis-py release changes them."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+
+from aioqueue import App
+from aioqueue._keys import QueueKeys
+from aioqueue._scripts import SCRIPTS, QueueScripts
+from aioqueue._wire import FastPack, evalsha_command, use_fast_packing
+
+
+def test_the_connection_hooks_we_rely_on_still_exist() -> None:
+    pool = aioredis.BlockingConnectionPool.from_url("redis://localhost:1/0")
+    assert issubclass(pool.connection_class, Connection)
+    for cls in (Connection, UnixDomainSocketConnection):
+        params = list(inspect.signature(cls.pack_command).parameters.values())
+        assert [p.kind for p in params[1:]] == [inspect.Parameter.VAR_POSITIONAL]
+    # FastPack encodes arguments of other types with the connection's own encoder
+    assert hasattr(pool.connection_class(**pool.connection_kwargs), "encoder")
+
+
+def test_a_spliced_script_call_packs_to_the_same_bytes_as_redis_py() -> None:
+    client = aioredis.Redis.from_url("redis://localhost:1/0")
+    plain_pool = client.connection_pool
+    plain = plain_pool.connection_class(**plain_pool.connection_kwargs)
+    use_fast_packing(client, 5.0)
+    pool = client.connection_pool
+    assert issubclass(pool.connection_class, FastPack)
+    fast = pool.connection_class(**pool.connection_kwargs)
+    keys = QueueKeys("aq", "wire")
+    lanes = keys.lanes()
+    args: list[Any] = [keys.base, 7, "w:1", b"\x00payload\xff", 2.5, -1, ""]
+    command = evalsha_command(client, SCRIPTS["claim"].sha, lanes, args)
+    assert command[0] == "EVALSHA"
+    assert type(command[0]) is not str  # the pre-packed head
+    expected = plain.pack_command("EVALSHA", SCRIPTS["claim"].sha, len(lanes), *lanes, *args)
+    assert b"".join(fast.pack_command(*command)) == b"".join(expected)
+    # any other command is packed by redis-py itself
+    assert fast.pack_command("GET", "k") == plain.pack_command("GET", "k")
+
+
+async def test_script_calls_run_on_fast_connections(app: App) -> None:
+    assert issubclass(app.redis.connection_pool.connection_class, FastPack)
+    scripts = QueueScripts(app.redis, QueueKeys(app.prefix, "wire"))
+    res = await scripts.claim(1, 1000, 0)
+    assert res.jobs == []
+    assert res.now_ms > 0
