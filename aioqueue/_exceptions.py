@@ -141,13 +141,20 @@ class Retry(Exception):
 
     Args:
         delay: seconds (or a timedelta) to wait before the next attempt; ``None`` uses the
-            task's backoff.
+            task's backoff. A negative delay means "now"; a non-finite one (``nan``, ``inf``)
+            fails the attempt with the reason ``InvalidRetry`` (the task's backoff applies).
+
+    Raises:
+        ConfigurationError: ``delay`` is neither a number, a timedelta nor None.
     """
 
     def __init__(self, delay: float | timedelta | None = None, *args: Any) -> None:
-        # imported here: _timeutil raises ConfigurationError from this module
-        from ._timeutil import to_seconds
-
         super().__init__(*args)
-        #: seconds before the next attempt, or None for the task's backoff
-        self.delay = to_seconds(delay, "Retry(delay=)")
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        elif delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)):
+            raise ConfigurationError(
+                f"Retry(delay=) must be seconds (a number or timedelta), not {delay!r}"
+            )
+        #: seconds before the next attempt (as given), or None for the task's backoff
+        self.delay = None if delay is None else float(delay)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -115,12 +116,17 @@ class Runner:
 
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
-    """The outcome of a job that raised ``Retry``: run again after its delay, unless this was
-    its last attempt."""
+    """The outcome of a job that raised ``Retry``: run again after its delay (a negative one
+    means now), unless this was its last attempt; a non-finite delay fails the attempt."""
+    backoff = task.backoff.delay(c.attempt)
+    if r.delay is not None and not math.isfinite(r.delay):
+        why = f"Retry(delay={r.delay!r}): the delay must be a finite number of seconds"
+        return Failure(Unrunnable("InvalidRetry", why), int(backoff * 1000))
     if c.attempt >= c.max_attempts:
         why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
         if r.args:
             why += f": {r}"
         return Failure(Unrunnable("Retry", why))
-    delay = task.backoff.delay(c.attempt) if r.delay is None else r.delay
-    return Failure(r, int(delay * 1000))
+    if r.delay is None:
+        return Failure(r, int(backoff * 1000))
+    return Failure(r, int(max(r.delay, 0.0) * 1000))

@@ -118,7 +118,7 @@ def test_durations_given_as_timedelta_mean_seconds() -> None:
     worker = aioqueue.Worker(app, grace=timedelta(seconds=2), idle_block=timedelta(seconds=1))
     assert (worker.grace, worker.idle_block) == (2.0, 1.0)
     with pytest.raises(aioqueue.ConfigurationError, match="delay"):
-        aioqueue.Retry(delay=-1)
+        aioqueue.Retry(delay="soon")  # type: ignore[arg-type]
 
 
 def test_no_public_callable_takes_a_private_keyword() -> None:

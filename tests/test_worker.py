@@ -14,11 +14,13 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import statistics
 import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -187,6 +189,47 @@ async def test_retry_on_the_last_attempt_dead_letters(app: App) -> None:
             await job.result(timeout=5)
     assert failed.value.error_type == "Retry"
     assert (await job.info()).attempts == 2
+
+
+@pytest.mark.parametrize("delay", [-1.0, -0.002, timedelta(seconds=-5)])
+async def test_retry_with_a_negative_delay_runs_again_now(
+    app: App, delay: float | timedelta
+) -> None:
+    # issue 19: Retry(delay=-1) dead-lettered the job, Retry(delay=-0.002) recorded it cancelled
+    @app.task(max_attempts=3, backoff=Backoff(base=60.0, jitter=0.0))
+    async def again() -> int:
+        if current_job().attempt == 1:
+            raise Retry(delay=delay)
+        return current_job().attempt
+
+    async with Worker(app, concurrency=2, grace=2):
+        job = await again.enqueue()
+        assert await job.result(timeout=10) == 2  # not after the 60 s backoff: at once
+    info = await job.info()
+    assert (info.state, info.attempts) == (JobState.COMPLETED, 2)
+
+
+@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf])
+async def test_retry_with_a_non_finite_delay_is_a_typed_failure(app: App, delay: float) -> None:
+    # issue 19: Retry(delay=nan) crashed the job wrapper
+    @app.task(max_attempts=1)
+    async def broken() -> None:
+        raise Retry(delay=delay)
+
+    @app.task(max_attempts=2, backoff=Backoff(base=0.01, jitter=0.0))
+    async def once_broken() -> int:
+        if current_job().attempt == 1:
+            raise Retry(delay=delay)
+        return current_job().attempt
+
+    async with Worker(app, concurrency=2, grace=2):
+        job = await broken.enqueue()
+        with pytest.raises(JobFailed) as failed:
+            await job.result(timeout=10)
+        assert failed.value.error_type == "InvalidRetry"
+        assert "finite" in failed.value.error_message
+        # with attempts left, the task's backoff applies and the job runs again
+        assert await (await once_broken.enqueue()).result(timeout=10) == 2
 
 
 async def test_exception_is_recorded_retried_with_backoff_then_dead_lettered(
