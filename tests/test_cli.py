@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -212,6 +213,67 @@ async def test_a_worker_started_before_its_server_waits_for_it(app_dir: Path) ->
             worker.wait()
     assert "Traceback" not in log.read_text()
     assert "connected on attempt" in log.read_text()
+
+
+def _loading(port: int) -> bool:
+    """Whether the server on ``port`` answers PING with ``-LOADING``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return sock.recv(64).startswith(b"-LOADING")
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+async def test_a_worker_waits_while_its_server_loads_its_data(
+    app_dir: Path, tmp_path: Path
+) -> None:
+    port = _free_port()
+    data = tmp_path / "valkey"
+    with EmbeddedServer(data, port=port, appendonly=False) as server:  # an RDB of 5,000 keys
+        client = Redis.from_url(server.url)
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(5000):
+                pipe.set(f"filler:{i}", "x" * 100)
+            await pipe.execute()
+        await client.save()
+        await client.aclose()
+    # loaded at 1 ms a key (debug settings), answering clients every KiB: ~5 s of LOADING
+    slow_load = ["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
+    server = EmbeddedServer(
+        data, port=port, appendonly=False, extra_args=slow_load, startup_timeout=120
+    )
+    starting = asyncio.ensure_future(asyncio.to_thread(server.start))
+    url = f"redis://127.0.0.1:{port}/0"
+    prefix = f"cli{uuid4().hex[:8]}"
+    log = app_dir / "worker.log"
+    worker = None
+    try:
+        await wait_until(lambda: asyncio.to_thread(_loading, port), timeout=30, what="LOADING")
+        with log.open("w") as out:
+            worker = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+                [sys.executable, "-m", "aioqueue", "worker", "cliapp:app", "--url", url],
+                cwd=app_dir,
+                env=_env(prefix),
+                stdout=out,
+                stderr=out,
+            )
+        await starting
+        async with App(url, prefix=prefix) as app:
+            job = await app.queue().enqueue("add", [2, 3])
+            assert await job.result(timeout=30) == 5
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.wait, 30) == 0
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        await starting
+        server.stop()
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert "loading the dataset in memory; retrying in" in text, text
 
 
 @pytest.mark.parametrize(
