@@ -184,35 +184,57 @@ def test_a_worker_gives_up_on_an_absent_server_after_connect_timeout(app_dir: Pa
     assert "gave up after 1 s" in lines[-1]
 
 
+class WorkerProcess:
+    """``python -m aioqueue worker cliapp:app --url URL`` in the background, logging to a
+    file; killed on leaving ``with`` if still running."""
+
+    def __init__(self, app_dir: Path, url: str) -> None:
+        self.app_dir = app_dir
+        self.url = url
+        self.prefix = f"cli{uuid4().hex[:8]}"
+        self.log = app_dir / "worker.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> WorkerProcess:
+        with self.log.open("w") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "aioqueue", "worker", "cliapp:app", "--url", self.url],
+                cwd=self.app_dir,
+                env=_env(self.prefix),
+                stdout=out,
+                stderr=out,
+            )
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+    async def runs_a_job(self) -> None:
+        """Enqueue ``add(2, 3)`` and wait for the worker to complete it."""
+        async with App(self.url, prefix=self.prefix) as app:
+            job = await app.queue().enqueue("add", [2, 3])
+            assert await job.result(timeout=30) == 5
+
+    async def stop(self) -> str:
+        """SIGTERM the worker, check it exits 0; its log (with no traceback)."""
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(self.popen.wait, 30) == 0
+        text = self.log.read_text()
+        assert "Traceback" not in text
+        return text
+
+
 @pytest.mark.slow
 async def test_a_worker_started_before_its_server_waits_for_it(app_dir: Path) -> None:
     port = _free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    prefix = f"cli{uuid4().hex[:8]}"
-    log = app_dir / "worker.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-            [sys.executable, "-m", "aioqueue", "worker", "cliapp:app", "--url", url],
-            cwd=app_dir,
-            env=_env(prefix),
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        await wait_until(lambda: "retrying in" in log.read_text(), what="a retry logged")
-        assert worker.poll() is None
+    with WorkerProcess(app_dir, f"redis://127.0.0.1:{port}/0") as worker:
+        await wait_until(lambda: "retrying in" in worker.log.read_text(), what="a retry")
         with EmbeddedServer(port=port, appendonly=False):
-            async with App(url, prefix=prefix) as app:
-                job = await app.queue().enqueue("add", [2, 3])
-                assert await job.result(timeout=30) == 5
-            worker.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(worker.wait, 30) == 0
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-    assert "Traceback" not in log.read_text()
-    assert "connected on attempt" in log.read_text()
+            await worker.runs_a_job()
+            assert "connected on attempt" in await worker.stop()
 
 
 def _loading(port: int) -> bool:
@@ -245,35 +267,16 @@ async def test_a_worker_waits_while_its_server_loads_its_data(
         data, port=port, appendonly=False, extra_args=slow_load, startup_timeout=120
     )
     starting = asyncio.ensure_future(asyncio.to_thread(server.start))
-    url = f"redis://127.0.0.1:{port}/0"
-    prefix = f"cli{uuid4().hex[:8]}"
-    log = app_dir / "worker.log"
-    worker = None
     try:
         await wait_until(lambda: asyncio.to_thread(_loading, port), timeout=30, what="LOADING")
-        with log.open("w") as out:
-            worker = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-                [sys.executable, "-m", "aioqueue", "worker", "cliapp:app", "--url", url],
-                cwd=app_dir,
-                env=_env(prefix),
-                stdout=out,
-                stderr=out,
-            )
-        await starting
-        async with App(url, prefix=prefix) as app:
-            job = await app.queue().enqueue("add", [2, 3])
-            assert await job.result(timeout=30) == 5
-        worker.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(worker.wait, 30) == 0
+        with WorkerProcess(app_dir, f"redis://127.0.0.1:{port}/0") as worker:
+            await starting
+            await worker.runs_a_job()
+            log = await worker.stop()
+        assert "loading the dataset in memory; retrying in" in log, log
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.kill()
-            worker.wait()
         await starting
         server.stop()
-    text = log.read_text()
-    assert "Traceback" not in text
-    assert "loading the dataset in memory; retrying in" in text, text
 
 
 @pytest.mark.parametrize(
