@@ -1,8 +1,8 @@
 """The documentation's claims hold: mypy checks a user's enqueue calls (run from outside the
-repository), and the documentation names tests that exist: every ``tests/...py`` and ``tests/...py::name`` a
-page cites (guarantees.md maps each invariant to the tests that would fail if it broke;
-reliability.md and known-issues.md name regression tests), and every invariant section of
-guarantees.md names at least one test file."""
+repository), and the documentation names tests that exist: every ``tests/...py`` and
+``tests/...py::name`` a page cites (guarantees.md maps each invariant to the tests that would
+fail if it broke; reliability.md and known-issues.md name regression tests), and every
+invariant section of guarantees.md names at least one test file."""
 
 from __future__ import annotations
 
