@@ -19,7 +19,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
 import redis.exceptions as rexc
@@ -85,19 +85,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # --------------------------------------------------------------------- option values
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-
-    return parse
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -146,12 +133,10 @@ def _parser() -> argparse.ArgumentParser:
         type=_queue_name,
         help="queue to consume (repeatable; default: the App's default queue)",
     )
-    w.add_argument(
-        "-c", "--concurrency", type=_int_at_least(1), default=100, help="jobs at once (100)"
-    )
+    w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (100)")
     w.add_argument(
         "--prefetch",
-        type=_int_at_least(0),
+        type=int,
         default=None,
         help="jobs leased ahead of free slots (default: concurrency/10, at most 100; 0: none)",
     )
@@ -182,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    for option, value, low in (
+        ("--concurrency", args.concurrency, 1),
+        ("--prefetch", args.prefetch, 0),
+    ):
+        if value is not None and value < low:
+            parser.error(f"{option} must be >= {low}, got {value}")
     if args.queues and len(set(args.queues)) != len(args.queues):
         parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
     logging.basicConfig(
