@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import redis.exceptions as rexc
 
@@ -29,6 +29,9 @@ from ._exceptions import AioQueueError, ConfigurationError
 from ._exceptions import ConnectionError as AQConnectionError
 from ._keys import check_name
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._embedded import DevServer
 
 logger = logging.getLogger("aioqueue.cli")
 
@@ -167,36 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    for option, value, low in (
-        ("--concurrency", args.concurrency, 1),
-        ("--prefetch", args.prefetch, 0),
-    ):
-        if value is not None and value < low:
-            parser.error(f"{option} must be >= {low}, got {value}")
-    if args.queues and len(set(args.queues)) != len(args.queues):
-        parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
+    _check_args(parser, args)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = load_app(args.app)
-    embedded = None
-    if args.embedded:
-        from ._embedded import attach_or_start
-
-        try:
-            embedded = attach_or_start()
-        except AioQueueError as exc:
-            _error(exc)
-            return EXIT_ERROR
-        app.url = embedded.url
-    elif args.url:
-        from ._app import resolve_url
-
-        try:
-            app.url = resolve_url(args.url)
-        except AioQueueError as exc:
-            _error(exc)
-            return EXIT_USAGE
+    try:
+        embedded = _choose_server(app, args)
+    except AioQueueError as exc:
+        _error(exc)
+        return EXIT_ERROR if args.embedded else EXIT_USAGE  # a server that failed, or a bad URL
     try:
         runner = _run_worker(app, args)
         if not args.no_uvloop:
@@ -210,13 +193,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except (AioQueueError, rexc.RedisError) as exc:
-        # e.g. an ACL user allowed to load the scripts but not to run one: the worker's
-        # first claim is refused
+        # whatever the worker does not handle itself ends in one line too
         _error(f"{type(exc).__name__}: {exc}")
         return EXIT_ERROR
     finally:
         if embedded is not None:
             embedded.detach()
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) what argparse's types do not: ranges, a queue given twice."""
+    for option, value, low in (
+        ("--concurrency", args.concurrency, 1),
+        ("--prefetch", args.prefetch, 0),
+    ):
+        if value is not None and value < low:
+            parser.error(f"{option} must be >= {low}, got {value}")
+    if args.queues and len(set(args.queues)) != len(args.queues):
+        parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
+
+
+def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:
+    """Point ``app`` at ``--embedded``'s server (returned: detach it at exit) or ``--url``.
+
+    Raises:
+        EmbeddedServerError: the embedded server cannot be started.
+        ConfigurationError: ``--url`` is invalid.
+    """
+    if args.embedded:
+        from ._embedded import attach_or_start
+
+        embedded = attach_or_start()
+        app.url = embedded.url
+        return embedded
+    if args.url:
+        from ._app import resolve_url
+
+        app.url = resolve_url(args.url)
+    return None
 
 
 def warn_unconsumed_queues(app: App, queues: Sequence[str]) -> None:
