@@ -157,7 +157,14 @@ class App:
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
-        """Create the connection pool and check that the server answers."""
+        """Create the connection pool, check that the server answers and load the scripts.
+
+        Raises:
+            ConnectionError: the server cannot be reached, or is loading its data (retry).
+            ConfigurationError: the server refused: bad credentials, a DB index out of range,
+                an ACL user without a command aioqueue needs (retrying cannot help).
+            ClosedError: the App was closed.
+        """
         if self._state is _State.OPEN:
             return
         if self._state is _State.CLOSED:
@@ -186,19 +193,19 @@ class App:
         use_fast_packing(client, self.socket_timeout)
         try:
             await client.ping()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            await client.aclose()
-            raise ServerUnavailable(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
-        except rexc.AuthenticationError as exc:  # pragma: no cover - subclass of ConnectionError
-            await client.aclose()
-            raise ServerUnavailable(f"Redis refused the credentials: {exc}") from exc
-        try:
             # load every script once, so that pipelines (enqueue_many, batches) run in order
             # rather than replaying the calls that met NOSCRIPT after the others
             await load_scripts(client)
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        except BaseException as exc:
             await client.aclose()
-            raise ServerUnavailable(f"cannot load scripts at {redact(self.url)}: {exc}") from exc
+            # refused, not unreachable (retrying cannot help): bad credentials, a DB index
+            # out of range, an ACL user without a command aioqueue needs (NOPERM)
+            if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
+                reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
+                raise ConfigurationError(f"Redis at {redact(self.url)} refused: {reply}") from exc
+            if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):  # or LOADING
+                raise ServerUnavailable(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
+            raise
         self._redis = client
         self._state = _State.OPEN
 

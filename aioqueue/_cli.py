@@ -1,4 +1,10 @@
-"""``python -m aioqueue``: run workers from the command line."""
+"""``python -m aioqueue``: run workers from the command line.
+
+Every failure ends in one line on stderr and an exit code, never a traceback: 2 for what the
+command line alone shows to be wrong (a bad option value, a bad URL), 1 for what fails at run
+time (the App cannot be imported, the server refuses the credentials or a command, or it
+cannot be reached within ``--connect-timeout``).
+"""
 
 from __future__ import annotations
 
@@ -7,21 +13,34 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import math
 import os
+import random
 import signal
 import sys
+import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+import redis.exceptions as rexc
 
 from ._app import App
-from ._exceptions import AioQueueError
+from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
+from ._keys import check_name
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._embedded import DevServer
 
 logger = logging.getLogger("aioqueue.cli")
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: the first and the longest pause between two attempts to reach the server at startup
+CONNECT_BACKOFF = (0.1, 5.0)
 
 
 def load_app(target: str) -> App:
@@ -51,16 +70,53 @@ def load_app(target: str) -> App:
     return obj
 
 
-def _die(message: str) -> NoReturn:
+def _error(message: object) -> None:
     print(f"aioqueue: error: {message}", file=sys.stderr)
+
+
+def _die(message: str) -> NoReturn:
+    _error(message)
     raise SystemExit(EXIT_ERROR)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (argparse prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --------------------------------------------------------------------- option values
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _queue_name(text: str) -> str:
+    try:
+        return check_name("queue name", text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    version = f"aioqueue {__version__}"
+    p = _Parser(
         prog="python -m aioqueue", description="aioqueue: an asyncio job queue on Redis/Valkey."
     )
-    p.add_argument("--version", action="version", version=f"aioqueue {__version__}")
+    p.add_argument("--version", action="version", version=version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     w = sub.add_parser(
         "worker",
@@ -69,15 +125,17 @@ def _parser() -> argparse.ArgumentParser:
         "(running jobs get --grace seconds, then go back to the queue); a second signal stops "
         "it at once, and the leases bring any unfinished jobs back.",
     )
+    w.add_argument("--version", action="version", version=version)
     w.add_argument("app", metavar="MODULE:APP", help="the App to run, e.g. myproject.jobs:app")
     w.add_argument(
         "-q",
         "--queue",
         action="append",
         dest="queues",
+        type=_queue_name,
         help="queue to consume (repeatable; default: the App's default queue)",
     )
-    w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (default 100)")
+    w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (100)")
     w.add_argument(
         "--prefetch",
         type=int,
@@ -85,46 +143,42 @@ def _parser() -> argparse.ArgumentParser:
         help="jobs leased ahead of free slots (default: concurrency/10, at most 100; 0: none)",
     )
     w.add_argument("--burst", action="store_true", help="exit once the queues are empty")
-    w.add_argument("--grace", type=float, default=30.0, help="shutdown grace in seconds (30)")
+    w.add_argument("--grace", type=_seconds, default=30.0, help="shutdown grace in seconds (30)")
+    w.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=60.0,
+        help="seconds to keep retrying, with backoff, a server that is down or loading its "
+        "data at startup (60; 0: try once)",
+    )
     w.add_argument("--url", help="Redis URL (overrides the App's and $AIOQUEUE_REDIS_URL)")
     w.add_argument(
         "--embedded",
         action="store_true",
         help="use the embedded Valkey server (started in ./.aioqueue if none is running)",
     )
-    w.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (INFO)")
+    w.add_argument(
+        "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
+    )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
     return p
 
 
+# --------------------------------------------------------------------- the worker command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.concurrency < 1:
-        print("aioqueue: error: --concurrency must be >= 1", file=sys.stderr)
-        return EXIT_USAGE
     app = load_app(args.app)
-    embedded = None
-    if args.embedded:
-        from ._embedded import attach_or_start
-
-        try:
-            embedded = attach_or_start()
-        except AioQueueError as exc:
-            print(f"aioqueue: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        app.url = embedded.url
-    elif args.url:
-        from ._app import resolve_url
-
-        try:
-            app.url = resolve_url(args.url)
-        except AioQueueError as exc:
-            print(f"aioqueue: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        embedded = _choose_server(app, args)
+    except AioQueueError as exc:
+        _error(exc)
+        return EXIT_ERROR if args.embedded else EXIT_USAGE  # a server that failed, or a bad URL
     try:
         runner = _run_worker(app, args)
         if not args.no_uvloop:
@@ -137,28 +191,122 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(runner)
     except KeyboardInterrupt:
         return EXIT_OK
+    except (AioQueueError, rexc.RedisError) as exc:
+        # whatever the worker does not handle itself ends in one line too
+        _error(f"{type(exc).__name__}: {exc}")
+        return EXIT_ERROR
     finally:
         if embedded is not None:
             embedded.detach()
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) what argparse's types do not: ranges, a queue given twice."""
+    for option, value, low in (
+        ("--concurrency", args.concurrency, 1),
+        ("--prefetch", args.prefetch, 0),
+    ):
+        if value is not None and value < low:
+            parser.error(f"{option} must be >= {low}, got {value}")
+    if args.queues and len(set(args.queues)) != len(args.queues):
+        parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
+
+
+def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:
+    """Point ``app`` at ``--embedded``'s server (returned: detach it at exit) or ``--url``.
+
+    Raises:
+        EmbeddedServerError: the embedded server cannot be started.
+        ConfigurationError: ``--url`` is invalid.
+    """
+    if args.embedded:
+        from ._embedded import attach_or_start
+
+        embedded = attach_or_start()
+        app.url = embedded.url
+        return embedded
+    if args.url:
+        from ._app import resolve_url
+
+        app.url = resolve_url(args.url)
+    return None
+
+
+def warn_unconsumed_queues(app: App, queues: Sequence[str]) -> None:
+    """Log a WARNING for each queue the App's tasks are sent to that ``queues`` leaves out:
+    their jobs would wait for another worker."""
+    missed: dict[str, list[str]] = {}
+    for name, task in sorted(app.tasks.items()):
+        queue = task.queue or app.default_queue
+        if queue not in queues:
+            missed.setdefault(queue, []).append(name)
+    for queue, names in missed.items():
+        logger.warning(
+            "queue %r is not consumed by this worker (it consumes %s): tasks %s wait for a "
+            "worker started with -q %s",
+            queue,
+            ", ".join(queues),
+            ", ".join(names),
+            queue,
+        )
+
+
+async def open_app(app: App, timeout: float) -> None:
+    """``app.open()``, retried with exponential backoff and jitter while the server cannot be
+    reached or is loading its data, for up to ``timeout`` seconds; each retry is logged.
+
+    Raises:
+        ConnectionError: still unreachable after ``timeout`` seconds.
+        ConfigurationError: the server refused the credentials or a command (not retried).
+    """
+    deadline = time.monotonic() + timeout
+    pause, longest = CONNECT_BACKOFF
+    attempt = 1
+    while True:
+        try:
+            await app.open()
+            if attempt > 1:
+                logger.info("connected on attempt %d", attempt)
+            return
+        except ServerUnavailable as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnavailable(f"{exc} (gave up after {timeout:g} s)") from exc
+            wait = min(random.uniform(pause / 2, pause), left)
+            logger.warning(
+                "%s; retrying in %.1f s (attempt %d, giving up %.0f s from now)",
+                exc,
+                wait,
+                attempt,
+                left,
+            )
+            await asyncio.sleep(wait)
+            pause = min(pause * 2, longest)
+            attempt += 1
 
 
 async def _run_worker(app: App, args: argparse.Namespace) -> int:
     from ._worker import Worker
 
     try:
-        await app.open()
+        await open_app(app, args.connect_timeout)
     except AioQueueError as exc:
-        print(f"aioqueue: error: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_ERROR
     try:
-        worker = Worker(
-            app,
-            queues=args.queues,
-            concurrency=args.concurrency,
-            burst=args.burst,
-            grace=args.grace,
-            prefetch=args.prefetch,
-        )
+        try:
+            worker = Worker(
+                app,
+                queues=args.queues,
+                concurrency=args.concurrency,
+                burst=args.burst,
+                grace=args.grace,
+                prefetch=args.prefetch,
+            )
+        except ConfigurationError as exc:
+            _error(exc)
+            return EXIT_USAGE
+        warn_unconsumed_queues(app, worker.queue_names)
         loop = asyncio.get_running_loop()
         signals = 0
 

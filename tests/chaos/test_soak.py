@@ -17,7 +17,7 @@ from .soak import SoakConfig, run_soak
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1200)  # a backstop for a hang: the soak's own waits follow progress
 async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
     # a new seed each run (the summary prints it); AIOQUEUE_SOAK_SEED replays one
     seed = int(os.environ.get("AIOQUEUE_SOAK_SEED") or random.randrange(1, 1_000_000))
@@ -42,7 +42,12 @@ async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
     # worker died under their last attempt: the soak checks which)
     assert summary["dead_lettered"] == cfg.poison + cfg.doomed
     assert summary["dead_reasons"].get("LeaseExpired", 0) >= cfg.poison
-    assert summary["duplicate_side_effects"] <= summary["duplicates_explained_by_kill"]
+    # explained: all runs but one on workers that died, or the server was down for longer than
+    # a live lease can bridge (only then may a live worker's job run again)
+    explained = summary["duplicates_explained_by_kill"] + summary["duplicates_explained_by_outage"]
+    assert summary["duplicate_side_effects"] <= explained
+    if summary["longest_outage_s"] <= cfg.lease * 2 / 3:
+        assert summary["duplicates_explained_by_outage"] == 0
     assert summary["leases_left"] == 0
     assert summary["invariants"] == "ok"
     assert summary["records_left_after_retention"] == 0
