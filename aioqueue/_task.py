@@ -28,24 +28,39 @@ R = TypeVar("R")
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Exponential backoff between attempts: ``base * factor**(attempt-1)`` seconds, capped at
-    ``max``, then scaled by a random factor in ``[1 - jitter, 1]`` so retries spread out."""
+    ``max``, then scaled by a random factor in ``[1 - jitter, 1]`` so retries spread out.
+    ``base`` and ``max`` are seconds or timedeltas (stored as seconds)."""
 
-    base: float = 1.0
+    base: float | timedelta = 1.0
     factor: float = 2.0
-    max: float = 300.0
+    max: float | timedelta = 300.0
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
+        for name in ("base", "max"):
+            value = getattr(self, name)
+            if isinstance(value, timedelta):
+                object.__setattr__(self, name, value.total_seconds())
         values = (self.base, self.factor, self.max, self.jitter)
         if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
             raise ConfigurationError(f"invalid {self!r}: every value must be a finite number")
-        if self.base < 0 or self.factor < 1 or self.max < 0 or not 0 <= self.jitter <= 1:
+        if (
+            _secs(self.base) < 0
+            or self.factor < 1
+            or _secs(self.max) < 0
+            or not 0 <= self.jitter <= 1
+        ):
             raise ConfigurationError(f"invalid {self!r}: base>=0, factor>=1, max>=0, 0<=jitter<=1")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        d = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
+        d = min(_secs(self.max), _secs(self.base) * self.factor ** max(attempt - 1, 0))
         return d * (1.0 - self.jitter * random.random())
+
+
+def _secs(value: float | timedelta) -> float:
+    """Seconds of a Backoff field (a timedelta is converted when the Backoff is made)."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 class _Signature:

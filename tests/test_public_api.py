@@ -117,6 +117,9 @@ def test_durations_given_as_timedelta_mean_seconds() -> None:
     assert app.socket_timeout == 4.0
     worker = aioqueue.Worker(app, grace=timedelta(seconds=2), idle_block=timedelta(seconds=1))
     assert (worker.grace, worker.idle_block) == (2.0, 1.0)
+    backoff = aioqueue.Backoff(base=timedelta(milliseconds=250), max=timedelta(minutes=2))
+    assert (backoff.base, backoff.max) == (0.25, 120.0)
+    assert backoff == aioqueue.Backoff(base=0.25, max=120.0)
     with pytest.raises(aioqueue.ConfigurationError, match="delay"):
         aioqueue.Retry(delay="soon")  # type: ignore[arg-type]
 
