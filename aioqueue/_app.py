@@ -348,7 +348,8 @@ class App:
                 can read them with ``await current_job().batch.results()``.
             on_failure: ``"continue"``: the callback runs, failures are listed in the
                 results; ``"fail"``: the batch fails, the callback never runs, ``wait()``
-                raises BatchFailed; ``"ignore"``: like continue, for callers that do not care.
+                raises BatchFailed; ``"ignore"``: deprecated, the same as ``"continue"``
+                (warns ``DeprecationWarning``).
             concurrency: at most this many sub-jobs run at once (the batch becomes its own
                 group; its sub-jobs must then be on the batch's queue).
             priority: priority of sub-jobs that do not set their own.

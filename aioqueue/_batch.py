@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +34,7 @@ R = TypeVar("R")
 R2 = TypeVar("R2")
 P2 = ParamSpec("P2")
 
+#: "ignore" is deprecated: it always did exactly what "continue" does (stored as "continue")
 FailurePolicy = Literal["continue", "fail", "ignore"]
 _POLICIES = ("continue", "fail", "ignore")
 
@@ -43,7 +45,7 @@ class BatchState(enum.StrEnum):
     Attributes:
         OPEN: not finished: sub-jobs may still be added (until ``seal()``) or lack an outcome.
         COMPLETED: sealed and every sub-job has an outcome; the callback (if any) is released.
-            With ``on_failure="continue"``/``"ignore"`` this includes batches with failed
+            With ``on_failure="continue"`` this includes batches with failed
             sub-jobs (``BatchInfo.failed`` counts them).
         FAILED: ``on_failure="fail"`` and a sub-job failed; the callback never runs.
         CANCELLED: ``Batch.cancel()`` was called before it finished.
@@ -417,6 +419,15 @@ async def open_batch(
 ) -> Batch[R]:
     if on_failure not in _POLICIES:
         raise ConfigurationError(f"on_failure must be one of {_POLICIES}, not {on_failure!r}")
+    if on_failure == "ignore":
+        # user code -> App.batch -> here
+        warnings.warn(
+            'on_failure="ignore" is deprecated: it does exactly what "continue" does; '
+            'pass "continue"',
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        on_failure = "continue"
     if concurrency is not None:
         check_int(concurrency, 1, "concurrency")
         if group is not None:
