@@ -130,7 +130,7 @@ class App:
         self.dead_ttl_ms = 0 if dt is None else max(to_ms(dt, "dead_ttl"), 1)
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
-        self.backoff = backoff or Backoff()
+        self.backoff = _check_backoff(backoff) or Backoff()
         self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
         st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
@@ -314,7 +314,7 @@ class App:
                 queue=check_name("queue name", queue or self.default_queue),
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
-                backoff=backoff or self.backoff,
+                backoff=_check_backoff(backoff) or self.backoff,
                 result_ttl=to_seconds(result_ttl, "result_ttl"),
                 priority=priority,
             )
@@ -348,7 +348,8 @@ class App:
                 can read them with ``await current_job().batch.results()``.
             on_failure: ``"continue"``: the callback runs, failures are listed in the
                 results; ``"fail"``: the batch fails, the callback never runs, ``wait()``
-                raises BatchFailed; ``"ignore"``: like continue, for callers that do not care.
+                raises BatchFailed; ``"ignore"``: deprecated, the same as ``"continue"``
+                (warns ``DeprecationWarning``).
             concurrency: at most this many sub-jobs run at once (the batch becomes its own
                 group; its sub-jobs must then be on the batch's queue).
             priority: priority of sub-jobs that do not set their own.
@@ -403,3 +404,13 @@ def redact(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+def _check_backoff(backoff: object) -> Backoff | None:
+    """A ``backoff=`` option: a ``Backoff`` or None (a bare number would crash the job
+    wrapper at the first failure, long after the mistake)."""
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise ConfigurationError(
+            f"backoff must be a Backoff(base=..., factor=..., max=...), not {backoff!r}"
+        )
+    return backoff

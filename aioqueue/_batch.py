@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar
 
 from ._checks import check_int, check_priority
 from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
@@ -33,6 +34,7 @@ R = TypeVar("R")
 R2 = TypeVar("R2")
 P2 = ParamSpec("P2")
 
+#: "ignore" is deprecated: it always did exactly what "continue" does (stored as "continue")
 FailurePolicy = Literal["continue", "fail", "ignore"]
 _POLICIES = ("continue", "fail", "ignore")
 
@@ -43,7 +45,7 @@ class BatchState(enum.StrEnum):
     Attributes:
         OPEN: not finished: sub-jobs may still be added (until ``seal()``) or lack an outcome.
         COMPLETED: sealed and every sub-job has an outcome; the callback (if any) is released.
-            With ``on_failure="continue"``/``"ignore"`` this includes batches with failed
+            With ``on_failure="continue"`` this includes batches with failed
             sub-jobs (``BatchInfo.failed`` counts them).
         FAILED: ``on_failure="fail"`` and a sub-job failed; the callback never runs.
         CANCELLED: ``Batch.cancel()`` was called before it finished.
@@ -110,26 +112,77 @@ class Call(Generic[R]):
     ) -> Chain[R2]:
         """Run ``task`` with this call's result as its first argument once this call's job
         has succeeded (if it fails for good, ``task`` never runs)."""
-        return Chain(self, Call(task, (None, *args), dict(kwargs), JobOptions()))
+        return Chain([self, Call(task, (None, *args), dict(kwargs), JobOptions())])
+
+
+#: the most steps one chain may have (``Chain.then`` refuses one more): storing a chain is one
+#: round trip of about three script calls per step, and a failure cancels the steps after it
+#: in one script
+MAX_CHAIN_STEPS: Final = 100
 
 
 class Chain(Generic[R]):
-    """Two calls, the second fed the first's result: ``a.call(x).then(b)``."""
+    """Calls run one after another, each fed the result of the one before:
+    ``a.call(x).then(b).then(c)``; ``R`` is the last call's result type.
 
-    __slots__ = ("first", "second")
+    Each link between two steps is a batch (``on_failure="fail"``) whose one sub-job is the
+    earlier step and whose callback is the later one, so a step runs exactly once after the
+    step before it succeeded, and a step that fails for good cancels every step after it.
+    """
 
-    def __init__(self, first: Call[Any], second: Call[R]) -> None:
-        self.first = first
-        self.second = second
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: list[Call[Any]]) -> None:
+        if len(calls) > MAX_CHAIN_STEPS:
+            raise ConfigurationError(f"a chain has at most {MAX_CHAIN_STEPS} steps")
+        self.calls = calls
+
+    def __repr__(self) -> str:
+        return f"<Chain {' -> '.join(c.task.name for c in self.calls)}>"
+
+    def then(
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Chain[R2]:
+        """Add a step: ``task`` runs with the last step's result as its first argument once
+        that step has succeeded.
+
+        Raises:
+            ConfigurationError: the chain would have more than ``MAX_CHAIN_STEPS`` steps.
+        """
+        return Chain([*self.calls, Call(task, (None, *args), dict(kwargs), JobOptions())])
 
     async def enqueue(self) -> Job[R]:
-        """Store both jobs; returns the handle of the second (its result is the chain's)."""
-        app = self.first.task.app
-        batch: Batch[R] = await open_batch(
-            app, [self.first], on_complete=self.second, on_failure="fail", chain=True
-        )
-        assert batch.callback is not None
-        return batch.callback
+        """Store every step in one round trip; returns the handle of the last (its result is
+        the chain's; if a step fails for good, the steps after it are cancelled)."""
+        calls = self.calls
+        app = calls[0].task.app
+        homes = [app.queue(c.opts.queue or c.task.queue) for c in calls]
+        # link k (between step k and step k + 1) lives on step k + 1's queue
+        bids = [uuid.uuid4().hex for _ in calls[1:]]
+        ttl_ms = max(app.result_ttl_default_ms, 0)
+        steps = [c.task._record(c.opts, c.args, c.kwargs) for c in calls[1:]]
+        pipeline: list[ScriptCall] = []
+        # the last link first: each step exists only once the link it feeds is open
+        for k in reversed(range(len(bids))):
+            home = homes[k + 1]
+            nxt = (bids[k + 1], homes[k + 2]) if k + 1 < len(bids) else None
+            callback = _as_callback(app, steps[k], home, bids[k], chain=True, then=nxt)
+            scripts = home._scripts
+            pipeline.append(
+                scripts.batch_open_call(bids[k], "fail", ttl_ms, "", None, None, callback)
+            )
+            if k == 0:
+                batch: Batch[Any] = Batch(home, bids[0])
+                pipeline += _plan(batch, [calls[0]], {"group": None, "priority": None})[1]
+            else:
+                # step k, stored by the link before, is this link's one sub-job
+                member = steps[k - 1].id
+                if homes[k] is not home:
+                    member = homes[k]._keys.base + member
+                pipeline.append(scripts.batch_add_call(bids[k], [member]))
+            pipeline.append(scripts.batch_seal_call(bids[k]))
+        await homes[-1]._scripts.run_many(pipeline)
+        return Job(homes[-1], steps[-1].id)
 
 
 class Batch(Generic[R]):
@@ -363,10 +416,18 @@ async def open_batch(
     group: str | None = None,
     queue: str | None = None,
     retention: float | None = None,
-    chain: bool = False,
 ) -> Batch[R]:
     if on_failure not in _POLICIES:
         raise ConfigurationError(f"on_failure must be one of {_POLICIES}, not {on_failure!r}")
+    if on_failure == "ignore":
+        # user code -> App.batch -> here
+        warnings.warn(
+            'on_failure="ignore" is deprecated: it does exactly what "continue" does; '
+            'pass "continue"',
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        on_failure = "continue"
     if concurrency is not None:
         check_int(concurrency, 1, "concurrency")
         if group is not None:
@@ -384,15 +445,8 @@ async def open_batch(
     callback_record: JobRecord | None = None
     callback: Job[R] | None = None
     if on_complete is not None:
-        cb_opts = dict[str, Any](batch=bid, bq=home.name)
-        if chain:
-            cb_opts["chain"] = 1
         rec = on_complete.task._record(on_complete.opts, on_complete.args, on_complete.kwargs)
-        extra = app.codec.load_options(rec.template.options)
-        options = app.codec.dump_options({**extra, **cb_opts})
-        callback_record = dataclasses.replace(
-            rec, template=dataclasses.replace(rec.template, options=options)
-        )
+        callback_record = _as_callback(app, rec, home, bid)
         callback = Job(home, rec.id)
     batch: Batch[R] = Batch(home, bid, callback)
     scripts = home._scripts
@@ -408,3 +462,29 @@ async def open_batch(
         pipeline.append(scripts.batch_seal_call(bid))
     await scripts.run_many(pipeline)
     return batch
+
+
+def _as_callback(
+    app: App,
+    rec: JobRecord,
+    home: Queue,
+    bid: str,
+    *,
+    chain: bool = False,
+    then: tuple[str, Queue] | None = None,
+) -> JobRecord:
+    """``rec`` as the callback of batch ``bid`` on ``home``: its options name the batch (and,
+    in a chain, say it takes the batch's one result as its first argument); ``then`` is the
+    next link of a chain (its batch id and queue), which counts this callback as its sub-job."""
+    cb_opts = dict[str, Any](batch=bid, bq=home.name)
+    if chain:
+        cb_opts["chain"] = 1
+    extra = app.codec.load_options(rec.template.options)
+    template = dataclasses.replace(
+        rec.template, options=app.codec.dump_options({**extra, **cb_opts})
+    )
+    if then is not None:
+        nxt_bid, nxt_home = then
+        batch_queue = "" if nxt_home is home else nxt_home.name
+        template = dataclasses.replace(template, batch=nxt_bid, batch_queue=batch_queue)
+    return dataclasses.replace(rec, template=template)

@@ -24,6 +24,17 @@ class Unrunnable(Exception):
         self.kind = kind
 
 
+def error_type(error: BaseException) -> str:
+    """The type name a failure is recorded under (an Unrunnable's kind, else its class)."""
+    return getattr(error, "kind", None) or type(error).__name__
+
+
+def describe_error(error: BaseException) -> str:
+    """A failure as the record stores it, for logs: ``"JobTimeout: job exceeded ..."``."""
+    message = str(error)
+    return f"{error_type(error)}: {message}" if message else error_type(error)
+
+
 class Codec:
     """Encodes and decodes the parts of a job record for one App.
 
@@ -131,7 +142,7 @@ class Codec:
         if isinstance(error, BaseException):
             keep = with_traceback and not isinstance(error, Unrunnable)
             rec = {
-                "type": getattr(error, "kind", None) or type(error).__name__,
+                "type": error_type(error),
                 "message": str(error),
                 "traceback": "".join(tb.format_exception(error)) if keep else None,
             }

@@ -369,7 +369,8 @@ class QueueScripts:
         priority: int | None,
         callback: JobRecord | None,
     ) -> ScriptCall:
-        """Open a batch homed on this queue, with its callback job (for a pipeline)."""
+        """Open a batch homed on this queue, with its callback job (for a pipeline); a
+        callback whose template names a batch is also a sub-job of that one (a chain)."""
         args: list[Any] = [
             self.base,
             "open",
@@ -384,7 +385,8 @@ class QueueScripts:
         if callback is not None:
             t = callback.template
             args += (callback.id, t.task, callback.payload, t.max_attempts, t.priority, t.group)
-            args.append(t.options)
+            # a chain's step: the batch of the next link, which counts it as its sub-job
+            args += (t.options, t.batch, t.batch_queue)
         return (SCRIPTS["batch"], self.lanes, args)
 
     def batch_add_call(self, batch_id: str, members: Sequence[str]) -> ScriptCall:

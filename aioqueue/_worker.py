@@ -32,7 +32,7 @@ from typing import Any
 
 from ._app import App
 from ._checks import check_int
-from ._codec import Unrunnable
+from ._codec import Unrunnable, describe_error
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from ._leases import forward_outbox
@@ -351,22 +351,22 @@ class Worker:
         self.failed += 1
         if retry_ms is not None and c.attempt < c.max_attempts:
             logger.warning(
-                "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %r",
+                "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %s",
                 c.id,
                 c.task,
                 c.attempt,
                 c.max_attempts,
                 retry_ms / 1000,
-                exc,
+                describe_error(exc),
             )
         else:
             logger.error(
-                "job %s (%s) dead-lettered after attempt %d of %d: %r",
+                "job %s (%s) dead-lettered after attempt %d of %d: %s",
                 c.id,
                 c.task,
                 c.attempt,
                 c.max_attempts,
-                exc,
+                describe_error(exc),
             )
         mode = FailMode.DEAD if retry_ms is None else FailMode.RETRY
         try:

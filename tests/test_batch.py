@@ -349,12 +349,16 @@ async def test_policy_fail_fails_the_batch_and_cancels_the_callback(
     assert sorted(await runs(redis, t.keys)) == [1, 2]
 
 
-async def test_policy_ignore_runs_the_callback_despite_failures(
+async def test_policy_ignore_is_deprecated_and_does_what_continue_does(
     bapp: App, tasks: BatchTasks, redis: Redis
 ) -> None:
     t = tasks
     calls = [t.maybe_fail.call(-1), t.work.call(2), t.maybe_fail.call(-3)]
-    batch = await bapp.batch(calls, on_complete=t.collect.call(), on_failure="ignore")
+    with pytest.warns(DeprecationWarning, match='"ignore" is deprecated') as warned:
+        batch = await bapp.batch(calls, on_complete=t.collect.call(), on_failure="ignore")
+    assert warned[0].filename == __file__  # points at the caller
+    bk = bapp.queue()._keys.batch(batch.id)
+    assert await redis.hget(bk, "policy") == b"continue"
     assert batch.callback is not None
     async with Worker(bapp, concurrency=4):
         info = await batch.wait(timeout=20)  # no BatchFailed

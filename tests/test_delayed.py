@@ -184,24 +184,43 @@ async def test_many_delayed_and_immediate_jobs_mixed(redis_url: str, redis: Redi
         await check_invariants(redis, q._keys)
 
         claimed: dict[str, int] = {}
+        # (server ms before the call, server ms after it) of every reserve that had room left
+        with_room: list[tuple[int, int]] = []
 
         async def consume() -> None:
             async with open_app(redis_url, prefix=prefix) as consumer:
                 cq = consumer.queue()
                 while len(claimed) < len(immediate) + len(scheduled):
+                    before = await server_ms(redis)
                     got = await cq.reserve(25, wait=0.2, lease=LEASE_MS / 1000)
                     times = await claim_times(redis, cq, [r.id for r in got])
+                    if len(got) < 25:
+                        with_room.append((before, await server_ms(redis)))
                     for r in got:
                         assert r.id not in claimed, f"job {r.id} delivered twice"
                         claimed[r.id] = times[r.id]
                     for r in got:
                         await cq.complete(r)
 
-        await asyncio.wait_for(asyncio.gather(*(consume() for _ in range(4))), 20)
+        # generous: on a loaded machine 750 jobs at one round trip each can take seconds
+        await asyncio.wait_for(asyncio.gather(*(consume() for _ in range(4))), 120)
 
         assert set(claimed) == set(immediate) | set(scheduled)
         early = {i: due[i] - claimed[i] for i in scheduled if claimed[i] < due[i]}
         assert early == {}, f"claimed before due (ms early): {early}"
-        late = max(claimed[i] - due[i] for i in scheduled)
-        assert late < 500, f"a due job waited {late} ms"
+        # promptness, whatever the machine's speed: a claim that had room for more jobs left
+        # none behind that was due when it started (each claim promotes at least 100 due jobs,
+        # more than the 25 asked): every such job was claimed by the time that claim returned
+        left_behind = [
+            (i, due[i], start, end)
+            for start, end in with_room
+            for i in scheduled
+            if due[i] <= start and claimed[i] > end
+        ]
+        assert left_behind == [], f"(job, due, claim started, returned): {left_behind[:5]}"
+        late = sorted(claimed[i] - due[i] for i in scheduled)
+        print(
+            f"\ndue jobs claimed ms after due: median {late[len(late) // 2]}, max {late[-1]}; "
+            f"{len(with_room)} claims had room"
+        )
         assert await check_invariants(redis, q._keys) == dict.fromkeys(claimed, "completed")

@@ -111,6 +111,8 @@ def _code(source: str) -> str:
 def _defined(code: str) -> set[str]:
     """The names a Lua file defines at its top level (unindented ``local`` lines)."""
     names = set(re.findall(r"^local function (\w+)", code, re.MULTILINE))
+    # a forward declaration (``local f``, assigned below)
+    names.update(re.findall(r"^local (\w+)[ \t]*$", code, re.MULTILINE))
     for group in re.findall(r"^local ([\w, ]+?) =", code, re.MULTILINE):
         names.update(n.strip() for n in group.split(","))
     return names

@@ -540,43 +540,53 @@ async def test_idle_worker_picks_up_a_new_job_at_once(redis_url: str, redis: Red
 
 async def _delayed_lateness(redis_url: str, redis: Redis, delays: list[float]) -> list[int]:
     """Enqueue delayed jobs while a worker blocks idle; return how many ms after its due time
-    (server clock) each one started."""
+    each one was claimed, both by the server's clock (the claim's time is its lease deadline
+    minus the lease: what happens after the claim, on a busy machine, does not count)."""
     async with named_app(redis_url) as (app, name):
-        started: dict[str, int] = {}
+        lease_ms = int(app.lease * 1000)
+        claimed: dict[str, int] = {}
 
         @app.task
         async def due() -> None:
-            started[current_job().id] = await server_ms(current_job().app.redis)
+            job = current_job()
+            deadline = await job.app.redis.zscore(app.queue()._keys.active, job.id)
+            assert deadline is not None
+            claimed[job.id] = int(deadline) - lease_ms
 
         async with Worker(app, concurrency=4, grace=1):
             await wait_until(lambda: blocked_in(redis, name), what="the worker to block idle")
             jobs = [await due.options(delay=d).enqueue() for d in delays]
             await wait_until(
-                lambda: len(started) == len(jobs), timeout=max(delays) + 5, what="the jobs"
+                lambda: len(claimed) == len(jobs), timeout=max(delays) + 30, what="the jobs"
             )
         lateness = []
         for job in jobs:
             due_ms = int(await redis.hget(app.queue()._keys.job(job.id), "due") or 0)
-            lateness.append(started[job.id] - due_ms)
+            lateness.append(claimed[job.id] - due_ms)
     return lateness
 
 
 async def test_idle_worker_runs_a_delayed_job_when_due_never_before(
     redis_url: str, redis: Redis
 ) -> None:
-    # the later one first: an earlier due time must cut the worker's wait short
+    # the later one first: an earlier due time must cut the worker's wait short (else the
+    # first due would be claimed 300 ms late, the second 150 ms)
     lateness = await _delayed_lateness(redis_url, redis, [0.5, 0.2, 0.35])
-    print(f"\ndelayed jobs started ms after due (server clock): {lateness}")
+    print(f"\ndelayed jobs claimed ms after due (server clock): {lateness}")
     assert all(0 <= late < 100 for late in lateness), lateness
 
 
 async def test_idle_worker_wakes_for_a_delayed_job_precisely(redis_url: str, redis: Redis) -> None:
     # due times 120 ms apart fall on every phase of the server's 100 ms clock tick (hz 10),
-    # which times out a BLPOP: the wake-up must not wait for it
-    lateness = await _delayed_lateness(redis_url, redis, [0.15 + 0.12 * i for i in range(10)])
-    print(f"\ndelayed jobs started ms after due (server clock): {lateness}")
-    assert all(0 <= late < 100 for late in lateness), lateness
-    assert statistics.median(lateness) < 20, lateness  # spread over the tick: ~50
+    # which times out a BLPOP: the wake-up must not wait for it. Waiting for the tick spreads
+    # the lateness evenly over 0..100 ms (median ~50, half the samples at 50 or more); a busy
+    # machine delays a few wake-ups at random, which one sample bound cannot tell apart, so
+    # the test judges the whole spread of 20 samples
+    lateness = await _delayed_lateness(redis_url, redis, [0.15 + 0.12 * i for i in range(20)])
+    print(f"\ndelayed jobs claimed ms after due (server clock): {sorted(lateness)}")
+    assert all(late >= 0 for late in lateness), lateness  # never before due
+    assert statistics.median(lateness) < 30, lateness
+    assert sum(late >= 50 for late in lateness) < len(lateness) // 4, lateness
 
 
 async def test_idle_worker_hands_out_an_abandoned_lease_as_it_runs_out(

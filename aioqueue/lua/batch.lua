@@ -6,8 +6,10 @@
             ARGV[6] the sub-jobs' group ('' none)   ARGV[7] a concurrency limit for that group,
             which is then the batch's own and removed when it ends ('' none)
             ARGV[8] the sub-jobs' priority ('' none)   ARGV[9] seal now (1/0)
-            ARGV[10..] the callback job, 7 values or none: id, task, payload, max_attempts,
-            priority, group ('' none), options JSON ('' none)
+            ARGV[10..] the callback job, 9 values or none: id, task, payload, max_attempts,
+            priority, group ('' none), options JSON ('' none), the batch it is itself a sub-job
+            of ('' none: a chain's next link), that batch's queue when it is another one ('' =
+            this queue; the caller counts the callback into that batch)
     add     ARGV[4..] members (sub-jobs on other queues, named "<their key base><id>")
     seal    (nothing)     cancel  (nothing)
     apply   ARGV[4..] outcomes handed over from other queues' outboxes, 4 values each: batch
@@ -43,6 +45,11 @@ if op == 'open' then
     if ARGV[14] ~= '0' then redis.call('HSET', jk, 'pr', ARGV[14]) end
     if ARGV[15] ~= '' then redis.call('HSET', jk, 'g', ARGV[15]) end
     if ARGV[16] ~= '' then redis.call('HSET', jk, 'o', ARGV[16]) end
+    -- a chain's step is the callback of the link before it and a sub-job of the next one
+    if ARGV[17] and ARGV[17] ~= '' then
+      redis.call('HSET', jk, 'b', ARGV[17])
+      if ARGV[18] ~= '' then redis.call('HSET', jk, 'bh', ARGV[18], 'bm', ARGV[1] .. id) end
+    end
     redis.call('HSET', bk, 'cb', id)
   end
   if ARGV[9] == '1' then
@@ -74,7 +81,9 @@ elseif op == 'cancel' then
   local ttl = tonumber(redis.call('HGET', bk, 'ttl')) or 0
   local n = 0
   local cb = redis.call('HGET', bk, 'cb')
-  if cb then cancel_waiting(cb, job_key(cb), now, ttl) end
+  if cb and cancel_waiting(cb, job_key(cb), now, ttl) then
+    batch_outcome(cb, job_key(cb), false, CANCELLED_ERROR, now)
+  end
   -- sub-jobs on this queue that have not started are cancelled here; those on other queues
   -- are cancelled by the caller on their own queues; running ones finish, uncounted
   for _, member in ipairs(redis.call('ZRANGE', bk .. ':all', 0, -1)) do

@@ -11,7 +11,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local jk = job_key(id)
   if cancel_waiting(id, jk, now, ttl) then
-    batch_outcome(id, jk, false, cjson.encode({type = 'Cancelled', message = 'cancelled'}), now)
+    batch_outcome(id, jk, false, CANCELLED_ERROR, now)
     done = done + 1
   elseif redis.call('HGET', jk, 's') == 'active' then
     redis.call('HSET', jk, 'x', 1)

@@ -11,18 +11,20 @@ Configured by environment variables, read at import:
   its ``CLIENT KILL`` victims by.
 
 Every task body records, under ``<prefix>:fx:*``, its start and (as its very last step, the
-"side effect") its end, each as a hash field ``<job id>|<nonce>`` whose value is the worker's
-pid. The nonce is drawn once per run, so a write that the client sends again after a lost reply
-(a killed connection) cannot count twice: a plain ``HINCRBY`` could, and would report a
-duplicate run that never happened. These writes go through a client of their own, which
-retries through connection kills and the server restart: the bookkeeping is the measuring
-instrument, not the thing under test.
+"side effect") its end, each as a hash field ``<job id>|<nonce>`` whose value is
+``<the worker's pid>:<wall-clock ms of the run's start>`` (the soak places runs beside its
+server outages by that time). The nonce is drawn once per run, so a write that the client
+sends again after a lost reply (a killed connection) cannot count twice: a plain ``HINCRBY``
+could, and would report a duplicate run that never happened. These writes go through a client
+of their own, which retries through connection kills and the server restart: the bookkeeping is
+the measuring instrument, not the thing under test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 
 import redis.exceptions as rexc
@@ -76,35 +78,36 @@ def _bookkeeper() -> Redis:
     return _fx
 
 
-async def _record(key: str, field: str) -> None:
+async def _record(key: str, field: str, started_ms: int) -> None:
     # idempotent (HSET of a unique field), so a resend after a lost reply is harmless
-    await _bookkeeper().hset(key, field, str(os.getpid()))
+    await _bookkeeper().hset(key, field, f"{os.getpid()}:{started_ms}")
 
 
-async def _body(ms: int) -> str:
+async def _body(ms: int) -> tuple[str, int]:
     job = current_job()
     field = f"{job.id}|{uuid.uuid4().hex[:10]}"
-    await _record(started_key(PREFIX), field)
+    started_ms = time.time_ns() // 1_000_000
+    await _record(started_key(PREFIX), field, started_ms)
     if ms > 0:
         await asyncio.sleep(ms / 1000)
-    return field
+    return field, started_ms
 
 
 @app.task
 async def work(i: int, ms: int = 0) -> int:
     """Run for ``ms`` milliseconds, then record the side effect."""
-    field = await _body(ms)
-    await _record(done_key(PREFIX), field)
+    field, started_ms = await _body(ms)
+    await _record(done_key(PREFIX), field, started_ms)
     return i
 
 
 @app.task
 async def flaky(i: int, ms: int = 0) -> int:
     """Fail the first attempt (before the side effect), succeed on the next."""
-    field = await _body(ms)
+    field, started_ms = await _body(ms)
     if current_job().attempt == 1:
         raise RuntimeError(f"flaky job {i} fails its first attempt")
-    await _record(done_key(PREFIX), field)
+    await _record(done_key(PREFIX), field, started_ms)
     return i
 
 

@@ -87,7 +87,14 @@ async def check(app: App) -> None:
     job: Job[str] = await chain.enqueue()
     text: str = await job.result()
     direct: Job[int] = await count_words.call("a").then(double).enqueue()
-    count_words.call("a").then(double).then(label, "x")  # type: ignore[attr-defined]
+    # chains of any length: each step takes the one before's result
+    three: Chain[str] = count_words.call("a").then(double).then(label, "x")
+    last: Job[str] = (
+        await count_words.call("a").then(double).then(double).then(label, "x").enqueue()
+    )
+    count_words.call("a").then(double).then(shout)  # type: ignore[arg-type]
+    count_words.call("a").then(label, "x").then(double)  # type: ignore[arg-type]
+    wrong_three: Chain[int] = count_words.call("a").then(double).then(label, "x")  # type: ignore[arg-type]
     double.call(2).then(shout)  # type: ignore[arg-type]
     double.call(2).then(label)  # type: ignore[call-arg]
     double.call(2).then(label, 3)  # type: ignore[arg-type]

@@ -13,10 +13,19 @@
                                      scored by the order they were added
   base.."batch:"..bid..":seen" SET   members whose outcome was counted (exactly once)
   base.."batch:"..bid..":res"  HASH  member -> result      base..":err" HASH member -> error
+  A chain is a row of batches of one sub-job each: step k is the callback of link k-1 and
+  the sub-job of link k, so its outcome fires the next link (or fails it, down the chain).
   A sub-job's hash has b (batch id) and, when its batch lives on another queue, bh (that
   queue's name) and bm (its member name there); its outcome then goes through base.."outbox"
   (a LIST on its own queue) and is applied to the batch by batch.lua 'apply', so every script
   still touches one slot. ]]
+
+-- the error recorded for a sub-job cancelled before it started
+local CANCELLED_ERROR = cjson.encode({type = 'Cancelled', message = 'cancelled'})
+
+-- batch_maybe_finish tells the next link of a chain that its step was cancelled, through
+-- batch_outcome, defined below
+local batch_outcome
 
 -- count a sub-job into its batch (idempotent on the member); returns 1 if it was new
 local function batch_add(bid, member)
@@ -53,8 +62,9 @@ local function batch_maybe_finish(bid, now)
         redis.call('HSET', ck, 's', 'queued')
         push_ready(b[7], redis.call('HGET', ck, 'pr'), false, redis.call('HGET', ck, 'g'))
         wake()
-      else
-        cancel_waiting(b[7], ck, now, tonumber(b[9]) or 0)
+      elseif cancel_waiting(b[7], ck, now, tonumber(b[9]) or 0) then
+        -- a callback that is itself a sub-job (a chain's step) fails its own batch in turn
+        batch_outcome(b[7], ck, false, CANCELLED_ERROR, now)
       end
     end
   end
@@ -87,7 +97,7 @@ end
 
 -- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any
 -- returns true when the outcome was handed over through the outbox (see batch.lua 'apply')
-local function batch_outcome(id, jk, ok, value, now)
+batch_outcome = function(id, jk, ok, value, now)
   local r = redis.call('HMGET', jk, 'b', 'bh', 'bm')
   if not r[1] then return false end
   if not r[2] then
