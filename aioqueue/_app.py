@@ -267,6 +267,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         result_ttl: float | timedelta | None = None,
+        keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
     ) -> _TaskDecorator: ...
 
@@ -281,6 +282,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         result_ttl: float | timedelta | None = None,
+        keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
     ) -> Task[Any, Any] | _TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
@@ -295,6 +297,9 @@ class App:
             timeout: seconds one run may take before it is cancelled and counts as failed.
             backoff: delay between failed attempts (default: the App's).
             result_ttl: seconds its results are kept (default: the App's).
+            keep_result: the same setting, by the name other queues use: seconds (or a
+                timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
+                to keep them at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
         """
 
@@ -315,7 +320,7 @@ class App:
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
                 backoff=backoff or self.backoff,
-                result_ttl=to_seconds(result_ttl, "result_ttl"),
+                result_ttl=_retention(result_ttl, keep_result),
                 priority=priority,
             )
             self.tasks[task_name] = t
@@ -394,6 +399,21 @@ class _TaskDecorator:
 
     def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
         return self._register(fn)
+
+
+def _retention(
+    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
+) -> float | None:
+    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
+    if keep_result is None:
+        return to_seconds(result_ttl, "result_ttl")
+    if result_ttl is not None:
+        raise ConfigurationError("give keep_result= or result_ttl=, not both")
+    if keep_result is True:
+        return -1.0
+    if keep_result is False:
+        return 0.0
+    return to_seconds(keep_result, "keep_result")
 
 
 def redact(url: str) -> str:
