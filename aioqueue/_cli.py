@@ -143,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
         help="jobs leased ahead of free slots (default: concurrency/10, at most 100; 0: none)",
     )
     w.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    w.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not fire the queues' periodic schedules (another worker must)",
+    )
     w.add_argument("--grace", type=_seconds, default=30.0, help="shutdown grace in seconds (30)")
     w.add_argument(
         "--connect-timeout",
@@ -302,6 +307,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 burst=args.burst,
                 grace=args.grace,
                 prefetch=args.prefetch,
+                scheduler=not args.no_scheduler,
             )
         except ConfigurationError as exc:
             _error(exc)

@@ -141,7 +141,7 @@ class Task(Generic[P, R]):
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = backoff
         #: seconds its results are kept (-1.0: for good; None: the App's default)
-        self.result_ttl = result_ttl if result_ttl == -1.0 else to_seconds(result_ttl, "result_ttl")
+        self.result_ttl = -1.0 if result_ttl == -1.0 else to_seconds(result_ttl, "result_ttl")
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
         self._sig = _Signature(fn, name)

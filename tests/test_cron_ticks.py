@@ -157,7 +157,7 @@ def test_bad_specs_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_garbled_definitions_raise_value_error() -> None:
     for data in (b"{", b"[]", b'{"cron": "* * * * *"}', b'{"task": "t", "every_ms": "x"}'):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="garbled definition"):
             Spec.from_json("s", "q", data)
 
 
