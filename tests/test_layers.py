@@ -37,7 +37,7 @@ LAYERS: list[list[str]] = [
     ["_runner"],
     ["_fetch", "_worker"],
     ["_embedded"],
-    ["_cli"],
+    ["_schedules_cli", "_cli"],
     ["__init__", "__main__"],
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
