@@ -97,8 +97,13 @@ async def test_schedule_lua_fires_a_tick_once_and_refuses_stale_or_early_callers
     assert early[1] is TickOutcome.NOT_DUE
     await redis.zadd(q._keys.cron_next, {"s": tick})
     assert (await s.schedule_tick("s", tick, tick + 1000, job))[1] is TickOutcome.FIRED
-    # the same tick again: stale; the stored tick moved on exactly once
+    # the same tick again, even once its job ran and its record is gone (keep_result=False):
+    # stale; the stored tick moved on exactly once
+    await redis.delete(q._keys.job(job.id))
+    await redis.delete(q._keys.ready)
     assert (await s.schedule_tick("s", tick, tick + 1000, job))[1] is TickOutcome.STALE
+    assert not await redis.exists(q._keys.job(job.id))
+    await q.enqueue("t", job_id=job.id)  # back, for the checks below
     assert await redis.zscore(q._keys.cron_next, "s") == tick + 1000
     assert await q.counts() == {**await q.counts(), "queued": 1}
     # a tick whose job already exists (enqueued by hand): the tick moves on, no second job
