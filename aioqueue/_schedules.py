@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: longest sleep of a scheduler between two looks at its queues' schedules (seconds): a
-#: schedule added at run time starts within this
+#: longest sleep of a scheduler between two looks at queues that have schedules (seconds)
 POLL = 1.0
+#: ... and at queues that have none (an idle worker stays almost silent): the first schedule
+#: added at run time to such a queue is seen within this (its ticks meanwhile run late, within
+#: their grace)
+IDLE_POLL = 10.0
 #: how often a scheduler stores the schedules declared in code again (seconds): after a server
 #: that lost its data comes back, they return within this
 RESYNC = 60.0
@@ -282,7 +285,7 @@ class Scheduler:
         """Loop until ``finished()``; a failure is logged and the loop goes on."""
         loop = asyncio.get_running_loop()
         while not finished():
-            wait = POLL
+            wait = IDLE_POLL
             try:
                 if self._synced_at is None or loop.time() - self._synced_at > RESYNC:
                     await self.sync()
@@ -308,7 +311,7 @@ class Scheduler:
         now, ticks = await scripts.schedule_ticks()
         due = [(name, tick) for name, tick in ticks if tick <= now]
         if not due:
-            return POLL if not ticks else min(POLL, (ticks[0][1] - now) / 1000)
+            return IDLE_POLL if not ticks else min(POLL, (ticks[0][1] - now) / 1000)
         defs = await scripts.schedule_defs([name for name, _ in due])
         moved = False
         for name, tick in due:
