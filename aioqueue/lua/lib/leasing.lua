@@ -105,9 +105,9 @@ end
 -- check; a job past it is recorded as cancelled, reason Expired. Returns true if it was
 local function expire_if_due(id, jk, o, now, dead_ttl)
   if not string.find(o, '"expires_', 1, true) then return false end
-  local at = tonumber(string.match(o, '"expires_at_ms":(%d+)'))
+  local at = tonumber(string.match(o, '"expires_at_ms"%s*:%s*(%d+)'))
   if not at then
-    local after = tonumber(string.match(o, '"expires_after_ms":(%d+)'))
+    local after = tonumber(string.match(o, '"expires_after_ms"%s*:%s*(%d+)'))
     if not after then return false end
     at = num(redis.call('HGET', jk, 'ct'), now) + after
   end
