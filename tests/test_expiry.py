@@ -167,3 +167,21 @@ def test_keep_result_and_result_ttl_are_one_setting(app: App) -> None:
         @app.task(keep_result=5, result_ttl=5)
         async def both() -> None:
             pass
+
+
+async def test_an_idle_worker_is_never_handed_an_expired_job(app: App, redis: Redis) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(tag: str) -> None:
+        ran.append(tag)
+
+    gone = datetime.fromtimestamp((await server_ms(redis) - 1000) / 1000, UTC)
+    async with Worker(app, scheduler=False):
+        # enqueue hands new jobs straight to a parked worker (lib/handoff): not this one
+        job = await work.options(expires=gone).enqueue("expired")
+        ok = await work.enqueue("fresh")
+        await ok.result(timeout=30)
+        await wait_until(lambda: _state_is(app, job.id, JobState.CANCELLED), what="the expiry")
+    assert ran == ["fresh"]
+    await assert_expired(app, job.id)
