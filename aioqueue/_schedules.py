@@ -282,8 +282,10 @@ class Scheduler:
         self.fired = 0
 
     async def run(self, finished: Callable[[], bool]) -> None:
-        """Loop until ``finished()``; a failure is logged and the loop goes on."""
+        """Loop until ``finished()``; a failure is logged (once while it repeats) and the loop
+        goes on."""
         loop = asyncio.get_running_loop()
+        last_error = ""
         while not finished():
             wait = IDLE_POLL
             try:
@@ -294,8 +296,12 @@ class Scheduler:
                     wait = min(wait, await self.fire_due(q))
             except (ServerUnavailable, ConnectionError, OSError) as exc:
                 logger.debug("scheduler: %s", exc)
-            except Exception:
-                logger.exception("scheduler pass failed; going on")
+            except Exception as exc:
+                if repr(exc) != last_error:  # a garbled key would repeat it every pass
+                    logger.exception("scheduler pass failed; going on")
+                last_error = repr(exc)
+            else:
+                last_error = ""
             await asyncio.sleep(max(wait, 0.001))
 
     async def sync(self) -> None:

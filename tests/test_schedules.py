@@ -281,3 +281,22 @@ async def test_a_worker_without_a_scheduler_fires_nothing(app: App, redis: Redis
         await asyncio.sleep(0)
         assert worker.scheduler is None
     assert await app.schedules.list() == []
+
+
+async def test_wrong_typed_schedule_keys_never_stop_a_worker(
+    app: App, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task
+    async def work() -> int:
+        return 7
+
+    k = app.queue()._keys
+    await redis.set(k.cron_next, "garbage")
+    await redis.set(k.cron_defs, "garbage")
+    with caplog.at_level(logging.ERROR, logger="aioqueue"):
+        async with Worker(app) as worker:
+            assert await (await work.enqueue()).result(timeout=30) == 7
+            await wait_until(lambda: "scheduler pass failed" in caplog.text, what="the log")
+            assert worker.scheduler is not None
+    assert worker.completed == 1
+    assert await redis.get(k.cron_next) == b"garbage"  # left alone, not "repaired" away
