@@ -34,7 +34,7 @@ DEFAULT_GRACE_MS = 60_000
 def _cronsim() -> Any:
     try:
         import cronsim
-    except ImportError as exc:  # pragma: no cover - the extra is installed in development
+    except ImportError as exc:
         raise ConfigurationError(
             "cron expressions need the cronsim package: pip install 'aioqueue[cron]'"
         ) from exc

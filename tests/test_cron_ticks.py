@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -163,3 +164,13 @@ def test_garbled_definitions_raise_value_error() -> None:
 
 def test_job_ids_are_derived_from_name_and_tick() -> None:
     assert job_id_for("nightly", 1_700_000_000_000) == "cron:nightly:1700000000000"
+
+
+def test_without_the_cron_extra_cron_expressions_ask_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # as if not installed
+    with pytest.raises(ConfigurationError, match=r"aioqueue\[cron\]"):
+        cron("* * * * *")
+    # intervals need no extra
+    assert Spec(name="s", task="t", queue="q", every_ms=1000).next_after(0) == 1000
