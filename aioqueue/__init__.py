@@ -33,6 +33,8 @@ from ._job import JobInfo as JobInfo
 from ._job import JobState as JobState
 from ._queue import Queue as Queue
 from ._queue import Reservation as Reservation
+from ._schedules import ScheduleInfo as ScheduleInfo
+from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
@@ -77,6 +79,8 @@ __all__ = [
     "Reservation",
     "ResultTimeout",
     "Retry",
+    "ScheduleInfo",
+    "Schedules",
     "SerializationError",
     "Serializer",
     "ServerUnavailable",

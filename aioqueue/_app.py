@@ -18,10 +18,12 @@ from redis.backoff import ExponentialWithJitterBackoff
 from ._batch import open_batch
 from ._checks import check_attempts, check_int
 from ._codec import Codec
+from ._cron import MissedPolicy
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
+from ._schedules import Schedules, make_spec
 from ._scripts import load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+TaskT = TypeVar("TaskT", bound=Task[Any, Any])
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "AIOQUEUE_REDIS_URL"
@@ -146,6 +149,8 @@ class App:
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._queues: dict[str, Queue] = {}
+        #: periodic schedules: declared in code, and managed in Redis at run time
+        self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
@@ -267,6 +272,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         result_ttl: float | timedelta | None = None,
+        keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
     ) -> _TaskDecorator: ...
 
@@ -281,6 +287,7 @@ class App:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         result_ttl: float | timedelta | None = None,
+        keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
     ) -> Task[Any, Any] | _TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
@@ -295,6 +302,9 @@ class App:
             timeout: seconds one run may take before it is cancelled and counts as failed.
             backoff: delay between failed attempts (default: the App's).
             result_ttl: seconds its results are kept (default: the App's).
+            keep_result: the same setting, by the name other queues use: seconds (or a
+                timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
+                to keep them at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
         """
 
@@ -315,7 +325,7 @@ class App:
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
                 backoff=_check_backoff(backoff) or self.backoff,
-                result_ttl=to_seconds(result_ttl, "result_ttl"),
+                result_ttl=_retention(result_ttl, keep_result),
                 priority=priority,
             )
             self.tasks[task_name] = t
@@ -324,6 +334,87 @@ class App:
         if fn is not None:
             return register(fn)
         return _TaskDecorator(register)
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+    ) -> Callable[[TaskT], TaskT]:
+        """Run a task on a cron schedule; put it above ``@app.task``::
+
+            @app.cron("*/5 * * * *", tz="Europe/Berlin")
+            @app.task
+            async def report() -> None: ...
+
+        Workers consuming the task's queue store the schedule when they start and enqueue one
+        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
+        Needs the ``aioqueue[cron]`` extra.
+        """
+
+        def declare(task: TaskT) -> TaskT:
+            if not isinstance(task, Task):
+                raise ConfigurationError("@app.cron(...) goes above @app.task, on a task")
+            self.schedule(
+                task,
+                cron=expression,
+                tz=tz,
+                args=args,
+                kwargs=kwargs,
+                name=name,
+                missed=missed,
+                jitter=jitter,
+                grace=grace,
+            )
+            return task
+
+        return declare
+
+    def schedule(
+        self,
+        task: Task[Any, Any] | str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Declare a periodic schedule in code: a cron expression or an interval, and the
+        task's arguments. No I/O: workers consuming its queue store it when they start (the
+        arguments are those of ``app.schedules.add``).
+
+        Raises:
+            ConfigurationError: a bad value, or a schedule of that name already declared.
+        """
+        self.schedules.declare(
+            make_spec(
+                self,
+                task,
+                cron=cron,
+                every=every,
+                tz=tz,
+                args=args,
+                kwargs=kwargs,
+                name=name,
+                missed=missed,
+                jitter=jitter,
+                grace=grace,
+                queue=queue,
+                declared=True,
+            )
+        )
 
     async def batch(
         self,
@@ -395,6 +486,21 @@ class _TaskDecorator:
 
     def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
         return self._register(fn)
+
+
+def _retention(
+    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
+) -> float | None:
+    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
+    if keep_result is None:
+        return to_seconds(result_ttl, "result_ttl")
+    if result_ttl is not None:
+        raise ConfigurationError("give keep_result= or result_ttl=, not both")
+    if keep_result is True:
+        return -1.0
+    if keep_result is False:
+        return 0.0
+    return to_seconds(keep_result, "keep_result")
 
 
 def redact(url: str) -> str:

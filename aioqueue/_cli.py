@@ -1,4 +1,4 @@
-"""``python -m aioqueue``: run workers from the command line.
+"""``python -m aioqueue``: run workers, and list periodic schedules, from the command line.
 
 Every failure ends in one line on stderr and an exit code, never a traceback: 2 for what the
 command line alone shows to be wrong (a bad option value, a bad URL), 1 for what fails at run
@@ -143,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
         help="jobs leased ahead of free slots (default: concurrency/10, at most 100; 0: none)",
     )
     w.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    w.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not fire the queues' periodic schedules (another worker must)",
+    )
     w.add_argument("--grace", type=_seconds, default=30.0, help="shutdown grace in seconds (30)")
     w.add_argument(
         "--connect-timeout",
@@ -161,6 +166,23 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
     )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    s = sub.add_parser(
+        "schedules",
+        help="list periodic schedules and their next runs",
+        description="List the periodic schedules stored under a key prefix, with their next "
+        "runs (declared in code by the workers that run them, or added at run time).",
+    )
+    s.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
+    s.add_argument("--prefix", default="aq", help="the Apps' key prefix (aq)")
+    s.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        type=_queue_name,
+        help="only this queue (repeatable; default: every queue that has schedules)",
+    )
+    s.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     return p
 
 
@@ -169,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "schedules":
+        from ._schedules_cli import list_schedules
+
+        return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
     _check_args(parser, args)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -302,6 +328,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 burst=args.burst,
                 grace=args.grace,
                 prefetch=args.prefetch,
+                scheduler=not args.no_scheduler,
             )
         except ConfigurationError as exc:
             _error(exc)

@@ -127,7 +127,8 @@ class Codec:
             rt = task_ttl
         if rt is None:
             return self.result_ttl_default_ms
-        return int(float(rt) * 1000)
+        ms = int(float(rt) * 1000)
+        return -1 if ms < 0 else ms  # a task's keep_result=True: for good
 
     # ------------------------------------------------------------------ outcomes
     def dump_result(self, value: Any) -> bytes:

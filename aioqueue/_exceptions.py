@@ -105,9 +105,12 @@ class JobFailed(AioQueueError):
 class JobCancelled(AioQueueError):
     """Raised by ``Job.result()`` when the job was cancelled."""
 
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id!r} was cancelled")
+    def __init__(self, job_id: str, reason: str | None = None) -> None:
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"job {job_id!r} was cancelled{why}")
         self.job_id = job_id
+        #: why, when recorded: ``"Expired"`` for a job whose expiry passed before it started
+        self.reason = reason
 
 
 class ResultTimeout(AioQueueError, TimeoutError):

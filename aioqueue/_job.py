@@ -142,7 +142,7 @@ def raise_for_outcome(job_id: str, state: str, error: ErrorInfo | None) -> None:
         e = error or ErrorInfo("Unknown", "no error recorded")
         raise JobFailed(job_id, e.type, e.message, e.traceback)
     if state == JobState.CANCELLED:
-        raise JobCancelled(job_id)
+        raise JobCancelled(job_id, None if error is None else error.type)
 
 
 __all__ = ["ErrorInfo", "Job", "JobInfo", "JobState", "ResultTimeout", "raise_for_outcome"]

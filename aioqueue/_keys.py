@@ -37,7 +37,14 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
     <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
                                            other queues, waiting to be handed over
 
-Reserved for later capabilities (same hash tag): ``cron:*``, ``unique:*``, ``workers``.
+Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
+
+    <prefix>:{<queue>}:cron:defs    HASH   schedule name -> its definition (JSON: task, cron or
+                                           every_ms, tz, args, kwargs, missed, jitter_ms, ...)
+    <prefix>:{<queue>}:cron:next    ZSET   schedule name -> its next tick (epoch ms); the tick's
+                                           job has the id ``cron:<name>:<tick ms>``
+
+Reserved for later capabilities (same hash tag): ``unique:*``, ``workers``.
 """
 
 from __future__ import annotations
@@ -147,6 +154,14 @@ class QueueKeys:
     @property
     def gwait(self) -> str:
         return self.base + "gwait"
+
+    @property
+    def cron_defs(self) -> str:
+        return self.base + "cron:defs"
+
+    @property
+    def cron_next(self) -> str:
+        return self.base + "cron:next"
 
     @property
     def reap_lock(self) -> str:

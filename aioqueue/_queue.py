@@ -27,7 +27,7 @@ from ._leases import Leases, forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, JobRecord, Template
 from ._scripts import FailMode, Outcome, QueueScripts
-from ._timeutil import at_to_ms, to_ms, to_seconds
+from ._timeutil import at_to_ms, expiry_option, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -90,10 +90,12 @@ class Queue:
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
         result_ttl: float | timedelta | None = None,
+        expires: datetime | float | timedelta | None = None,
     ) -> Job[Any]:
         """Enqueue a job by task name, for producers that do not import the task's code.
 
-        The worker checks the name; an unknown one is dead-lettered with the reason.
+        The worker checks the name; an unknown one is dead-lettered with the reason. The
+        options are those of ``Task.options``.
         """
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, not {task!r}")
@@ -110,6 +112,9 @@ class Queue:
         rt = to_seconds(result_ttl, "result_ttl")
         if rt is not None:
             extra["result_ttl"] = rt
+        if expires is not None:
+            key, value = expiry_option(expires)
+            extra[key] = value
         codec = self.app.codec
         template = Template(
             task,

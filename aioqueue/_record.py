@@ -75,6 +75,8 @@ class JobOptions:
     result_ttl: float | None = None
     queue: str | None = None
     group: str | None = None
+    #: discard the job if no run has started by then (see ``Task.options``)
+    expires: datetime | float | None = None
 
 
 @dataclass(slots=True)

@@ -79,6 +79,29 @@ _EXTEND: Final = {1: Outcome.OK, -3: Outcome.CANCEL_REQUESTED, **_FENCED}
 _RELEASE: Final = {1: Outcome.OK, **_FENCED}
 
 
+class TickOutcome(enum.Enum):
+    """What ``schedule.lua`` did with one tick of a periodic schedule."""
+
+    #: the tick's job was enqueued and the stored tick moved on
+    FIRED = "fired"
+    #: the stored tick moved on without a new job (missed ticks skipped, or its job existed)
+    ADVANCED = "advanced"
+    #: the tick is not due yet by the server's clock
+    NOT_DUE = "not_due"
+    NO_SCHEDULE = "no_schedule"
+    #: the stored tick is another one: another scheduler fired this tick
+    STALE = "stale"
+
+
+_TICK: Final = {
+    1: TickOutcome.FIRED,
+    2: TickOutcome.ADVANCED,
+    0: TickOutcome.NOT_DUE,
+    -1: TickOutcome.NO_SCHEDULE,
+    -2: TickOutcome.STALE,
+}
+
+
 class FailMode(enum.Enum):
     """What ``fail`` does with a failed attempt."""
 
@@ -150,6 +173,8 @@ SCRIPTS: Final = {
         ("configure", "core lanes"),
         ("batch", "core lanes batches"),
         ("cancel", "core lanes batches"),
+        ("schedule", "core lanes"),
+        ("schedules", ""),
     )
 }
 
@@ -222,6 +247,21 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
         elif isinstance(res, Exception):
             raise res
     return results
+
+
+async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
+    """The queues that have schedules stored under ``prefix`` (a SCAN of the key space: for
+    listings, not for hot paths)."""
+    pattern = f"{prefix}:{{*}}:cron:defs"
+    found: set[str] = set()
+    cursor: int = 0
+    while True:
+        cursor, keys = await bounded(client, client.scan(cursor, match=pattern, count=1000))
+        for key in cast(list[bytes], keys):
+            name = key.decode(errors="replace")[len(prefix) + 2 :]
+            found.add(name.rsplit("}:cron:defs", 1)[0])
+        if not cursor:
+            return sorted(found)
 
 
 class QueueScripts:
@@ -511,6 +551,60 @@ class QueueScripts:
     async def outbox(self, n: int) -> list[bytes]:
         """The first ``n`` entries of this queue's outbox."""
         return cast(list[bytes], await self.read(self.client.lrange(self.keys.outbox, 0, n - 1)))
+
+    # ------------------------------------------------------------------ schedules
+    async def schedule_tick(
+        self,
+        name: str,
+        seen_ms: int,
+        next_ms: int,
+        job: JobRecord | None,
+        run_at_ms: int = -1,
+    ) -> tuple[int, TickOutcome]:
+        """Fire one tick of a schedule (see schedule.lua): (server now, outcome)."""
+        args: list[Any] = [self.base, name, seen_ms, next_ms]
+        if job is None:
+            args += ("", "", "", 1, -1, 0, "")
+        else:
+            t = job.template
+            args += (job.id, job.payload, t.task, t.max_attempts, run_at_ms, t.priority)
+            args.append(t.options)
+        res = await self._run("schedule", args, [*self.lanes, self.keys.cron_next])
+        return int(res[0]), _TICK[int(res[1])]
+
+    async def schedule_put(self, name: str, definition: str, first_ms: int) -> int:
+        """Store a schedule: 1 added, 2 changed (its next tick reset), 0 unchanged."""
+        keys = [self.keys.cron_defs, self.keys.cron_next]
+        args = (self.base, "put", name, definition, first_ms)
+        return int(await self._run("schedules", args, keys))
+
+    async def schedule_remove(self, name: str) -> bool:
+        keys = [self.keys.cron_defs, self.keys.cron_next]
+        return int(await self._run("schedules", (self.base, "remove", name), keys)) == 1
+
+    async def schedule_ticks(self, limit: int = 10_000) -> tuple[int, list[tuple[str, int]]]:
+        """The server's clock (ms) and the schedules' stored next ticks, earliest first."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
+        (sec, usec), entries = await self.read(pipe.execute())
+        now = int(sec) * 1000 + int(usec) // 1000
+        return now, [(n.decode(errors="replace"), int(s)) for n, s in entries]
+
+    async def schedule_defs(self, names: Sequence[str] | None = None) -> dict[str, bytes]:
+        """Stored definitions: of ``names`` (those that exist), or all of them."""
+        key = self.keys.cron_defs
+        if names is None:
+            raw = cast(dict[bytes, bytes], await self.read(self.client.hgetall(key)))
+            return {k.decode(errors="replace"): v for k, v in raw.items()}
+        if not names:
+            return {}
+        values = cast(list[bytes | None], await self.read(self.client.hmget(key, list(names))))
+        return {n: v for n, v in zip(names, values, strict=True) if v is not None}
+
+    async def server_ms(self) -> int:
+        sec, usec = await self.read(self.client.time())
+        return int(sec) * 1000 + int(usec) // 1000
 
     async def outbox_remove(self, entries: Sequence[bytes]) -> None:
         pipe = self.client.pipeline(transaction=False)

@@ -16,7 +16,7 @@ from ._exceptions import ConfigurationError
 from ._job import Job
 from ._keys import check_name
 from ._record import JobOptions, JobRecord, Template
-from ._timeutil import at_to_ms, to_ms, to_seconds
+from ._timeutil import at_to_ms, expiry_option, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -140,7 +140,8 @@ class Task(Generic[P, R]):
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = backoff
-        self.result_ttl = to_seconds(result_ttl, "result_ttl")
+        #: seconds its results are kept (-1.0: for good; None: the App's default)
+        self.result_ttl = -1.0 if result_ttl == -1.0 else to_seconds(result_ttl, "result_ttl")
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
         self._sig = _Signature(fn, name)
@@ -166,6 +167,7 @@ class Task(Generic[P, R]):
         result_ttl: float | timedelta | None = None,
         queue: str | None = None,
         group: str | None = None,
+        expires: datetime | float | timedelta | None = None,
     ) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
 
@@ -177,6 +179,10 @@ class Task(Generic[P, R]):
             group: the fairness group (a tenant, a customer, a request): groups are served
                 round-robin and can have concurrency and rate limits.
             max_attempts, timeout, result_ttl, queue: override the task's defaults.
+            expires: discard the job, recorded as cancelled with the reason ``Expired``, if
+                no run of it has started by then: seconds (or a timedelta) from its enqueue,
+                by the server's clock, or an aware datetime. A retry due after it is
+                discarded too.
         """
         opts = JobOptions(
             delay=to_seconds(delay, "delay"),
@@ -188,9 +194,13 @@ class Task(Generic[P, R]):
             result_ttl=to_seconds(result_ttl, "result_ttl"),
             queue=None if queue is None else check_name("queue name", queue),
             group=None if group is None else check_group(group),
+            expires=_expires(expires),
         )
         if opts.delay is not None and opts.at is not None:
             raise ConfigurationError("give delay= or at=, not both")
+        exp, delay_s = opts.expires, opts.delay
+        if isinstance(exp, float) and delay_s is not None and exp <= delay_s:
+            raise ConfigurationError("expires= must be later than delay=: the job could never run")
         if opts.at is not None:
             at_to_ms(opts.at)
         return BoundTask(self, opts)
@@ -276,6 +286,9 @@ class Task(Generic[P, R]):
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
             extra["result_ttl"] = opts.result_ttl
+        if opts.expires is not None:
+            key, value = expiry_option(opts.expires)
+            extra[key] = value
         return Template(
             self.name,
             opts.max_attempts or self.max_attempts,
@@ -285,6 +298,15 @@ class Task(Generic[P, R]):
             opts.group or "",
             options=self.app.codec.dump_options(extra) if extra else b"",
         )
+
+
+def _expires(value: datetime | float | timedelta | None) -> datetime | float | None:
+    """``expires=`` as stored in JobOptions (hashable): seconds, or an aware datetime."""
+    if value is None or isinstance(value, datetime):
+        if value is not None:
+            expiry_option(value)  # checks it is aware
+        return value
+    return to_seconds(value, "expires")
 
 
 class BoundTask(Generic[P, R]):

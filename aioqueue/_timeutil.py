@@ -28,6 +28,17 @@ def to_ms(value: float | timedelta, what: str) -> int:
     return round(sec * 1000)
 
 
+def expiry_option(expires: datetime | float | timedelta) -> tuple[str, int]:
+    """The job option that stores ``expires=``: ("expires_at_ms", epoch ms) for an aware
+    datetime, ("expires_after_ms", ms) for a duration, counted from the job's creation by the
+    server's clock."""
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None:
+            raise ConfigurationError("expires= needs a timezone-aware datetime (e.g. tzinfo=UTC)")
+        return "expires_at_ms", max(int(expires.timestamp() * 1000), 0)
+    return "expires_after_ms", to_ms(expires, "expires")
+
+
 def at_to_ms(at: datetime | float) -> int:
     """An absolute time (aware datetime, or POSIX seconds) in epoch milliseconds."""
     if isinstance(at, datetime):

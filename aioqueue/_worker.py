@@ -39,6 +39,7 @@ from ._leases import forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed
 from ._runner import Ack, Failure, Runner
+from ._schedules import Scheduler
 from ._scripts import FailMode, Outcome
 from ._timeutil import to_seconds
 
@@ -69,6 +70,9 @@ class Worker:
             leases are renewed like running jobs'; on shutdown they go back at once, without
             spending an attempt). Default: a tenth of ``concurrency``, at most 100; 0 for none.
         idle_block: longest single blocking wait when idle, in seconds.
+        scheduler: run a scheduler for the queues' periodic schedules: it stores those
+            declared in code and enqueues one job per tick (every worker may run one; they
+            race safely, see docs/scheduling.md).
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
     ``async with worker:`` to run it in the background of a block.
@@ -85,6 +89,7 @@ class Worker:
         max_batch: int | None = None,
         idle_block: float | timedelta = 5.0,
         prefetch: int | None = None,
+        scheduler: bool = True,
     ) -> None:
         check_int(concurrency, 1, "concurrency")
         self.app = app
@@ -127,6 +132,8 @@ class Worker:
         # getting jobs handed over that long after
         self._park_ms = int(self.idle_block * 1000) + 1000
         self._started = False
+        #: fires the queues' periodic schedules (None: scheduler=False)
+        self.scheduler = Scheduler(app, names) if scheduler else None
 
     def __repr__(self) -> str:
         return f"<Worker {self.id} queues={self.queue_names} running={len(self._running)}>"
@@ -181,6 +188,8 @@ class Worker:
             asyncio.create_task(self._reap_loop()),
             asyncio.create_task(self._forward_loop()),
         ]
+        if self.scheduler is not None:
+            helpers.append(asyncio.create_task(self.scheduler.run(lambda: self._finished)))
         acker = asyncio.create_task(self._ack_loop())
         stop_waiter: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:

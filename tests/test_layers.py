@@ -13,7 +13,17 @@ import pytest
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
     ["_version", "_exceptions"],
-    ["_limits", "_timeutil", "_keys", "_serialize", "_signing", "_checks", "_record", "_wire"],
+    [
+        "_limits",
+        "_timeutil",
+        "_keys",
+        "_serialize",
+        "_signing",
+        "_checks",
+        "_record",
+        "_wire",
+        "_cron",
+    ],
     ["_job"],
     ["_codec"],
     ["_scripts"],
@@ -22,11 +32,12 @@ LAYERS: list[list[str]] = [
     ["_results", "_context"],
     ["_batch"],
     ["_task"],
+    ["_schedules"],
     ["_app"],
     ["_runner"],
     ["_fetch", "_worker"],
     ["_embedded"],
-    ["_cli"],
+    ["_schedules_cli", "_cli"],
     ["__init__", "__main__"],
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

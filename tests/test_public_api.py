@@ -104,6 +104,8 @@ def test_every_duration_parameter_accepts_a_timedelta() -> None:
         "Queue.set_rate_limit(period)",
         "Task.options(delay)",
         "Worker.__init__(grace)",
+        "Schedules.add(grace)",
+        "App.schedule(grace)",
         "Worker.__init__(idle_block)",
         "Retry.__init__(delay)",
         "EmbeddedServer.__init__(startup_timeout)",

@@ -3,8 +3,8 @@
   terms (its pause, limit and rate), taking the lane's next jobs, leasing them, and ending its
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
-  Needs: core, lanes (the ring, has_ready), deadletter (dead_if_corrupt), maintenance
-  (recover, promote, next_wake), parking (park, unpark). ]]
+  Needs: core, lanes (the ring, has_ready), batches (batch_outcome), deadletter
+  (dead_if_corrupt), maintenance (recover, promote, next_wake), parking (park, unpark). ]]
 
 -- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
 -- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
@@ -100,10 +100,32 @@ local function take(g, room)
   return ids, false
 end
 
+-- expiry, a job option (in its options JSON o): no run starts after expires_at_ms, or after
+-- expires_after_ms from the job's creation (server clock). Only jobs with options pay for the
+-- check; a job past it is recorded as cancelled, reason Expired. Returns true if it was
+local function expire_if_due(id, jk, o, now, dead_ttl)
+  if not string.find(o, '"expires_', 1, true) then return false end
+  local at = tonumber(string.match(o, '"expires_at_ms"%s*:%s*(%d+)'))
+  if not at then
+    local after = tonumber(string.match(o, '"expires_after_ms"%s*:%s*(%d+)'))
+    if not after then return false end
+    at = num(redis.call('HGET', jk, 'ct'), now) + after
+  end
+  if now < at then return false end
+  local err = cjson.encode({type = 'Expired', message = 'no run started before its expiry'})
+  redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+  if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+  announce(jk, id)
+  batch_outcome(id, jk, false, err, now)
+  redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+  return true
+end
+
 -- lease the taken jobs that are still queued: a new token each and one more attempt; their
 -- CLAIMED_JOB_VALUES values go on out (claim's reply), their lease deadlines on zargs.
 -- Anything not queued (cancelled, or its record expired) is dropped from the lane here; a
--- garbled state is dead-lettered. Returns how many were leased
+-- garbled state is dead-lettered, a job past its expiry (an option) cancelled. Returns how
+-- many were leased
 local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
   if #got == 0 then return 0 end
   local taken = 0
@@ -113,6 +135,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
     local r = redis.call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
       redis.call('HINCRBY', K_STATS, 'failed', 1)
+    elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
+      -- expired: recorded, not leased
     elseif r[1] == 'queued' then
       tok = tok + 1
       taken = taken + 1
