@@ -243,6 +243,8 @@ class Batch(Generic[R]):
 
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
+            BadSignature: signing is on and a result is unsigned, tampered, or was not made
+                by that member job for this batch.
         """
         q = self.queue
         codec = q.app.codec
@@ -252,13 +254,15 @@ class Batch(Generic[R]):
                 raise BatchNotFound(self.id)
             return []
         res, err = await q._scripts.batch_outcomes(self.id, members)
+        bound = (q.name, self.id)  # a member's result must have been made for this batch
         out = []
         for m, r, e in zip(members, res, err, strict=True):
             if r is None and e is None:
                 continue
             job = _member_job(q, m.decode())
             if r is not None:
-                out.append(BatchItem(job, True, codec.load_result(r), None))
+                value = codec.load_result(r, queue=job.queue, job_id=job.id, batch=bound)
+                out.append(BatchItem(job, True, value, None))
             else:
                 assert e is not None
                 out.append(BatchItem(job, False, None, codec.load_error(e)))
@@ -317,29 +321,34 @@ def _plan(
                 "a batch with a concurrency limit keeps its sub-jobs on its own queue "
                 f"({home.name!r}); {call.task.name!r} goes to {queue.name!r}"
             )
-        rec = call.task._record(o, call.args, call.kwargs)
         # sub-jobs of one task and options share one template: the enqueue calls send it
         # once per run of them
-        key = (rec.template, queue is home)
+        t = call.task._template(o)
+        key = (t, queue is home)
         template = templates.get(key)
         if template is None:
-            t = rec.template
             group = opts["group"] if o.group is None and opts["group"] is not None else t.group
             prio = opts["priority"]
             priority = prio if o.priority is None and prio is not None else t.priority
+            member = app.codec.member_options(home.name, batch.id)
+            options = t.options
+            if member:  # signing: the sub-job's batch is signed with its payload
+                options = app.codec.dump_options({**app.codec.load_options(t.options), **member})
             template = templates[key] = dataclasses.replace(
                 t,
                 group=group,
                 priority=priority,
                 batch=batch.id,
                 batch_queue="" if queue is home else home.name,
+                options=options,
             )
+        rec = call.task._record(o, call.args, call.kwargs, queue.name, template)
         if queue is not home:
             members.append(queue._keys.base + rec.id)
             foreign = True
         else:
             members.append(rec.id)
-        by_queue.setdefault(queue.name, []).append(JobRecord(rec.id, rec.payload, template))
+        by_queue.setdefault(queue.name, []).append(rec)
         jobs.append(Job(queue, rec.id))
     pipeline: list[ScriptCall] = []
     if foreign:
@@ -387,11 +396,14 @@ async def open_batch(
         cb_opts = dict[str, Any](batch=bid, bq=home.name)
         if chain:
             cb_opts["chain"] = 1
-        rec = on_complete.task._record(on_complete.opts, on_complete.args, on_complete.kwargs)
-        extra = app.codec.load_options(rec.template.options)
+        task, cb = on_complete.task, on_complete.opts
+        t = task._template(cb)
+        extra = app.codec.load_options(t.options)
         options = app.codec.dump_options({**extra, **cb_opts})
-        callback_record = dataclasses.replace(
-            rec, template=dataclasses.replace(rec.template, options=options)
+        # signed with its payload: the batch whose results the callback (or chain step) reads
+        template = dataclasses.replace(t, options=options)
+        callback_record = rec = task._record(
+            cb, on_complete.args, on_complete.kwargs, home.name, template
         )
         callback = Job(home, rec.id)
     batch: Batch[R] = Batch(home, bid, callback)

@@ -1,10 +1,21 @@
-"""Optional HMAC signing of job payloads.
+"""HMAC signing of everything a worker or a producer trusts from Redis.
 
-With ``App(signing_key=...)`` every payload is stored as ``MARKER + mac + payload``, where the
-mac is HMAC-SHA256 over the job id, the task name and the payload; a worker with the key refuses
-(dead-letters, reason ``BadSignature``) a job whose payload is unsigned or does not match, so
-someone who can write to Redis can neither forge jobs nor move arguments between jobs or tasks.
-Keys can be rotated: jobs signed with any of ``verify_keys`` are accepted too.
+With ``App(signing_key=...)`` two kinds of value are signed, and checked before they are used
+(before a payload is decoded, an option obeyed or a result unpickled):
+
+- a job's **payload together with its options** (record fields ``p`` and ``o``): which code
+  runs, with which arguments, its timeout and result retention, the batch it is the callback
+  of (whose results a chain step receives) and the batch it is a member of;
+- a job's **result** (field ``r``, copied into its batch's results): it names the task that made
+  it and the batch it was made for, so a batch reader takes only results made for that batch.
+
+Every MAC is HMAC-SHA256 over a context (format version, key prefix, queue, job id, task, field)
+and the value, each part length-prefixed: a value verifies only where it was written for, not
+in another job, task, field, queue or app prefix. Stored values start with ``MARKER`` (format
+version 2); a value of the older format 1 (which covered id, task and payload only) is refused
+with a message that says so. Keys can be rotated: values signed with any of ``verify_keys``
+are accepted too. Signing hides nothing and cannot stop deletion, or the replay of a value in
+the very place it was written for.
 """
 
 from __future__ import annotations
@@ -12,11 +23,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ._exceptions import BadSignature, ConfigurationError
 
-MARKER = b"\x00aqs1"
+#: every signed value starts with the family, then its format version
+FAMILY = b"\x00aqs"
+MARKER = FAMILY + b"2"
+_V1 = FAMILY + b"1"
 _MAC_LEN = 32
+_CONTEXT = b"aioqueue-mac-2\n"
+
+#: the record fields a MAC can be bound to
+PAYLOAD_FIELD = b"p"
+RESULT_FIELD = b"r"
 
 
 def _key(value: str | bytes) -> bytes:
@@ -26,28 +46,136 @@ def _key(value: str | bytes) -> bytes:
     return key
 
 
-class Signer:
-    """Signs payloads with one key and verifies them against that key and older ones."""
+def _b(text: str) -> bytes:
+    # names read back from a garbled record may hold anything; never fail on encoding
+    return text.encode("utf-8", "surrogatepass")
 
-    def __init__(self, key: str | bytes, verify_keys: Sequence[str | bytes] = ()) -> None:
+
+def _lp(*parts: bytes) -> bytes:
+    """Length-prefixed parts: no two different sequences give the same bytes."""
+    return b"".join(b"%d:%s" % (len(p), p) for p in parts)
+
+
+def _take(data: bytes, pos: int) -> tuple[bytes, int]:
+    """One length-prefixed part of ``data`` from ``pos``; ValueError if there is none."""
+    colon = data.index(b":", pos, pos + 12)
+    size = int(data[pos:colon])
+    end = colon + 1 + size
+    if size < 0 or end > len(data):
+        raise ValueError("truncated")
+    return data[colon + 1 : end], end
+
+
+@dataclass(frozen=True, slots=True)
+class SignedResult:
+    """A verified result: the task that made it, the batch it was made for (home queue and
+    batch id, both '' for a job outside any batch) and the serialised value."""
+
+    task: str
+    batch_queue: str
+    batch_id: str
+    data: bytes
+
+
+class Signer:
+    """Signs values with one key, and verifies them against that key and older ones.
+
+    Args:
+        key: the signing key (at least 16 bytes).
+        verify_keys: more keys whose signatures are accepted (key rotation).
+        prefix: the App's key prefix, part of every MAC's context.
+    """
+
+    __slots__ = ("_key", "_keys", "_prefix")
+
+    def __init__(
+        self, key: str | bytes, verify_keys: Sequence[str | bytes] = (), prefix: str = ""
+    ) -> None:
         self._key = _key(key)
-        self._verify = [self._key, *(_key(k) for k in verify_keys)]
+        self._keys = (self._key, *(_key(k) for k in verify_keys))
+        self._prefix = _b(prefix)
+
+    def _context(self, queue: str, job_id: str, task: bytes, field: bytes) -> bytes:
+        return _CONTEXT + _lp(self._prefix, _b(queue), _b(job_id), task, field)
+
+    def _matches(self, mac: bytes, msg: bytes) -> bool:
+        # every key is tried (no early exit that would tell which one matched)
+        ok = False
+        for key in self._keys:
+            ok |= hmac.compare_digest(mac, hmac.digest(key, msg, hashlib.sha256))
+        return ok
 
     @staticmethod
-    def _mac(key: bytes, job_id: str, task: str, payload: bytes) -> bytes:
-        msg = b"%d:%s%d:%s" % (len(job_id), job_id.encode(), len(task), task.encode()) + payload
-        return hmac.new(key, msg, hashlib.sha256).digest()
+    def _split(data: bytes, what: str) -> tuple[bytes, bytes]:
+        """The MAC and the rest of a stored value, or BadSignature saying why not."""
+        if data.startswith(MARKER) and len(data) >= len(MARKER) + _MAC_LEN:
+            return data[len(MARKER) : len(MARKER) + _MAC_LEN], data[len(MARKER) + _MAC_LEN :]
+        if data.startswith(_V1):
+            raise BadSignature(
+                f"the job's {what} has an old signature (format 1, which did not cover the "
+                "options, queue and prefix); re-enqueue the job"
+            )
+        raise BadSignature(f"the job's {what} is not signed (this App requires signatures)")
 
-    def sign(self, job_id: str, task: str, payload: bytes) -> bytes:
-        return MARKER + self._mac(self._key, job_id, task, payload) + payload
+    # ------------------------------------------------------------------ payloads
+    def sign_payload(
+        self, queue: str, job_id: str, task: str, options: bytes, payload: bytes
+    ) -> bytes:
+        """The stored form of a payload: signed together with the job's options."""
+        msg = self._context(queue, job_id, _b(task), PAYLOAD_FIELD) + _lp(options) + payload
+        return MARKER + hmac.digest(self._key, msg, hashlib.sha256) + payload
 
-    def verify(self, job_id: str, task: str, data: bytes) -> bytes:
-        """The payload inside ``data``. Raises BadSignature if it is unsigned or forged."""
-        if not data.startswith(MARKER) or len(data) < len(MARKER) + _MAC_LEN:
-            raise BadSignature("the job's payload is not signed (this App requires signatures)")
-        mac = data[len(MARKER) : len(MARKER) + _MAC_LEN]
-        payload = data[len(MARKER) + _MAC_LEN :]
-        for key in self._verify:
-            if hmac.compare_digest(mac, self._mac(key, job_id, task, payload)):
-                return payload
-        raise BadSignature("the job's payload signature does not match (tampered or foreign)")
+    def verify_payload(
+        self, queue: str, job_id: str, task: str, options: bytes, data: bytes
+    ) -> bytes:
+        """The payload inside ``data``, once it and ``options`` are verified for this job.
+
+        Raises:
+            BadSignature: unsigned, tampered (payload or options), written for another job,
+                task, queue or prefix, or signed with a key not accepted here.
+        """
+        mac, payload = self._split(data, "payload")
+        msg = self._context(queue, job_id, _b(task), PAYLOAD_FIELD) + _lp(options) + payload
+        if not self._matches(mac, msg):
+            raise BadSignature(
+                "the job's payload signature does not match its options, id, task, queue or "
+                "prefix (tampered, moved, or signed with a key not accepted here)"
+            )
+        return payload
+
+    # ------------------------------------------------------------------ results
+    def sign_result(
+        self, queue: str, job_id: str, task: str, batch: tuple[str, str] | None, data: bytes
+    ) -> bytes:
+        """The stored form of a job's result, bound to the job and to its batch (if any)."""
+        bq, bid = batch or ("", "")
+        head = _lp(_b(task), _b(bq), _b(bid))
+        msg = self._context(queue, job_id, _b(task), RESULT_FIELD) + head + data
+        return MARKER + hmac.digest(self._key, msg, hashlib.sha256) + head + data
+
+    def verify_result(self, queue: str, job_id: str, data: bytes) -> SignedResult:
+        """The verified result of job ``job_id`` of ``queue`` inside ``data``.
+
+        Raises:
+            BadSignature: unsigned, tampered, the result of another job (or queue, or
+                prefix), or signed with a key not accepted here.
+        """
+        mac, rest = self._split(data, "result")
+        try:
+            task, pos = _take(rest, 0)
+            bq, pos = _take(rest, pos)
+            bid, pos = _take(rest, pos)
+        except ValueError:
+            raise BadSignature("the job's result is not a signed result") from None
+        msg = self._context(queue, job_id, task, RESULT_FIELD) + rest
+        if not self._matches(mac, msg):
+            raise BadSignature(
+                f"the result of job {job_id!r} does not match its signature (tampered, another "
+                "job's, or signed with a key not accepted here)"
+            )
+        return SignedResult(
+            task.decode(errors="replace"),
+            bq.decode(errors="replace"),
+            bid.decode(errors="replace"),
+            rest[pos:],
+        )
