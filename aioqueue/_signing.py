@@ -20,7 +20,6 @@ the very place it was written for.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,9 +33,9 @@ _V1 = FAMILY + b"1"
 _MAC_LEN = 32
 _CONTEXT = b"aioqueue-mac-2\n"
 
-#: the record fields a MAC can be bound to
-PAYLOAD_FIELD = b"p"
-RESULT_FIELD = b"r"
+#: the record fields a MAC can be bound to (length-prefixed, as the context's last part)
+PAYLOAD_FIELD = b"1:p"
+RESULT_FIELD = b"1:r"
 
 
 def _key(value: str | bytes) -> bytes:
@@ -47,8 +46,10 @@ def _key(value: str | bytes) -> bytes:
 
 
 def _b(text: str) -> bytes:
-    # names read back from a garbled record may hold anything; never fail on encoding
-    return text.encode("utf-8", "surrogatepass")
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # names read back from a garbled record may hold anything
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _lp(*parts: bytes) -> bytes:
@@ -86,24 +87,25 @@ class Signer:
         prefix: the App's key prefix, part of every MAC's context.
     """
 
-    __slots__ = ("_key", "_keys", "_prefix")
+    __slots__ = ("_head", "_key", "_older")
 
     def __init__(
         self, key: str | bytes, verify_keys: Sequence[str | bytes] = (), prefix: str = ""
     ) -> None:
         self._key = _key(key)
-        self._keys = (self._key, *(_key(k) for k in verify_keys))
-        self._prefix = _b(prefix)
+        self._older = tuple(_key(k) for k in verify_keys)
+        self._head = _CONTEXT + _lp(_b(prefix))
 
     def _context(self, queue: str, job_id: str, task: bytes, field: bytes) -> bytes:
-        return _CONTEXT + _lp(self._prefix, _b(queue), _b(job_id), task, field)
+        """Version, prefix, queue, job id, task and field, each length-prefixed."""
+        q, j = _b(queue), _b(job_id)
+        return b"%b%d:%b%d:%b%d:%b%b" % (self._head, len(q), q, len(j), j, len(task), task, field)
 
     def _matches(self, mac: bytes, msg: bytes) -> bool:
-        # every key is tried (no early exit that would tell which one matched)
-        ok = False
-        for key in self._keys:
-            ok |= hmac.compare_digest(mac, hmac.digest(key, msg, hashlib.sha256))
-        return ok
+        if hmac.compare_digest(mac, hmac.digest(self._key, msg, "sha256")):
+            return True
+        # older keys (rotation) only when the current one does not match
+        return any(hmac.compare_digest(mac, hmac.digest(k, msg, "sha256")) for k in self._older)
 
     @staticmethod
     def _split(data: bytes, what: str) -> tuple[bytes, bytes]:
@@ -122,8 +124,13 @@ class Signer:
         self, queue: str, job_id: str, task: str, options: bytes, payload: bytes
     ) -> bytes:
         """The stored form of a payload: signed together with the job's options."""
-        msg = self._context(queue, job_id, _b(task), PAYLOAD_FIELD) + _lp(options) + payload
-        return MARKER + hmac.digest(self._key, msg, hashlib.sha256) + payload
+        msg = b"%b%d:%b%b" % (
+            self._context(queue, job_id, _b(task), PAYLOAD_FIELD),
+            len(options),
+            options,
+            payload,
+        )
+        return MARKER + hmac.digest(self._key, msg, "sha256") + payload
 
     def verify_payload(
         self, queue: str, job_id: str, task: str, options: bytes, data: bytes
@@ -135,7 +142,12 @@ class Signer:
                 task, queue or prefix, or signed with a key not accepted here.
         """
         mac, payload = self._split(data, "payload")
-        msg = self._context(queue, job_id, _b(task), PAYLOAD_FIELD) + _lp(options) + payload
+        msg = b"%b%d:%b%b" % (
+            self._context(queue, job_id, _b(task), PAYLOAD_FIELD),
+            len(options),
+            options,
+            payload,
+        )
         if not self._matches(mac, msg):
             raise BadSignature(
                 "the job's payload signature does not match its options, id, task, queue or "
@@ -149,9 +161,10 @@ class Signer:
     ) -> bytes:
         """The stored form of a job's result, bound to the job and to its batch (if any)."""
         bq, bid = batch or ("", "")
-        head = _lp(_b(task), _b(bq), _b(bid))
-        msg = self._context(queue, job_id, _b(task), RESULT_FIELD) + head + data
-        return MARKER + hmac.digest(self._key, msg, hashlib.sha256) + head + data
+        t, q, b = _b(task), _b(bq), _b(bid)
+        head = b"%d:%b%d:%b%d:%b" % (len(t), t, len(q), q, len(b), b)
+        msg = self._context(queue, job_id, t, RESULT_FIELD) + head + data
+        return MARKER + hmac.digest(self._key, msg, "sha256") + head + data
 
     def verify_result(self, queue: str, job_id: str, data: bytes) -> SignedResult:
         """The verified result of job ``job_id`` of ``queue`` inside ``data``.
