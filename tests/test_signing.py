@@ -9,6 +9,7 @@ task was called with.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import pathlib
 import pickle
@@ -22,7 +23,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, BadSignature, ConfigurationError, Worker
 from aioqueue._keys import QueueKeys
-from aioqueue._signing import Signer
+from aioqueue._signing import Signer, _Hmac
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
@@ -431,3 +432,10 @@ def test_every_mac_is_bound_to_prefix_queue_job_task_and_field() -> None:
     ):
         with pytest.raises(BadSignature):
             s.verify_result("q", "1", garbage)
+
+
+@pytest.mark.parametrize("size", [16, 63, 64, 65, 200])
+def test_the_precomputed_hmac_is_hmac_sha256(size: int) -> None:
+    key = bytes(range(256))[:size]
+    for msg in (b"", b"x", b"m" * 1000):
+        assert _Hmac(key).digest(msg) == hmac.digest(key, msg, "sha256")
