@@ -82,8 +82,13 @@ class Runner:
         _current.set(JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch))
         try:
             if batch is not None and opts.get("chain"):
+                # verified (with signing on) as made by a member for this very batch
                 items = await batch.results()
-                args = (items[0].result, *args[1:]) if items else args
+                if not items or not items[0].ok:
+                    # released only once the first step succeeded: its result was removed
+                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
+                    return Failure(Unrunnable("MissingInput", why))
+                args = (items[0].result, *args[1:])
             # the body is awaited here, not in a helper: no extra coroutine per job
             if task.is_async:
                 if timeout is None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Backoff, BadSignature, ConfigurationError, Worker
+from aioqueue import App, Backoff, BadSignature, ConfigurationError, JobState, Worker
 from aioqueue._keys import QueueKeys
 from aioqueue._signing import Signer, _Hmac
 
@@ -439,3 +439,26 @@ def test_the_precomputed_hmac_is_hmac_sha256(size: int) -> None:
     key = bytes(range(256))[:size]
     for msg in (b"", b"x", b"m" * 1000):
         assert _Hmac(key).digest(msg) == hmac.digest(key, msg, "sha256")
+
+
+async def test_a_chain_step_whose_input_was_deleted_does_not_run_without_it(
+    redis_url: str, redis: Redis
+) -> None:
+    b = bank(redis_url)
+    async with b.app:
+        # the first step on queue "other", the second on the default queue: run one, then the
+        # other, and delete the first step's result between the two
+        step = await b.app.tasks["triple"].call(4).then(b.app.tasks["take"], "!").enqueue()
+        opts = json.loads(await redis.hget(b.keys.job(step.id), "o") or b"{}")
+        bk = b.keys.batch(opts["batch"])
+
+        async def first_done() -> bool:
+            return await redis.hget(bk, "s") == b"completed"
+
+        async with working(b.app, "other"):
+            await wait_until(first_done, timeout=15, what="the first step to finish")
+        assert await step.state() is JobState.QUEUED
+        await redis.delete(bk + ":all", bk + ":res")
+        async with working(b.app):
+            assert await outcome(redis, b.keys, step.id) == "failed:MissingInput"
+    assert b.seen == []  # take() never ran with None for its input
