@@ -1,6 +1,8 @@
 """The cost of signing: a drain of N no-op jobs (enqueued in advance with ``enqueue_many``),
 run by one in-process burst worker, with ``signing_key`` off and on, alternated so both see the
-same machine load. Prints the seconds of each run and the median ratio.
+same machine load. Prints, for each run, the wall-clock seconds and the CPU seconds of this
+process (producer and worker; the server's time is not signing's), and the median ratios: on a
+busy machine the CPU time is the steadier measure.
 
     .venv/bin/python -m benchmarks.signing [N] [repeats]
 """
@@ -18,7 +20,7 @@ from aioqueue import App, EmbeddedServer, Worker
 KEY = "bench-signing-key-0123456789"
 
 
-async def drain(url: str, n: int, signed: bool) -> tuple[float, float]:
+async def drain(url: str, n: int, signed: bool) -> tuple[float, float, float, float]:
     app = App(url, prefix=f"sb{uuid.uuid4().hex[:8]}", signing_key=KEY if signed else None)
 
     @app.task
@@ -26,27 +28,28 @@ async def drain(url: str, n: int, signed: bool) -> tuple[float, float]:
         return None
 
     async with app:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for start in range(0, n, 5000):
             await noop.enqueue_many([{"i": i} for i in range(start, min(start + 5000, n))])
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         await Worker(app, concurrency=100, burst=True, idle_block=0.1).run()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         assert (await app.queue().stats())["completed"] == n
-    return t1 - t0, t2 - t1
+    return t1 - t0, t2 - t1, c1 - c0, c2 - c1
 
 
 async def main(n: int, repeats: int) -> None:
     with EmbeddedServer() as server:
-        runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        runs: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
         for _ in range(repeats):
             for signed in (False, True):
                 runs[signed].append(await drain(server.url, n, signed))
+        names = ("enqueue wall", "drain wall", "enqueue cpu", "drain cpu")
         for signed, rs in runs.items():
             label = "signed  " if signed else "unsigned"
-            enq = [f"{e:.2f}" for e, _ in rs]
-            print(label, "enqueue", enq, "drain", [f"{d:.2f}" for _, d in rs])
-        for i, what in ((0, "enqueue"), (1, "drain")):
+            for i, what in enumerate(names):
+                print(label, what, " ".join(f"{r[i]:.2f}" for r in rs))
+        for i, what in enumerate(names):
             off = statistics.median(r[i] for r in runs[False])
             on = statistics.median(r[i] for r in runs[True])
             print(f"{what}: median {off:.2f} s unsigned, {on:.2f} s signed: x{on / off:.3f}")
