@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Backoff, BadSignature, ConfigurationError, JobState, Worker
+from aioqueue import App, Backoff, BadSignature, Batch, ConfigurationError, JobState, Worker
 from aioqueue._keys import QueueKeys
 from aioqueue._signing import Signer, _Hmac
 
@@ -126,6 +126,12 @@ async def plant_fake_batch(
     await redis.hset(keys.batch(bid) + ":res", "m", result)
 
 
+async def copy_fields(redis: Redis, source: str, target: str, *fields: str) -> None:
+    """Copy fields of one job hash into another, byte for byte."""
+    values = await redis.hmget(source, list(fields))
+    await redis.hset(target, mapping={f: v for f, v in zip(fields, values, strict=True) if v})
+
+
 # ---------------------------------------------------------------------- the reported attacks
 async def test_a_pickle_planted_in_a_fake_batch_never_runs_in_the_worker(
     redis_url: str, redis: Redis, tmp_path: Path
@@ -188,8 +194,7 @@ async def test_a_signed_job_copied_to_another_queue_does_not_run_there(
         job = await home.enqueue("pay", [11, "alice"])
         await other.pause()
         copy = await other.enqueue("pay", [0, "nobody"], job_id=job.id)  # the same id there
-        record = await redis.hmget(b.keys.job(job.id), ["t", "p"])
-        await redis.hset(other._keys.job(copy.id), mapping={"t": record[0], "p": record[1]})
+        await copy_fields(redis, b.keys.job(job.id), other._keys.job(copy.id), "t", "p")
         await other.resume()
         async with working(b.app, "copies"):
             assert await outcome(redis, other._keys, copy.id) == "failed:BadSignature"
@@ -210,8 +215,7 @@ async def test_a_signed_job_copied_to_another_prefix_does_not_run_there(
         q = theirs.app.queue()
         await q.pause()
         copy = await q.enqueue("pay", [0, "nobody"], job_id=job.id)
-        record = await redis.hmget(ours.keys.job(job.id), ["t", "p"])
-        await redis.hset(theirs.keys.job(copy.id), mapping={"t": record[0], "p": record[1]})
+        await copy_fields(redis, ours.keys.job(job.id), theirs.keys.job(copy.id), "t", "p")
         await q.resume()
         async with working(theirs.app):
             assert await outcome(redis, theirs.keys, copy.id) == "failed:BadSignature"
@@ -279,7 +283,7 @@ async def test_a_tampered_batch_result_raises_bad_signature(redis_url: str, redi
     b = bank(redis_url)
     async with b.app:
         d, t = b.app.tasks["double"], b.app.tasks["triple"]
-        batch = await b.app.batch([d.call(1), d.call(2), t.call(3)])
+        batch: Batch[Any] = await b.app.batch([d.call(1), d.call(2), t.call(3)])
         async with working(b.app, "default", "other"):
             await batch.wait(timeout=15)
         assert [i.result for i in await batch.results()] == [2, 4, 9]
