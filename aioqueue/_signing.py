@@ -9,7 +9,7 @@ With ``App(signing_key=...)`` two kinds of value are signed, and checked before 
 - a job's **result** (field ``r``, copied into its batch's results): it names the task that made
   it and the batch it was made for, so a batch reader takes only results made for that batch.
 
-Every MAC is HMAC-SHA256 over a context (format version, key prefix, queue, job id, task, field)
+Every MAC is HMAC-SHA256 over a context (format version, key prefix, queue, task, field, job id)
 and the value, each part length-prefixed: a value verifies only where it was written for, not
 in another job, task, field, queue or app prefix. Stored values start with ``MARKER`` (format
 version 2); a value of the older format 1 (which covered id, task and payload only) is refused
@@ -33,6 +33,7 @@ MARKER = FAMILY + b"2"
 _V1 = FAMILY + b"1"
 _MAC_LEN = 32
 _CONTEXT = b"aioqueue-mac-2\n"
+_PLACES_KEPT = 1024
 
 #: the record fields a MAC can be bound to (length-prefixed, as the context's last part)
 PAYLOAD_FIELD = b"1:p"
@@ -114,7 +115,7 @@ class Signer:
         prefix: the App's key prefix, part of every MAC's context.
     """
 
-    __slots__ = ("_head", "_mac", "_older")
+    __slots__ = ("_head", "_mac", "_older", "_places")
 
     def __init__(
         self, key: str | bytes, verify_keys: Sequence[str | bytes] = (), prefix: str = ""
@@ -122,11 +123,20 @@ class Signer:
         self._mac = _Hmac(_key(key))
         self._older = tuple(_Hmac(_key(k)) for k in verify_keys)
         self._head = _CONTEXT + _lp(_b(prefix))
+        self._places: dict[tuple[str, str | bytes, bytes], bytes] = {}
 
-    def _context(self, queue: str, job_id: str, task: bytes, field: bytes) -> bytes:
-        """Version, prefix, queue, job id, task and field, each length-prefixed."""
-        q, j = _b(queue), _b(job_id)
-        return b"%b%d:%b%d:%b%d:%b%b" % (self._head, len(q), q, len(j), j, len(task), task, field)
+    def _context(self, queue: str, task: str | bytes, field: bytes, job_id: str) -> bytes:
+        """Version, prefix, queue, task, field and job id, each length-prefixed (all but the
+        id made once per queue, task and field)."""
+        place = self._places.get((queue, task, field))
+        if place is None:
+            if len(self._places) >= _PLACES_KEPT:  # task names read from garbled records
+                self._places.clear()
+            q, t = _b(queue), task if isinstance(task, bytes) else _b(task)
+            place = b"%b%d:%b%d:%b%b" % (self._head, len(q), q, len(t), t, field)
+            self._places[(queue, task, field)] = place
+        j = _b(job_id)
+        return b"%b%d:%b" % (place, len(j), j)
 
     def _matches(self, mac: bytes, msg: bytes) -> bool:
         if hmac.compare_digest(mac, self._mac.digest(msg)):
@@ -152,7 +162,7 @@ class Signer:
     ) -> bytes:
         """The stored form of a payload: signed together with the job's options."""
         msg = b"%b%d:%b%b" % (
-            self._context(queue, job_id, _b(task), PAYLOAD_FIELD),
+            self._context(queue, task, PAYLOAD_FIELD, job_id),
             len(options),
             options,
             payload,
@@ -170,7 +180,7 @@ class Signer:
         """
         mac, payload = self._split(data, "payload")
         msg = b"%b%d:%b%b" % (
-            self._context(queue, job_id, _b(task), PAYLOAD_FIELD),
+            self._context(queue, task, PAYLOAD_FIELD, job_id),
             len(options),
             options,
             payload,
@@ -190,7 +200,7 @@ class Signer:
         bq, bid = batch or ("", "")
         t, q, b = _b(task), _b(bq), _b(bid)
         head = b"%d:%b%d:%b%d:%b" % (len(t), t, len(q), q, len(b), b)
-        msg = self._context(queue, job_id, t, RESULT_FIELD) + head + data
+        msg = self._context(queue, task, RESULT_FIELD, job_id) + head + data
         return MARKER + self._mac.digest(msg) + head + data
 
     def verify_result(self, queue: str, job_id: str, data: bytes) -> SignedResult:
@@ -207,7 +217,7 @@ class Signer:
             bid, pos = _take(rest, pos)
         except ValueError:
             raise BadSignature("the job's result is not a signed result") from None
-        msg = self._context(queue, job_id, task, RESULT_FIELD) + rest
+        msg = self._context(queue, task, RESULT_FIELD, job_id) + rest
         if not self._matches(mac, msg):
             raise BadSignature(
                 f"the result of job {job_id!r} does not match its signature (tampered, another "
