@@ -466,3 +466,35 @@ async def test_a_chain_step_whose_input_was_deleted_does_not_run_without_it(
         async with working(b.app):
             assert await outcome(redis, b.keys, step.id) == "failed:MissingInput"
     assert b.seen == []  # take() never ran with None for its input
+
+
+GARBAGE = [b"", b"\x00aqs2", b"\x00aqs2" + b"\xff" * 40, b"\xff\xfe", b"{}", b"null", b"\x00aqs9x"]
+
+
+async def test_garbage_in_signed_fields_is_refused_and_the_worker_carries_on(
+    redis_url: str, redis: Redis
+) -> None:
+    b = bank(redis_url)
+    async with b.app:
+        q = b.app.queue()
+        await q.pause()
+        jobs = []
+        for value in GARBAGE:
+            for name in ("p", "o"):
+                if name == "o" and not value:
+                    continue  # no options is what was signed: an empty field is the same
+                job = await q.enqueue("pay", [1, "x"])
+                await redis.hset(b.keys.job(job.id), name, value)
+                jobs.append(job)
+        await q.resume()
+        async with working(b.app):
+            for job in jobs:
+                assert await outcome(redis, b.keys, job.id) == "failed:BadSignature", job
+            done = await q.enqueue("double", [1])
+            assert await done.result(timeout=10) == 2
+        for value in GARBAGE:
+            await redis.hset(b.keys.job(done.id), "r", value)
+            with pytest.raises(BadSignature):
+                await done.result(timeout=5)
+        await check_invariants(redis, b.keys)
+    assert b.paid == []
