@@ -25,7 +25,7 @@ from ._queue import Queue
 from ._results import ResultWaiter
 from ._schedules import Schedules, make_spec
 from ._scripts import load_scripts
-from ._serialize import Serializer, get_serializer
+from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._signing import Signer
 from ._task import Backoff, Task
 from ._timeutil import to_ms, to_seconds
@@ -91,9 +91,14 @@ class App:
             counts as dead (blocking waits are kept well below it). It is enforced with
             asyncio timeouts around those calls, not redis-py's socket timeout: on Python 3.11
             redis-py's timeout path can swallow a task's cancellation.
-        signing_key: sign every job payload with HMAC-SHA256 (at least 16 bytes); workers
-            then dead-letter unsigned or tampered jobs (reason ``BadSignature``).
-        verify_keys: older keys still accepted when verifying (key rotation).
+        signing_key: sign with HMAC-SHA256 (at least 16 bytes) every job's payload with its
+            options, and every result, each bound to its prefix, queue, job and task; workers
+            then dead-letter unsigned or tampered jobs (reason ``BadSignature``), and reading
+            a tampered result raises ``BadSignature`` (docs/security.md).
+        verify_keys: more keys accepted when verifying (key rotation).
+        allow_unsigned_pickle: let ``serializer="pickle"`` run without a ``signing_key``
+            (refused otherwise: unsigned pickle is code execution for anyone who can write
+            to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
@@ -117,6 +122,7 @@ class App:
         socket_timeout: float | timedelta = 30.0,
         signing_key: str | bytes | None = None,
         verify_keys: Sequence[str | bytes] = (),
+        allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
@@ -140,9 +146,16 @@ class App:
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
-        signer = None if signing_key is None else Signer(signing_key, verify_keys)
+        signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")
+        pickled = isinstance(self.serializer, PickleSerializer)
+        if pickled and signer is None and not allow_unsigned_pickle:
+            raise ConfigurationError(
+                "serializer='pickle' without a signing_key lets anyone who can write to "
+                "Redis run code in your workers and producers: give signing_key=..., or "
+                "allow_unsigned_pickle=True if only trusted code can reach Redis"
+            )
         #: how job records are encoded and decoded (arguments, options, results, errors)
         self.codec = Codec(
             self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar
 
-from ._checks import check_int, check_priority
+from ._checks import check_int, check_priority, new_job_id
 from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from ._job import ErrorInfo, Job
 from ._record import JobOptions, JobRecord, Template
@@ -160,13 +160,16 @@ class Chain(Generic[R]):
         # link k (between step k and step k + 1) lives on step k + 1's queue
         bids = [uuid.uuid4().hex for _ in calls[1:]]
         ttl_ms = max(app.result_ttl_default_ms, 0)
-        steps = [c.task._record(c.opts, c.args, c.kwargs) for c in calls[1:]]
+        # every step's id up front: link k names step k as its sub-job before step k is built
+        ids = [c.opts.job_id or new_job_id() for c in calls]
         pipeline: list[ScriptCall] = []
         # the last link first: each step exists only once the link it feeds is open
         for k in reversed(range(len(bids))):
             home = homes[k + 1]
             nxt = (bids[k + 1], homes[k + 2]) if k + 1 < len(bids) else None
-            callback = _as_callback(app, steps[k], home, bids[k], chain=True, then=nxt)
+            callback = _as_callback(
+                app, calls[k + 1], ids[k + 1], home, bids[k], chain=True, then=nxt
+            )
             scripts = home._scripts
             pipeline.append(
                 scripts.batch_open_call(bids[k], "fail", ttl_ms, "", None, None, callback)
@@ -176,13 +179,13 @@ class Chain(Generic[R]):
                 pipeline += _plan(batch, [calls[0]], {"group": None, "priority": None})[1]
             else:
                 # step k, stored by the link before, is this link's one sub-job
-                member = steps[k - 1].id
+                member = ids[k]
                 if homes[k] is not home:
                     member = homes[k]._keys.base + member
                 pipeline.append(scripts.batch_add_call(bids[k], [member]))
             pipeline.append(scripts.batch_seal_call(bids[k]))
         await homes[-1]._scripts.run_many(pipeline)
-        return Job(homes[-1], steps[-1].id)
+        return Job(homes[-1], ids[-1])
 
 
 class Batch(Generic[R]):
@@ -296,6 +299,8 @@ class Batch(Generic[R]):
 
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
+            BadSignature: signing is on and a result is unsigned, tampered, or was not made
+                by that member job for this batch.
         """
         q = self.queue
         codec = q.app.codec
@@ -305,13 +310,15 @@ class Batch(Generic[R]):
                 raise BatchNotFound(self.id)
             return []
         res, err = await q._scripts.batch_outcomes(self.id, members)
+        bound = (q.name, self.id)  # a member's result must have been made for this batch
         out = []
         for m, r, e in zip(members, res, err, strict=True):
             if r is None and e is None:
                 continue
             job = _member_job(q, m.decode())
             if r is not None:
-                out.append(BatchItem(job, True, codec.load_result(r), None))
+                value = codec.load_result(r, queue=job.queue, job_id=job.id, batch=bound)
+                out.append(BatchItem(job, True, value, None))
             else:
                 assert e is not None
                 out.append(BatchItem(job, False, None, codec.load_error(e)))
@@ -370,29 +377,34 @@ def _plan(
                 "a batch with a concurrency limit keeps its sub-jobs on its own queue "
                 f"({home.name!r}); {call.task.name!r} goes to {queue.name!r}"
             )
-        rec = call.task._record(o, call.args, call.kwargs)
         # sub-jobs of one task and options share one template: the enqueue calls send it
         # once per run of them
-        key = (rec.template, queue is home)
+        t = call.task._template(o)
+        key = (t, queue is home)
         template = templates.get(key)
         if template is None:
-            t = rec.template
             group = opts["group"] if o.group is None and opts["group"] is not None else t.group
             prio = opts["priority"]
             priority = prio if o.priority is None and prio is not None else t.priority
+            member = app.codec.member_options(home.name, batch.id)
+            options = t.options
+            if member:  # signing: the sub-job's batch is signed with its payload
+                options = app.codec.dump_options({**app.codec.load_options(t.options), **member})
             template = templates[key] = dataclasses.replace(
                 t,
                 group=group,
                 priority=priority,
                 batch=batch.id,
                 batch_queue="" if queue is home else home.name,
+                options=options,
             )
+        rec = call.task._record(o, call.args, call.kwargs, queue.name, template)
         if queue is not home:
             members.append(queue._keys.base + rec.id)
             foreign = True
         else:
             members.append(rec.id)
-        by_queue.setdefault(queue.name, []).append(JobRecord(rec.id, rec.payload, template))
+        by_queue.setdefault(queue.name, []).append(rec)
         jobs.append(Job(queue, rec.id))
     pipeline: list[ScriptCall] = []
     if foreign:
@@ -445,8 +457,7 @@ async def open_batch(
     callback_record: JobRecord | None = None
     callback: Job[R] | None = None
     if on_complete is not None:
-        rec = on_complete.task._record(on_complete.opts, on_complete.args, on_complete.kwargs)
-        callback_record = _as_callback(app, rec, home, bid)
+        callback_record = rec = _as_callback(app, on_complete, None, home, bid)
         callback = Job(home, rec.id)
     batch: Batch[R] = Batch(home, bid, callback)
     scripts = home._scripts
@@ -466,25 +477,29 @@ async def open_batch(
 
 def _as_callback(
     app: App,
-    rec: JobRecord,
+    call: Call[Any],
+    job_id: str | None,
     home: Queue,
     bid: str,
     *,
     chain: bool = False,
     then: tuple[str, Queue] | None = None,
 ) -> JobRecord:
-    """``rec`` as the callback of batch ``bid`` on ``home``: its options name the batch (and,
-    in a chain, say it takes the batch's one result as its first argument); ``then`` is the
-    next link of a chain (its batch id and queue), which counts this callback as its sub-job."""
-    cb_opts = dict[str, Any](batch=bid, bq=home.name)
+    """The record of ``call`` as the callback of batch ``bid`` on ``home`` (with id ``job_id``,
+    or a new one): its options name the batch (and, in a chain, say it takes the batch's one
+    result as its first argument); ``then`` is the next link of a chain (its batch id and
+    queue), which counts this callback as its sub-job. The record is built once its options
+    are final: with signing on, they are signed together with its payload."""
+    task, opts = call.task, call.opts
+    t = task._template(opts)
+    options = {**app.codec.load_options(t.options), "batch": bid, "bq": home.name}
     if chain:
-        cb_opts["chain"] = 1
-    extra = app.codec.load_options(rec.template.options)
-    template = dataclasses.replace(
-        rec.template, options=app.codec.dump_options({**extra, **cb_opts})
-    )
+        options["chain"] = 1
+    template = t
     if then is not None:
         nxt_bid, nxt_home = then
         batch_queue = "" if nxt_home is home else nxt_home.name
+        options.update(app.codec.member_options(nxt_home.name, nxt_bid))
         template = dataclasses.replace(template, batch=nxt_bid, batch_queue=batch_queue)
-    return dataclasses.replace(rec, template=template)
+    template = dataclasses.replace(template, options=app.codec.dump_options(options))
+    return task._record(opts, call.args, call.kwargs, home.name, template, job_id)

@@ -13,7 +13,10 @@ from typing import Any
 from ._exceptions import BadSignature
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
-from ._signing import Signer
+from ._signing import FAMILY, Signer
+
+#: the option naming the batch a sub-job belongs to (home queue, batch id); see Codec.member_options
+MEMBER_OPTION = "member"
 
 
 class Unrunnable(Exception):
@@ -62,38 +65,52 @@ class Codec:
 
     # ------------------------------------------------------------------ arguments
     def dump_args(
-        self, job_id: str, task: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        queue: str,
+        job_id: str,
+        task: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: bytes = b"",
     ) -> bytes:
-        """The stored payload of a job: its serialised arguments, signed if configured."""
+        """The stored payload of a job: its serialised arguments, signed together with its
+        stored ``options`` (and bound to its queue, id and task) if signing is on."""
         data = dumps_checked(
             self.serializer, [list(args), dict(kwargs)], self.max_payload_bytes, "job arguments"
         )
-        return data if self.signer is None else self.signer.sign(job_id, task, data)
+        if self.signer is None:
+            return data
+        return self.signer.sign_payload(queue, job_id, task, options, data)
 
     def load_args(
-        self, job_id: str, task: str, payload: bytes
+        self, queue: str, job_id: str, task: str, payload: bytes, options: bytes = b""
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """A job's arguments from its stored payload (checking its signature if configured).
 
         Raises:
-            BadSignature: signing is on and the payload is unsigned or forged.
+            BadSignature: signing is on and the payload or options are unsigned or forged.
             Unrunnable: ``CorruptPayload``, the payload cannot be decoded.
         """
-        args, kwargs, _ = self.load_job(job_id, task, payload, b"")
+        args, kwargs, _ = self.load_job(queue, job_id, task, payload, options)
         return args, kwargs
 
     def load_job(
-        self, job_id: str, task: str, payload: bytes, options: bytes
+        self, queue: str, job_id: str, task: str, payload: bytes, options: bytes
     ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
-        """A leased job's arguments and options, as a worker and the pull API read them.
+        """A leased job's arguments and options, as a worker and the pull API read them: with
+        signing on, nothing is decoded before payload and options are verified together.
 
         Raises:
-            BadSignature: signing is on and the payload is unsigned or forged.
+            BadSignature: signing is on and the payload or options are unsigned or forged.
             Unrunnable: ``CorruptPayload``, the payload or the options cannot be decoded.
         """
+        if self.signer is not None:
+            payload = self.signer.verify_payload(queue, job_id, task, options, payload)
+        elif payload.startswith(FAMILY):
+            raise Unrunnable(
+                "CorruptPayload", "the payload is signed, but this App has no signing_key"
+            )
         try:
-            if self.signer is not None:
-                payload = self.signer.verify(job_id, task, payload)
             value = self.serializer.loads(payload)
             if (
                 not isinstance(value, list | tuple)
@@ -103,8 +120,6 @@ class Codec:
             ):
                 raise ValueError("payload is not an [args, kwargs] pair")
             return tuple(value[0]), value[1], self.load_options(options) if options else {}
-        except BadSignature:
-            raise
         except Exception as exc:
             raise corrupt(exc) from exc
 
@@ -120,6 +135,11 @@ class Codec:
             raise ValueError("job options are not a JSON object")
         return value
 
+    def member_options(self, batch_queue: str, batch_id: str) -> dict[str, Any]:
+        """Options that record a sub-job's batch, so (signed with its payload) the worker can
+        bind its result to that batch. Only when signing: nothing reads them otherwise."""
+        return {} if self.signer is None else {MEMBER_OPTION: [batch_queue, batch_id]}
+
     def result_ttl_ms(self, options: Mapping[str, Any], task_ttl: float | None = None) -> int:
         """Retention of a finished job: per-job option, else the task's, else the App's."""
         rt = options.get("result_ttl")
@@ -131,10 +151,49 @@ class Codec:
         return -1 if ms < 0 else ms  # a task's keep_result=True: for good
 
     # ------------------------------------------------------------------ outcomes
-    def dump_result(self, value: Any) -> bytes:
-        return dumps_checked(self.serializer, value, 0, "the job's result")
+    def dump_result(
+        self,
+        value: Any,
+        *,
+        queue: str = "",
+        job_id: str = "",
+        task: str = "",
+        options: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        """The stored form of a job's result; with signing on, signed for the job (``queue``,
+        ``job_id``, ``task``) and for the batch its verified ``options`` name, if any."""
+        data = dumps_checked(self.serializer, value, 0, "the job's result")
+        if self.signer is None:
+            return data
+        batch = _member_of(options or {})
+        return self.signer.sign_result(queue, job_id, task, batch, data)
 
-    def load_result(self, data: bytes) -> Any:
+    def load_result(
+        self,
+        data: bytes,
+        *,
+        queue: str = "",
+        job_id: str = "",
+        batch: tuple[str, str] | None = None,
+    ) -> Any:
+        """A job's result, as ``Job.result()`` and batch readers read it; with signing on,
+        nothing is decoded before it is verified as the result of job ``job_id`` of ``queue``
+        (and, given ``batch``, as made for that batch: home queue, batch id).
+
+        Raises:
+            BadSignature: signing is on and the result is unsigned, forged, another job's, or
+                not made for ``batch``; or signing is off and the result is signed.
+        """
+        if self.signer is not None:
+            signed = self.signer.verify_result(queue, job_id, data)
+            if batch is not None and (signed.batch_queue, signed.batch_id) != batch:
+                raise BadSignature(
+                    f"the result of job {job_id!r} was not made for batch {batch[1]!r} "
+                    f"of queue {batch[0]!r}"
+                )
+            data = signed.data
+        elif data.startswith(FAMILY):
+            raise BadSignature("the result is signed, but this App has no signing_key")
         return self.serializer.loads(data) if data else None
 
     def dump_error(self, error: BaseException | str, *, with_traceback: bool = True) -> bytes:
@@ -157,6 +216,14 @@ class Codec:
             return ErrorInfo(str(rec["type"]), str(rec["message"]), rec.get("traceback"))
         except Exception:
             return ErrorInfo("Unknown", data.decode(errors="replace"))
+
+
+def _member_of(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The batch (home queue, id) a job's options say it belongs to, if any."""
+    value = options.get(MEMBER_OPTION)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
 
 
 def corrupt(exc: Exception) -> Unrunnable:

@@ -14,7 +14,7 @@
     ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
     ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
     ├── BatchCancelled            awaited batch was cancelled
-    ├── BadSignature              a signing App met an unsigned or tampered job payload
+    ├── BadSignature              a signing App met an unsigned or tampered payload or result
     └── EmbeddedServerError       the embedded Valkey server could not start
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
@@ -131,8 +131,12 @@ class BatchCancelled(AioQueueError):
 
 
 class BadSignature(AioQueueError):
-    """Raised when an App with a ``signing_key`` reads a job payload that is unsigned or whose
-    signature does not match; a worker dead-letters such a job with this reason."""
+    """Raised when an App with a ``signing_key`` reads a value that is unsigned or whose
+    signature does not match its place (prefix, queue, job, task, field): a job's payload and
+    options (a worker or ``reserve`` then dead-letters the job with this reason, unread), or a
+    result (``Job.result()``, ``Batch.results()``: another job's, or one not made for that
+    batch, does not match either). An App without a key raises it when it meets a signed
+    result."""
 
 
 class EmbeddedServerError(AioQueueError, RuntimeError):

@@ -35,10 +35,10 @@ class Leases:
         """A leased job's arguments and options.
 
         Raises:
-            BadSignature: signing is on and the payload is unsigned or forged.
+            BadSignature: signing is on and the payload or options are unsigned or forged.
             Unrunnable: ``CorruptPayload``, the record cannot be decoded.
         """
-        return self.codec.load_job(c.id, c.task, c.payload, c.options)
+        return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options)
 
     async def claim(
         self, n: int, lease_ms: int, worker_id: str = "", park_ms: int = 0

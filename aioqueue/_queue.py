@@ -126,7 +126,9 @@ class Queue:
             options=codec.dump_options(extra) if extra else b"",
         )
         jid = new_job_id() if job_id is None else check_job_id(job_id)
-        payload = codec.dump_args(jid, task, tuple(args), dict(kwargs or {}))
+        payload = codec.dump_args(
+            self.name, jid, task, tuple(args), dict(kwargs or {}), template.options
+        )
         return (await self._enqueue([JobRecord(jid, payload, template)]))[0]
 
     async def _enqueue(self, jobs: Sequence[JobRecord]) -> list[Job[Any]]:
@@ -217,7 +219,9 @@ class Queue:
         kwargs: dict[str, Any] | None = None
         task = h.get("t", b"").decode(errors="replace")
         with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
-            args, kwargs = codec.load_args(job_id, task, h.get("p", b""))
+            args, kwargs = codec.load_args(
+                self.name, job_id, task, h.get("p", b""), h.get("o", b"")
+            )
         return JobInfo(
             id=job_id,
             queue=self.name,
@@ -249,7 +253,7 @@ class Queue:
             if not state:
                 raise JobNotFound(job_id)
             if state == JobState.COMPLETED:
-                return True, codec.load_result(result)
+                return True, codec.load_result(result, queue=self.name, job_id=job_id)
             if state in (JobState.FAILED, JobState.CANCELLED):
                 err = codec.load_error(error) if error else None
                 raise_for_outcome(job_id, state, err)
@@ -334,7 +338,13 @@ class Queue:
             SerializationError: the result cannot be serialised (nothing is changed).
         """
         codec = self.app.codec
-        data = codec.dump_result(result)
+        data = codec.dump_result(
+            result,
+            queue=self.name,
+            job_id=reservation.id,
+            task=reservation.task,
+            options=reservation.options,
+        )
         task = self.app.tasks.get(reservation.task)
         ttl = codec.result_ttl_ms(reservation.options, None if task is None else task.result_ttl)
         outcome = (await self._leases.complete([(reservation.id, reservation.token, data, ttl)]))[0]

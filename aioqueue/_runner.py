@@ -68,7 +68,8 @@ class Runner:
         batch: Batch[Any] | None = None
         try:
             # everything read from the record is checked here: garbage dead-letters the job
-            args, kwargs, opts = app.codec.load_job(c.id, c.task, c.payload, c.options)
+            # with signing on, payload and options are verified together before either is used
+            args, kwargs, opts = app.codec.load_job(leases.name, c.id, c.task, c.payload, c.options)
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
             ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
             if "batch" in opts:  # a batch's callback (or a chain's second step)
@@ -81,8 +82,13 @@ class Runner:
         _current.set(JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch))
         try:
             if batch is not None and opts.get("chain"):
+                # verified (with signing on) as made by a member for this very batch
                 items = await batch.results()
-                args = (items[0].result, *args[1:]) if items else args
+                if not items or not items[0].ok:
+                    # released only once the first step succeeded: its result was removed
+                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
+                    return Failure(Unrunnable("MissingInput", why))
+                args = (items[0].result, *args[1:])
             # the body is awaited here, not in a helper: no extra coroutine per job
             if task.is_async:
                 if timeout is None:
@@ -96,12 +102,17 @@ class Runner:
                     result = await self._run_sync(task.fn, args, kwargs)
         except Retry as r:
             return _retry(task, c, r)
+        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
+            return Failure(exc)
         except Exception as exc:
             if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
                 exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
         try:
-            return (c.id, c.token, app.codec.dump_result(result), ttl_ms)
+            data = app.codec.dump_result(
+                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
         except AioQueueError as exc:
             return Failure(exc)
 

@@ -234,7 +234,7 @@ class Task(Generic[P, R]):
     ) -> Job[R]:
         self._sig.check(args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
-        jobs = await queue._enqueue([self._record(opts, args, kwargs)])
+        jobs = await queue._enqueue([self._record(opts, args, kwargs, queue.name)])
         return jobs[0]
 
     async def _enqueue_many(
@@ -245,6 +245,8 @@ class Task(Generic[P, R]):
         queue = self.app.queue(opts.queue or self.queue)
         dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
         # every job of the call shares one template: only ids and payloads vary
+        template = self._template(opts)
+        qname, options = queue.name, template.options
         pairs: list[Any] = []
         for call in calls:
             if isinstance(call, tuple):
@@ -254,16 +256,25 @@ class Task(Generic[P, R]):
             check(args, kwargs)
             job_id = new_job_id()
             pairs.append(job_id)
-            pairs.append(dump(job_id, name, args, kwargs))
-        return await queue._enqueue_run(self._template(opts), pairs)
+            pairs.append(dump(qname, job_id, name, args, kwargs, options))
+        return await queue._enqueue_run(template, pairs)
 
     def _record(
-        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        opts: JobOptions,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        queue: str,
+        template: Template | None = None,
+        job_id: str | None = None,
     ) -> JobRecord:
-        """The record of one job of this task with these options and arguments."""
-        job_id = opts.job_id or new_job_id()
-        payload = self.app.codec.dump_args(job_id, self.name, args, kwargs)
-        return JobRecord(job_id, payload, self._template(opts))
+        """The record of one job of this task on ``queue`` with these options and arguments
+        (and ``template``, when the caller changed the one ``opts`` give: the payload is
+        signed together with the template's options); ``job_id`` when the caller chose it."""
+        job_id = job_id or opts.job_id or new_job_id()
+        template = template or self._template(opts)
+        payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
+        return JobRecord(job_id, payload, template)
 
     def _template(self, opts: JobOptions) -> Template:
         """The template (everything but id and payload) of this task's jobs with ``opts``;

@@ -504,7 +504,9 @@ async def test_pickle_is_only_used_on_explicit_opt_in(redis_url: str, redis: Red
         with pytest.raises(SerializationError):
             await when.enqueue({1, 2})
 
-    async with open_app(redis_url, serializer="pickle") as pickle_app:
+    with pytest.raises(ConfigurationError, match="signing_key"):  # unsigned pickle: refused
+        App(redis_url, serializer="pickle")
+    async with open_app(redis_url, serializer="pickle", allow_unsigned_pickle=True) as pickle_app:
 
         @pickle_app.task
         async def when_p(at: datetime, tags: set[str]) -> dict[str, datetime]:
@@ -531,7 +533,7 @@ async def test_oversized_payload_is_refused(redis_url: str, redis: Redis) -> Non
         async def store(blob: str) -> None:
             return None
 
-        overhead = len(app.codec.dump_args("id", "t", ("",), {}))
+        overhead = len(app.codec.dump_args("default", "id", "t", ("",), {}))
         fits = "x" * (limit - overhead)
         job = await store.enqueue(fits)  # exactly at the limit: accepted
         assert (await job.info()).args == (fits,)

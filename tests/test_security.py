@@ -244,7 +244,9 @@ async def test_key_rotation_accepts_old_signatures_only_while_listed(
     redis_url: str, redis: Redis
 ) -> None:
     prefix = unique_prefix()
-    old_producer = _app(redis_url, prefix, signing_key=OLD_KEY)
+    # rotation's first step: the old key still signs, the new one is accepted already (so
+    # this producer can verify the results that workers sign with the new key)
+    old_producer = _app(redis_url, prefix, signing_key=OLD_KEY, verify_keys=[KEY])
     new_producer = _app(redis_url, prefix, signing_key=KEY)
     rotating = _app(redis_url, prefix, signing_key=KEY, verify_keys=[OLD_KEY])
     async with old_producer, new_producer:
