@@ -370,5 +370,7 @@ class Scheduler:
             task.max_attempts if task is not None else app.max_attempts,
             priority=task.priority if task is not None else 0,
         )
-        payload = app.codec.dump_args(job_id, spec.task, spec.args, spec.kwargs)
+        payload = app.codec.dump_args(
+            spec.queue, job_id, spec.task, spec.args, spec.kwargs, template.options
+        )
         return JobRecord(job_id, payload, template)
