@@ -300,3 +300,21 @@ async def test_wrong_typed_schedule_keys_never_stop_a_worker(
             assert worker.scheduler is not None
     assert worker.completed == 1
     assert await redis.get(k.cron_next) == b"garbage"  # left alone, not "repaired" away
+
+
+async def test_a_signed_apps_schedule_runs_its_tick_jobs(redis_url: str) -> None:
+    # a tick's job is stored by the scheduler, not by Task.enqueue: its payload must be signed
+    # for its queue, id and task like any other, or a signed worker dead-letters it
+    ran: list[str] = []
+    async with open_app(redis_url, signing_key=b"k" * 32) as app:
+
+        @app.task
+        async def tick(label: str) -> None:
+            ran.append(label)
+
+        await app.schedules.add(tick, every=timedelta(seconds=1), args=["signed"])
+        async with Worker(app, concurrency=2) as worker:
+            await wait_until(lambda: len(ran) >= 2, timeout=60, what="two signed ticks")
+            worker.stop()
+        assert set(ran) == {"signed"}
+        assert (await app.queue().stats()).get("failed", 0) == 0
