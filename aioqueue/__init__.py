@@ -27,6 +27,10 @@ from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import ServerUnavailable as ServerUnavailable
+from ._exceptions import StartupFailed as StartupFailed
+from ._hooks import CallNext as CallNext
+from ._hooks import EnqueueEvent as EnqueueEvent
+from ._hooks import State as State
 from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
@@ -56,11 +60,13 @@ __all__ = [
     "BatchState",
     "BoundTask",
     "Call",
+    "CallNext",
     "Chain",
     "ClosedError",
     "ConfigurationError",
     "EmbeddedServer",
     "EmbeddedServerError",
+    "EnqueueEvent",
     "ErrorInfo",
     "Job",
     "JobCancelled",
@@ -80,6 +86,8 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "ServerUnavailable",
+    "StartupFailed",
+    "State",
     "Task",
     "Worker",
     "__version__",

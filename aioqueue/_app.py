@@ -19,6 +19,7 @@ from ._batch import open_batch
 from ._checks import check_attempts, check_int
 from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
+from ._hooks import EnqueueHook, Hooks, LifecycleHook, Middleware
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
@@ -145,6 +146,8 @@ class App:
             self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
+        self.hooks = Hooks()
         self._queues: dict[str, Queue] = {}
         self._redis: aioredis.Redis | None = None
         self._results: ResultWaiter | None = None
@@ -247,6 +250,42 @@ class App:
             self.redis  # noqa: B018 - raises ClosedError unless open
             self._results = ResultWaiter(self)
         return self._results
+
+    # ------------------------------------------------------------------ hooks (_hooks.py)
+    def on_startup(self, fn: LifecycleHook) -> LifecycleHook:
+        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
+        before it fetches a job, in registration order; what it stores in ``state`` its tasks
+        read from ``current_job().state``. If it raises, the worker stops with
+        ``StartupFailed``."""
+        self.hooks.startup.append(fn)
+        return fn
+
+    def on_shutdown(self, fn: LifecycleHook) -> LifecycleHook:
+        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
+        its last job, in reverse registration order. What it raises is logged."""
+        self.hooks.shutdown.append(fn)
+        return fn
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
+        job in workers made after this call: it must ``return await call_next()`` (the result,
+        which it may replace). The first registered is outermost. What it raises fails the
+        attempt like the task's own exception (retried by the task's policy)."""
+        self.hooks.middleware.append(fn)
+        return fn
+
+    def before_enqueue(self, fn: EnqueueHook) -> EnqueueHook:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
+        App's producers, async and blocking, before jobs are stored; raising refuses the
+        enqueue (nothing is stored)."""
+        self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
+        return fn
+
+    def after_enqueue(self, fn: EnqueueHook) -> EnqueueHook:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
+        jobs are stored; what it raises is logged, not raised."""
+        self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
+        return fn
 
     # ------------------------------------------------------------------ tasks and queues
     @overload

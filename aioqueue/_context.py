@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ._hooks import State
 
 if TYPE_CHECKING:
     from ._app import App
@@ -23,6 +25,8 @@ class JobContext:
         max_attempts: attempts allowed before the job is dead-lettered.
         app: the App the worker runs for (its connection pool is usable from the task).
         batch: for a batch's callback, its batch (``await batch.results()``); else None.
+        state: the worker's shared objects, set by its startup hooks (``@app.on_startup``):
+            ``current_job().state.get(Pool)``.
     """
 
     id: str
@@ -32,6 +36,7 @@ class JobContext:
     max_attempts: int
     app: App
     batch: Batch[Any] | None = None
+    state: State = field(default_factory=State)
 
     async def progress(self, value: Any) -> None:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable

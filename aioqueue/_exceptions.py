@@ -15,6 +15,7 @@
     ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
     ├── BatchCancelled            awaited batch was cancelled
     ├── BadSignature              a signing App met an unsigned or tampered job payload
+    ├── StartupFailed             a worker's startup hook raised: the worker did not start
     └── EmbeddedServerError       the embedded Valkey server could not start
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
@@ -130,6 +131,12 @@ class BatchCancelled(AioQueueError):
 class BadSignature(AioQueueError):
     """Raised when an App with a ``signing_key`` reads a job payload that is unsigned or whose
     signature does not match; a worker dead-letters such a job with this reason."""
+
+
+class StartupFailed(AioQueueError):
+    """Raised by ``Worker.run`` when one of the App's startup hooks (``@app.on_startup``)
+    raised: the worker fetched nothing and runs no shutdown hook. The hook's exception is the
+    ``__cause__``; the message names the hook."""
 
 
 class EmbeddedServerError(AioQueueError, RuntimeError):

@@ -128,7 +128,13 @@ class Queue:
         """Store prepared jobs in one round trip."""
         if not jobs:
             return []
-        await self._scripts.enqueue(jobs)
+        hooks = self.app.hooks
+        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
+            event = hooks.before(self.name, jobs[0].template.task, tuple(j.id for j in jobs))
+            await self._scripts.enqueue(jobs)
+            hooks.after(event)
+        else:
+            await self._scripts.enqueue(jobs)
         return [Job(self, job.id) for job in jobs]
 
     async def _enqueue_run(self, template: Template, pairs: list[Any]) -> list[Job[Any]]:
@@ -136,7 +142,13 @@ class Queue:
         (the fast path of ``enqueue_many``)."""
         if not pairs:
             return []
-        await self._scripts.enqueue_run(template, pairs)
+        hooks = self.app.hooks
+        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
+            event = hooks.before(self.name, template.task, tuple(pairs[::2]))
+            await self._scripts.enqueue_run(template, pairs)
+            hooks.after(event)
+        else:
+            await self._scripts.enqueue_run(template, pairs)
         return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:

@@ -17,6 +17,7 @@ from ._batch import Batch
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, Retry
+from ._hooks import State, run_through
 from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
@@ -44,11 +45,15 @@ class Runner:
     Args:
         app: whose tasks run.
         threads: size of the thread pool for sync tasks (made on first use).
+        state: the worker's state (``JobContext.state``), set by its startup hooks.
     """
 
-    def __init__(self, app: App, threads: int) -> None:
+    def __init__(self, app: App, threads: int, state: State | None = None) -> None:
         self.app = app
         self.threads = threads
+        self.state = State() if state is None else state
+        # the App's middleware (_hooks.py), as registered when the worker was made
+        self._middleware = tuple(app.hooks.middleware)
         self._executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -78,13 +83,22 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        _current.set(JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch))
+        job = JobContext(
+            c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, self.state
+        )
+        _current.set(job)
         try:
             if batch is not None and opts.get("chain"):
                 items = await batch.results()
                 args = (items[0].result, *args[1:]) if items else args
-            # the body is awaited here, not in a helper: no extra coroutine per job
-            if task.is_async:
+            if self._middleware:  # around the body, within the run's timeout (_hooks.py)
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    body = functools.partial(self._body, task, args, kwargs)
+                    result = await run_through(self._middleware, job, body)
+            # without middleware the body is awaited here, not in a helper: no extra
+            # coroutine per job
+            elif task.is_async:
                 if timeout is None:
                     result = await task.fn(*args, **kwargs)
                 else:
@@ -104,6 +118,12 @@ class Runner:
             return (c.id, c.token, app.codec.dump_result(result), ttl_ms)
         except AioQueueError as exc:
             return Failure(exc)
+
+    async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """The task's body, as the innermost middleware calls it."""
+        if task.is_async:
+            return await task.fn(*args, **kwargs)
+        return await self._run_sync(task.fn, args, kwargs)
 
     async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
