@@ -40,6 +40,8 @@ from ._queue import Reservation as Reservation
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
+from ._sync import SyncClient as SyncClient
+from ._sync import SyncJob as SyncJob
 from ._task import Backoff as Backoff
 from ._task import BoundTask as BoundTask
 from ._task import Task as Task
@@ -88,6 +90,8 @@ __all__ = [
     "ServerUnavailable",
     "StartupFailed",
     "State",
+    "SyncClient",
+    "SyncJob",
     "Task",
     "Worker",
     "__version__",

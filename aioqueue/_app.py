@@ -26,6 +26,7 @@ from ._results import ResultWaiter
 from ._scripts import load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer
+from ._sync import SyncClient
 from ._task import Backoff, Task
 from ._timeutil import to_ms, to_seconds
 from ._wire import use_fast_packing
@@ -152,6 +153,7 @@ class App:
         self._redis: aioredis.Redis | None = None
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
+        self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
         return (
@@ -172,24 +174,8 @@ class App:
             return
         if self._state is _State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
-        opts: dict[str, Any] = {
-            "decode_responses": False,
-            "socket_connect_timeout": 5.0,
-            # None: see socket_timeout above; our calls carry their own asyncio timeout
-            "socket_timeout": None,
-            "health_check_interval": 10,
-            "max_connections": self.max_connections,
-            "timeout": 30.0,  # longest wait for a free connection of the pool
-            # a pooled connection the server closed while idle (its timeout, a proxy, a
-            # restart) fails on first use: try again on a fresh one. Safe: every script is
-            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
-            # lease to run out (a claim whose reply was lost)
-            "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
-            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
-        }
-        if not self.url.startswith("unix:"):
-            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
-        opts.update(self.redis_options)
+        # None: see socket_timeout above; our calls carry their own asyncio timeout
+        opts = self.pool_options(Retry, None)
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
@@ -211,6 +197,40 @@ class App:
             raise
         self._redis = client
         self._state = _State.OPEN
+
+    def pool_options(
+        self, retry: Callable[..., Any], socket_timeout: float | None
+    ) -> dict[str, Any]:
+        """The connection pool's options, for the async client and the blocking one
+        (``app.sync()``), each with its own ``Retry`` class."""
+        opts: dict[str, Any] = {
+            "decode_responses": False,
+            "socket_connect_timeout": 5.0,
+            "socket_timeout": socket_timeout,
+            "health_check_interval": 10,
+            "max_connections": self.max_connections,
+            "timeout": 30.0,  # longest wait for a free connection of the pool
+            # a pooled connection the server closed while idle (its timeout, a proxy, a
+            # restart) fails on first use: try again on a fresh one. Safe: every script is
+            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
+            # lease to run out (a claim whose reply was lost)
+            "retry": retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
+        }
+        if not self.url.startswith("unix:"):
+            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
+        opts.update(self.redis_options)
+        return opts
+
+    def sync(self) -> SyncClient:
+        """The App's blocking producer, for code without an event loop (Django, Flask,
+        scripts): ``app.sync().enqueue(task, ...)``. It needs no ``open()``: its own pool of
+        blocking connections connects on first use. One per App, shared by threads, until
+        ``close()``d."""
+        client = self._sync
+        if client is None or client.closed:
+            client = self._sync = SyncClient(self)
+        return client
 
     async def aclose(self) -> None:
         """Close the connection pool. The App cannot be opened again."""

@@ -233,8 +233,14 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
+        return await queue._enqueue_run(self._template(opts), self._pairs(calls))
+
+    def _pairs(
+        self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[Any]:
+        """New ids and the payloads of ``calls``: id, payload, id, payload, ... (every job
+        of an ``enqueue_many`` shares one template: only ids and payloads vary)."""
         dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
-        # every job of the call shares one template: only ids and payloads vary
         pairs: list[Any] = []
         for call in calls:
             if isinstance(call, tuple):
@@ -245,7 +251,7 @@ class Task(Generic[P, R]):
             job_id = new_job_id()
             pairs.append(job_id)
             pairs.append(dump(job_id, name, args, kwargs))
-        return await queue._enqueue_run(self._template(opts), pairs)
+        return pairs
 
     def _record(
         self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
