@@ -173,7 +173,7 @@ async def _subscribers(redis: Redis, channel: str) -> bool:
 def test_a_result_wait_is_bounded_by_its_timeout(app: App) -> None:
     job = app.sync().enqueue(app.tasks["add"], 1)
     t0 = time.monotonic()
-    with pytest.raises(ResultTimeout, match="did not finish within 0.3 s"):
+    with pytest.raises(ResultTimeout, match=r"did not finish within 0\.3 s"):
         job.result(timeout=0.3)
     assert time.monotonic() - t0 >= 0.3
     with pytest.raises(ResultTimeout):
