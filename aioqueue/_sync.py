@@ -271,7 +271,10 @@ def _subscribe(pubsub: Any, channel: str, remaining: Any) -> float:
     when this ACL user may not subscribe)."""
     try:
         blocking_call(lambda: pubsub.subscribe(channel))
-        until = time.monotonic() + remaining(RECHECK_INTERVAL)
+        try:
+            until = time.monotonic() + remaining(RECHECK_INTERVAL)
+        except ResultTimeout:  # no time to wait: the record is still checked once
+            return POLL_INTERVAL
         while (left := until - time.monotonic()) > 0:
             msg = blocking_call(partial(pubsub.get_message, timeout=left))
             if msg and msg["type"] == "subscribe":

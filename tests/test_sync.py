@@ -178,6 +178,11 @@ def test_a_result_wait_is_bounded_by_its_timeout(app: App) -> None:
     assert time.monotonic() - t0 >= 0.3
     with pytest.raises(ResultTimeout):
         job.result(timeout=0)
+    with pytest.raises(JobNotFound):  # a timeout of 0 still reads the record once
+        app.sync().job("no-such-job").result(timeout=0)
+    assert job.cancel()
+    with pytest.raises(JobCancelled):
+        job.result(timeout=0)
 
 
 def test_threads_share_one_client(app: App) -> None:
