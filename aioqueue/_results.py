@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
 
-from ._exceptions import ClosedError, ResultTimeout
+from ._exceptions import ClosedError
+from ._timeutil import Deadline
 
 if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
@@ -57,17 +58,7 @@ class ResultWaiter:
         Raises:
             ResultTimeout: not done within ``timeout`` seconds.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-
-        def remaining(cap: float) -> float:
-            if deadline is None:
-                return cap
-            left = deadline - loop.time()
-            if left <= 0:
-                raise ResultTimeout(f"{what} did not finish within {timeout} s")
-            return min(cap, left)
-
+        remaining = Deadline(timeout, what).remaining
         cap = RECHECK_INTERVAL
         first = remaining(RECHECK_INTERVAL)
         try:

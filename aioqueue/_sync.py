@@ -30,7 +30,7 @@ from ._queue import job_info_from, state_counts, watched_outcome
 from ._record import JobRecord, Template
 from ._syncdoor import BlockingScripts, blocking_call
 from ._task import BoundTask, Task
-from ._timeutil import to_seconds
+from ._timeutil import Deadline, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -231,19 +231,10 @@ class SyncJob(Generic[R]):
             ResultTimeout: it did not finish in time.
             JobNotFound: no record of the job.
         """
-        limit = to_seconds(timeout, "timeout")
-        deadline = None if limit is None else time.monotonic() + limit
+        remaining = Deadline(to_seconds(timeout, "timeout"), f"job {self.id!r}").remaining
         client = self._client
         door = client._door(self.queue)
         codec = client.app.codec
-
-        def remaining(cap: float) -> float:
-            if deadline is None:
-                return cap
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ResultTimeout(f"job {self.id!r} did not finish within {limit} s")
-            return min(cap, left)
 
         pubsub = client.redis.pubsub()  # type: ignore[no-untyped-call]
         channel = door.keys.done_channel
