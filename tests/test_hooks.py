@@ -360,3 +360,32 @@ def test_hooks_must_be_callable() -> None:
     app = App(prefix="unused")
     with pytest.raises(TypeError, match="must be callable"):
         app.before_enqueue("not a function")  # type: ignore[arg-type]
+
+
+async def test_run_until_empty_runs_the_hooks_around_each_round(redis_url: str) -> None:
+    from aioqueue.testing import run_until_empty
+
+    events: list[str] = []
+    async with open_app(redis_url) as app:
+
+        @app.on_startup
+        async def start(state: State) -> None:
+            events.append("start")
+            state.set(Pool("test"))
+
+        @app.on_shutdown
+        async def stop(state: State) -> None:
+            events.append("stop")
+
+        @app.task
+        async def step(n: int) -> str:
+            if n:
+                await step.enqueue(n - 1)  # runs in this round or the next
+            return current_job().state.get(Pool).name
+
+        job = await step.enqueue(1)
+        await run_until_empty(app)
+        assert await job.result(timeout=10) == "test"
+        # one burst worker per round (one or more): each starts and stops with the hooks
+        assert events
+        assert events == ["start", "stop"] * (len(events) // 2)
