@@ -175,7 +175,7 @@ class App:
         if self._state is _State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
-        opts = self.pool_options(Retry, None)
+        opts = self._pool_options(Retry, None)
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
@@ -198,7 +198,7 @@ class App:
         self._redis = client
         self._state = _State.OPEN
 
-    def pool_options(
+    def _pool_options(
         self, retry: Callable[..., Any], socket_timeout: float | None
     ) -> dict[str, Any]:
         """The connection pool's options, for the async client and the blocking one

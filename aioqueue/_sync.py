@@ -82,7 +82,7 @@ class SyncClient:
                 if self.closed:
                     raise ClosedError("this SyncClient was closed; call app.sync() for a new one")
                 if self._redis is None:
-                    opts = self.app.pool_options(Retry, self.app.socket_timeout)
+                    opts = self.app._pool_options(Retry, self.app.socket_timeout)
                     pool = redis.BlockingConnectionPool.from_url(self.app.url, **opts)
                     self._redis = redis.Redis(connection_pool=pool)
                 client = self._redis
