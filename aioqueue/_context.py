@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._hooks import State
@@ -25,8 +25,6 @@ class JobContext:
         max_attempts: attempts allowed before the job is dead-lettered.
         app: the App the worker runs for (its connection pool is usable from the task).
         batch: for a batch's callback, its batch (``await batch.results()``); else None.
-        state: the worker's shared objects, set by its startup hooks (``@app.on_startup``):
-            ``current_job().state.get(Pool)``.
     """
 
     id: str
@@ -36,7 +34,16 @@ class JobContext:
     max_attempts: int
     app: App
     batch: Batch[Any] | None = None
-    state: State = field(default_factory=State)
+
+    @property
+    def state(self) -> State:
+        """The worker's shared objects, set by its startup hooks (``@app.on_startup``):
+        ``current_job().state.get(Pool)``. (A context variable the worker sets once, so that
+        a job's run pays nothing for it.)"""
+        try:
+            return _worker_state.get()
+        except LookupError:  # a JobContext made outside a worker
+            return State()
 
     async def progress(self, value: Any) -> None:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable
@@ -46,6 +53,9 @@ class JobContext:
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")
+#: the running worker's State: set in ``Worker.run`` before it starts any task, so every task
+#: it starts (and so every job's run) inherits it
+_worker_state: contextvars.ContextVar[State] = contextvars.ContextVar("aioqueue_worker_state")
 
 
 def current_job() -> JobContext:

@@ -17,7 +17,7 @@ from ._batch import Batch
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, Retry
-from ._hooks import State, run_through
+from ._hooks import run_through
 from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
@@ -45,13 +45,11 @@ class Runner:
     Args:
         app: whose tasks run.
         threads: size of the thread pool for sync tasks (made on first use).
-        state: the worker's state (``JobContext.state``), set by its startup hooks.
     """
 
-    def __init__(self, app: App, threads: int, state: State | None = None) -> None:
+    def __init__(self, app: App, threads: int) -> None:
         self.app = app
         self.threads = threads
-        self.state = State() if state is None else state
         # the App's middleware (_hooks.py), as registered when the worker was made
         self._middleware = tuple(app.hooks.middleware)
         self._executor: ThreadPoolExecutor | None = None
@@ -83,9 +81,7 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(
-            c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, self.state
-        )
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
         _current.set(job)
         try:
             if batch is not None and opts.get("chain"):

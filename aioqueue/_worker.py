@@ -33,6 +33,7 @@ from typing import Any
 from ._app import App
 from ._checks import check_int
 from ._codec import Unrunnable
+from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from ._hooks import State
@@ -124,7 +125,7 @@ class Worker:
         self._main: asyncio.Task[None] | None = None
         #: objects the startup hooks share with the tasks (``current_job().state``)
         self.state = State()
-        self._runner = Runner(app, concurrency, self.state)
+        self._runner = Runner(app, concurrency)
         self._lease_ms = int(app.lease * 1000)
         # a parking outlasts the longest wait by a second: a worker that died parked stops
         # getting jobs handed over that long after
@@ -171,6 +172,7 @@ class Worker:
             raise ClosedError("a Worker runs once; create a new one")
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
+        _worker_state.set(self.state)  # every task started below inherits it (JobContext.state)
         await self.app.hooks.start(self.state)  # StartupFailed: nothing fetched, nothing to undo
         self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
         logger.info(

@@ -3,6 +3,7 @@ workers: their order, the state tasks reach, and what each failure does."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -389,3 +390,25 @@ async def test_run_until_empty_runs_the_hooks_around_each_round(redis_url: str) 
         # one burst worker per round (one or more): each starts and stops with the hooks
         assert events
         assert events == ["start", "stop"] * (len(events) // 2)
+
+
+async def test_each_worker_has_its_own_state(redis_url: str) -> None:
+    async with open_app(redis_url) as app:
+        made = 0
+
+        @app.on_startup
+        async def open_pool(state: State) -> None:
+            nonlocal made
+            made += 1
+            state.set(Pool(f"pool-{made}"))
+
+        @app.task
+        async def which() -> str:
+            await asyncio.sleep(0.01)
+            return current_job().state.get(Pool).name
+
+        jobs = [await which.enqueue() for _ in range(40)]
+        async with Worker(app, concurrency=5) as w1, Worker(app, concurrency=5) as w2:
+            names = {await j.result(timeout=30) for j in jobs}
+        assert {w1.state.get(Pool).name, w2.state.get(Pool).name} == {"pool-1", "pool-2"}
+        assert names <= {"pool-1", "pool-2"}
