@@ -60,13 +60,12 @@ class ResultWaiter:
         """
         remaining = Deadline(timeout, what).remaining
         cap = RECHECK_INTERVAL
-        first = remaining(RECHECK_INTERVAL)
         try:
+            first = remaining(RECHECK_INTERVAL)
             # subscribed (and confirmed) before check() marks the waiter: no finish is missed
             await asyncio.wait_for(self.subscribe(channel), first)
-        except TimeoutError:
-            remaining(0.0)
-            cap = POLL_INTERVAL
+        except TimeoutError:  # no confirmation in time, or no time at all (ResultTimeout):
+            cap = POLL_INTERVAL  # the record is still read once before giving up
         except rexc.ResponseError:  # NOPERM, from subscribe()
             cap = POLL_INTERVAL
         while True:

@@ -185,6 +185,26 @@ def test_a_result_wait_is_bounded_by_its_timeout(app: App) -> None:
         job.result(timeout=0)
 
 
+async def test_a_timeout_of_zero_reads_the_record_once_async_and_blocking(app: App) -> None:
+    sync = app.sync()
+    done = sync.enqueue(app.tasks["add"], 1, b=1)
+    async with app:
+        await Worker(app, burst=True).run()
+        queued = sync.enqueue(app.tasks["add"], 5)  # after the worker: still queued
+        for job in (done, queued):
+            async_job = app.queue(job.queue).job(job.id)
+            if job is done:
+                assert job.result(timeout=0) == 2
+                assert await async_job.result(timeout=0) == 2
+            else:
+                with pytest.raises(ResultTimeout):
+                    job.result(timeout=0)
+                with pytest.raises(ResultTimeout):
+                    await async_job.result(timeout=0)
+        with pytest.raises(JobNotFound):
+            await app.queue("default").job("no-such-job").result(timeout=0)
+
+
 def test_threads_share_one_client(app: App) -> None:
     sync = app.sync()
     ids: list[str] = []
