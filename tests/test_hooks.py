@@ -189,8 +189,8 @@ def test_the_cli_reports_a_failing_startup_hook_in_one_line_and_exits_1(
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].endswith(
-        "StartupFailed: startup hook open_db failed: "
+    assert lines[0] == (
+        "aioqueue: error: StartupFailed: startup hook open_db failed: "
         "ConnectionRefusedError: database refused the connection"
     )
 
