@@ -1,6 +1,6 @@
 """What middleware costs a worker: 20,000 pre-queued no-op jobs drained by one in-process
 Worker (concurrency 100), with no middleware, then with one and three no-op middlewares, on
-an embedded Valkey; trials interleaved, median jobs/s printed.
+an embedded Valkey; trials interleaved; median jobs/s and CPU time per job printed.
 
     .venv/bin/python benchmarks/hooks.py [--jobs 20000] [--repeats 5]
 
@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 
-async def drain(url: str, jobs: int, middlewares: int) -> float:
-    """Jobs/s of one drain of ``jobs`` no-op jobs under ``middlewares`` no-op middlewares."""
+async def drain(url: str, jobs: int, middlewares: int) -> tuple[float, float]:
+    """One drain of ``jobs`` no-op jobs under ``middlewares`` no-op middlewares: jobs/s, and
+    this process's CPU time per job in microseconds (steadier than the rate on a busy
+    machine: another process's load slows the drain but does not add to this one's CPU)."""
     from aioqueue import App, Worker
     from aioqueue.testing import unique_prefix
 
@@ -42,9 +44,10 @@ async def drain(url: str, jobs: int, middlewares: int) -> float:
     async with app:
         for i in range(0, jobs, 1000):
             await task.enqueue_many([{} for _ in range(min(1000, jobs - i))])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await Worker(app, concurrency=100, burst=True).run()
-        return jobs / (time.perf_counter() - t0)
+        cpu = time.process_time() - c0
+        return jobs / (time.perf_counter() - t0), cpu / jobs * 1e6
 
 
 def main() -> None:
@@ -61,13 +64,13 @@ def main() -> None:
     from aioqueue import EmbeddedServer
 
     variants = {"no middleware": 0, "1 no-op middleware": 1, "3 no-op middlewares": 3}
-    runs: dict[str, list[float]] = {name: [] for name in variants}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     if args.base:
         runs["base checkout"] = []
     here = str(Path(__file__).resolve().parent.parent)
     with EmbeddedServer() as server:
 
-        def one(checkout: str, middlewares: int) -> float:
+        def one(checkout: str, middlewares: int) -> tuple[float, float]:
             # each trial in a fresh process, so that no trial inherits another's warm state
             out = subprocess.run(
                 [
@@ -83,17 +86,20 @@ def main() -> None:
                 text=True,
                 check=True,
             )
-            return float(out.stdout)
+            rate, cpu = json.loads(out.stdout)
+            return float(rate), float(cpu)
 
         for _ in range(args.repeats):
             for name, n in variants.items():
                 runs[name].append(one(here, n))
             if args.base:
                 runs["base checkout"].append(one(args.base, 0))
-    print(f"{'variant':<22} {'median jobs/s':>14}  trials")
+    print(f"{'variant':<22} {'jobs/s':>8} {'CPU us/job':>11}  (medians; trials: jobs/s)")
     for name, values in runs.items():
-        trials = " ".join(f"{v:,.0f}" for v in values)
-        print(f"{name:<22} {statistics.median(values):>14,.0f}  {trials}")
+        rate = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        trials = " ".join(f"{v[0]:,.0f}" for v in values)
+        print(f"{name:<22} {rate:>8,.0f} {cpu:>11.1f}  {trials}")
 
 
 if __name__ == "__main__":
