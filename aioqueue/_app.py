@@ -277,13 +277,13 @@ class App:
         before it fetches a job, in registration order; what it stores in ``state`` its tasks
         read from ``current_job().state``. If it raises, the worker stops with
         ``StartupFailed``."""
-        self.hooks.startup.append(fn)
+        self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
         return fn
 
     def on_shutdown(self, fn: LifecycleHook) -> LifecycleHook:
         """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
         its last job, in reverse registration order. What it raises is logged."""
-        self.hooks.shutdown.append(fn)
+        self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
         return fn
 
     def middleware(self, fn: Middleware) -> Middleware:
@@ -291,7 +291,7 @@ class App:
         job in workers made after this call: it must ``return await call_next()`` (the result,
         which it may replace). The first registered is outermost. What it raises fails the
         attempt like the task's own exception (retried by the task's policy)."""
-        self.hooks.middleware.append(fn)
+        self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
         return fn
 
     def before_enqueue(self, fn: EnqueueHook) -> EnqueueHook:

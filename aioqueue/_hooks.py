@@ -20,6 +20,7 @@ With nothing registered each of these costs one truth test of an empty tuple or 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,12 @@ Middleware = Callable[["JobContext", CallNext], Awaitable[Any]]
 EnqueueHook = Callable[[EnqueueEvent], None]
 
 
+def _is_async(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )
+
+
 def _name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -136,10 +143,17 @@ class Hooks:
         self.on_enqueue = False
 
     def add_enqueue_hook(self, hooks: list[EnqueueHook], fn: EnqueueHook) -> None:
-        if not callable(fn):
-            raise TypeError(f"an enqueue hook must be callable, not {fn!r}")
+        if not callable(fn) or _is_async(fn):
+            raise TypeError(f"an enqueue hook must be a plain (not async) function, not {fn!r}")
         hooks.append(fn)
         self.on_enqueue = True
+
+    @staticmethod
+    def add_async(hooks: list[T], fn: T, what: str) -> None:
+        """Register a startup or shutdown hook or a middleware: an async function."""
+        if not _is_async(fn):
+            raise TypeError(f"{what} must be an async function (async def), not {fn!r}")
+        hooks.append(fn)
 
     # ------------------------------------------------------------------ workers
     async def start(self, state: State) -> None:

@@ -357,10 +357,29 @@ async def test_a_before_enqueue_hook_refuses_and_an_after_enqueue_failure_is_log
         assert "metrics backend down" in caplog.text
 
 
-def test_hooks_must_be_callable() -> None:
+def test_hooks_of_the_wrong_kind_are_refused_when_registered() -> None:
     app = App(prefix="unused")
-    with pytest.raises(TypeError, match="must be callable"):
+
+    async def async_fn(*args: Any) -> None:
+        return None
+
+    def plain_fn(*args: Any) -> None:
+        return None
+
+    class AsyncCallable:
+        async def __call__(self, state: State) -> None:
+            return None
+
+    with pytest.raises(TypeError, match="must be a plain"):
         app.before_enqueue("not a function")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a plain"):
+        app.after_enqueue(async_fn)  # type: ignore[arg-type]
+    for register in (app.on_startup, app.on_shutdown, app.middleware):
+        with pytest.raises(TypeError, match="must be an async function"):
+            register(plain_fn)  # type: ignore[arg-type]
+    app.on_startup(AsyncCallable())
+    assert len(app.hooks.startup) == 1
+    assert not app.hooks.on_enqueue  # nothing was registered
 
 
 async def test_run_until_empty_runs_the_hooks_around_each_round(redis_url: str) -> None:
