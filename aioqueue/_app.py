@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# the hooks' decorators return the function they are given, with its own type
+LH = TypeVar("LH", bound=LifecycleHook)
+MW = TypeVar("MW", bound=Middleware)
+EH = TypeVar("EH", bound=EnqueueHook)
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "AIOQUEUE_REDIS_URL"
@@ -272,7 +276,7 @@ class App:
         return self._results
 
     # ------------------------------------------------------------------ hooks (_hooks.py)
-    def on_startup(self, fn: LifecycleHook) -> LifecycleHook:
+    def on_startup(self, fn: LH) -> LH:
         """Register ``async def hook(state: State) -> None`` to run when a worker starts,
         before it fetches a job, in registration order; what it stores in ``state`` its tasks
         read from ``current_job().state``. If it raises, the worker stops with
@@ -280,13 +284,13 @@ class App:
         self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
         return fn
 
-    def on_shutdown(self, fn: LifecycleHook) -> LifecycleHook:
+    def on_shutdown(self, fn: LH) -> LH:
         """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
         its last job, in reverse registration order. What it raises is logged."""
         self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
         return fn
 
-    def middleware(self, fn: Middleware) -> Middleware:
+    def middleware(self, fn: MW) -> MW:
         """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
         job in workers made after this call: it must ``return await call_next()`` (the result,
         which it may replace). The first registered is outermost. What it raises fails the
@@ -294,14 +298,14 @@ class App:
         self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
         return fn
 
-    def before_enqueue(self, fn: EnqueueHook) -> EnqueueHook:
+    def before_enqueue(self, fn: EH) -> EH:
         """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
         App's producers, async and blocking, before jobs are stored; raising refuses the
         enqueue (nothing is stored)."""
         self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
         return fn
 
-    def after_enqueue(self, fn: EnqueueHook) -> EnqueueHook:
+    def after_enqueue(self, fn: EH) -> EH:
         """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
         jobs are stored; what it raises is logged, not raised."""
         self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)

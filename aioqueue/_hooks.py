@@ -149,7 +149,7 @@ class Hooks:
         self.on_enqueue = True
 
     @staticmethod
-    def add_async(hooks: list[T], fn: T, what: str) -> None:
+    def add_async(hooks: list[Any], fn: object, what: str) -> None:
         """Register a startup or shutdown hook or a middleware: an async function."""
         if not _is_async(fn):
             raise TypeError(f"{what} must be an async function (async def), not {fn!r}")

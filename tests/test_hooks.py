@@ -371,12 +371,12 @@ def test_hooks_of_the_wrong_kind_are_refused_when_registered() -> None:
             return None
 
     with pytest.raises(TypeError, match="must be a plain"):
-        app.before_enqueue("not a function")  # type: ignore[arg-type]
+        app.before_enqueue("not a function")  # type: ignore[type-var]
     with pytest.raises(TypeError, match="must be a plain"):
-        app.after_enqueue(async_fn)  # type: ignore[arg-type]
+        app.after_enqueue(async_fn)  # type: ignore[type-var]
     for register in (app.on_startup, app.on_shutdown, app.middleware):
         with pytest.raises(TypeError, match="must be an async function"):
-            register(plain_fn)  # type: ignore[arg-type]
+            register(plain_fn)  # type: ignore[type-var]
     app.on_startup(AsyncCallable())
     assert len(app.hooks.startup) == 1
     assert not app.hooks.on_enqueue  # nothing was registered

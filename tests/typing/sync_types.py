@@ -90,14 +90,14 @@ def check_hooks(app: App) -> None:
         del wrong
         return pool.dsn
 
-    @app.on_startup  # type: ignore[arg-type]
+    @app.on_startup  # type: ignore[type-var]
     def not_async(state: State) -> None:
         pass
 
-    @app.middleware  # type: ignore[arg-type]
+    @app.middleware  # type: ignore[type-var]
     async def no_call_next(job: JobContext) -> Any:
         return None
 
-    @app.after_enqueue  # type: ignore[arg-type]
+    @app.after_enqueue  # type: ignore[type-var]
     async def async_enqueue_hook(event: EnqueueEvent) -> None:
         pass
