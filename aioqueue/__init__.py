@@ -27,6 +27,10 @@ from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import ServerUnavailable as ServerUnavailable
+from ._exceptions import StartupFailed as StartupFailed
+from ._hooks import CallNext as CallNext
+from ._hooks import EnqueueEvent as EnqueueEvent
+from ._hooks import State as State
 from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
@@ -38,6 +42,8 @@ from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
+from ._sync import SyncClient as SyncClient
+from ._sync import SyncJob as SyncJob
 from ._task import Backoff as Backoff
 from ._task import BoundTask as BoundTask
 from ._task import Task as Task
@@ -58,11 +64,13 @@ __all__ = [
     "BatchState",
     "BoundTask",
     "Call",
+    "CallNext",
     "Chain",
     "ClosedError",
     "ConfigurationError",
     "EmbeddedServer",
     "EmbeddedServerError",
+    "EnqueueEvent",
     "ErrorInfo",
     "Job",
     "JobCancelled",
@@ -84,6 +92,10 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "ServerUnavailable",
+    "StartupFailed",
+    "State",
+    "SyncClient",
+    "SyncJob",
     "Task",
     "Worker",
     "__version__",

@@ -20,6 +20,7 @@ from ._checks import check_attempts, check_int
 from ._codec import Codec
 from ._cron import MissedPolicy
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
+from ._hooks import EnqueueHook, Hooks, LifecycleHook, Middleware
 from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
@@ -27,6 +28,7 @@ from ._schedules import Schedules, make_spec
 from ._scripts import load_scripts
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._signing import Signer
+from ._sync import SyncClient
 from ._task import Backoff, Task
 from ._timeutil import to_ms, to_seconds
 from ._wire import use_fast_packing
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 TaskT = TypeVar("TaskT", bound=Task[Any, Any])
+# the hooks' decorators return the function they are given, with its own type
+LH = TypeVar("LH", bound=LifecycleHook)
+MW = TypeVar("MW", bound=Middleware)
+EH = TypeVar("EH", bound=EnqueueHook)
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "AIOQUEUE_REDIS_URL"
@@ -161,12 +167,15 @@ class App:
             self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
+        self.hooks = Hooks()
         self._queues: dict[str, Queue] = {}
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
+        self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
         return (
@@ -187,24 +196,8 @@ class App:
             return
         if self._state is _State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
-        opts: dict[str, Any] = {
-            "decode_responses": False,
-            "socket_connect_timeout": 5.0,
-            # None: see socket_timeout above; our calls carry their own asyncio timeout
-            "socket_timeout": None,
-            "health_check_interval": 10,
-            "max_connections": self.max_connections,
-            "timeout": 30.0,  # longest wait for a free connection of the pool
-            # a pooled connection the server closed while idle (its timeout, a proxy, a
-            # restart) fails on first use: try again on a fresh one. Safe: every script is
-            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
-            # lease to run out (a claim whose reply was lost)
-            "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
-            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
-        }
-        if not self.url.startswith("unix:"):
-            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
-        opts.update(self.redis_options)
+        # None: see socket_timeout above; our calls carry their own asyncio timeout
+        opts = self._pool_options(Retry, None)
         # a blocking pool: a burst of callers waits for a free connection instead of failing
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
@@ -226,6 +219,40 @@ class App:
             raise
         self._redis = client
         self._state = _State.OPEN
+
+    def _pool_options(
+        self, retry: Callable[..., Any], socket_timeout: float | None
+    ) -> dict[str, Any]:
+        """The connection pool's options, for the async client and the blocking one
+        (``app.sync()``), each with its own ``Retry`` class."""
+        opts: dict[str, Any] = {
+            "decode_responses": False,
+            "socket_connect_timeout": 5.0,
+            "socket_timeout": socket_timeout,
+            "health_check_interval": 10,
+            "max_connections": self.max_connections,
+            "timeout": 30.0,  # longest wait for a free connection of the pool
+            # a pooled connection the server closed while idle (its timeout, a proxy, a
+            # restart) fails on first use: try again on a fresh one. Safe: every script is
+            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
+            # lease to run out (a claim whose reply was lost)
+            "retry": retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
+        }
+        if not self.url.startswith("unix:"):
+            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
+        opts.update(self.redis_options)
+        return opts
+
+    def sync(self) -> SyncClient:
+        """The App's blocking producer, for code without an event loop (Django, Flask,
+        scripts): ``app.sync().enqueue(task, ...)``. It needs no ``open()``: its own pool of
+        blocking connections connects on first use. One per App, shared by threads, until
+        ``close()``d."""
+        client = self._sync
+        if client is None or client.closed:
+            client = self._sync = SyncClient(self)
+        return client
 
     async def aclose(self) -> None:
         """Close the connection pool. The App cannot be opened again."""
@@ -265,6 +292,42 @@ class App:
             self.redis  # noqa: B018 - raises ClosedError unless open
             self._results = ResultWaiter(self)
         return self._results
+
+    # ------------------------------------------------------------------ hooks (_hooks.py)
+    def on_startup(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
+        before it fetches a job, in registration order; what it stores in ``state`` its tasks
+        read from ``current_job().state``. If it raises, the worker stops with
+        ``StartupFailed``."""
+        self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
+        return fn
+
+    def on_shutdown(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
+        its last job, in reverse registration order. What it raises is logged."""
+        self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
+        return fn
+
+    def middleware(self, fn: MW) -> MW:
+        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
+        job in workers made after this call: it must ``return await call_next()`` (the result,
+        which it may replace). The first registered is outermost. What it raises fails the
+        attempt like the task's own exception (retried by the task's policy)."""
+        self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
+        return fn
+
+    def before_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
+        App's producers, async and blocking, before jobs are stored; raising refuses the
+        enqueue (nothing is stored)."""
+        self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
+        return fn
+
+    def after_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
+        jobs are stored; what it raises is logged, not raised."""
+        self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
+        return fn
 
     # ------------------------------------------------------------------ tasks and queues
     @overload

@@ -6,6 +6,8 @@ import contextvars
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._hooks import State
+
 if TYPE_CHECKING:
     from ._app import App
     from ._batch import Batch
@@ -33,6 +35,16 @@ class JobContext:
     app: App
     batch: Batch[Any] | None = None
 
+    @property
+    def state(self) -> State:
+        """The worker's shared objects, set by its startup hooks (``@app.on_startup``):
+        ``current_job().state.get(Pool)``. (A context variable the worker sets once, so that
+        a job's run pays nothing for it.)"""
+        try:
+            return _worker_state.get()
+        except LookupError:  # a JobContext made outside a worker
+            return State()
+
     async def progress(self, value: Any) -> None:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable
         from ``Job.info()`` in any process."""
@@ -41,6 +53,9 @@ class JobContext:
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")
+#: the running worker's State: set in ``Worker.run`` before it starts any task, so every task
+#: it starts (and so every job's run) inherits it
+_worker_state: contextvars.ContextVar[State] = contextvars.ContextVar("aioqueue_worker_state")
 
 
 def current_job() -> JobContext:

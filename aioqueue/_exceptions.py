@@ -15,6 +15,7 @@
     ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
     ├── BatchCancelled            awaited batch was cancelled
     ├── BadSignature              a signing App met an unsigned or tampered payload or result
+    ├── StartupFailed             a worker's startup hook raised: the worker did not start
     └── EmbeddedServerError       the embedded Valkey server could not start
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
@@ -137,6 +138,12 @@ class BadSignature(AioQueueError):
     result (``Job.result()``, ``Batch.results()``: another job's, or one not made for that
     batch, does not match either). An App without a key raises it when it meets a signed
     result."""
+
+
+class StartupFailed(AioQueueError):
+    """Raised by ``Worker.run`` when one of the App's startup hooks (``@app.on_startup``)
+    raised: the worker fetched nothing and runs no shutdown hook. The hook's exception is the
+    ``__cause__``; the message names the hook."""
 
 
 class EmbeddedServerError(AioQueueError, RuntimeError):

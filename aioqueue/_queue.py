@@ -19,7 +19,7 @@ from ._checks import (
     check_priority,
     new_job_id,
 )
-from ._codec import Unrunnable
+from ._codec import Codec, Unrunnable
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import Job, JobInfo, JobState, raise_for_outcome
 from ._keys import QueueKeys, check_name
@@ -135,7 +135,13 @@ class Queue:
         """Store prepared jobs in one round trip."""
         if not jobs:
             return []
-        await self._scripts.enqueue(jobs)
+        hooks = self.app.hooks
+        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
+            event = hooks.before(self.name, jobs[0].template.task, tuple(j.id for j in jobs))
+            await self._scripts.enqueue(jobs)
+            hooks.after(event)
+        else:
+            await self._scripts.enqueue(jobs)
         return [Job(self, job.id) for job in jobs]
 
     async def _enqueue_run(self, template: Template, pairs: list[Any]) -> list[Job[Any]]:
@@ -143,7 +149,13 @@ class Queue:
         (the fast path of ``enqueue_many``)."""
         if not pairs:
             return []
-        await self._scripts.enqueue_run(template, pairs)
+        hooks = self.app.hooks
+        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
+            event = hooks.before(self.name, template.task, tuple(pairs[::2]))
+            await self._scripts.enqueue_run(template, pairs)
+            hooks.after(event)
+        else:
+            await self._scripts.enqueue_run(template, pairs)
         return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:
@@ -161,9 +173,7 @@ class Queue:
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""
-        ready, prio, sched, active, dead = await self._scripts.lane_counts()
-        queued = ready + prio + sum((await self.group_counts()).values())
-        return {"scheduled": sched, "queued": queued, "active": active, "failed": dead}
+        return state_counts(await self._scripts.lane_counts(), await self.group_counts())
 
     async def group_counts(self) -> dict[str, int]:
         """Queued jobs per group, for every group that has any."""
@@ -207,37 +217,7 @@ class Queue:
 
     async def job_info(self, job_id: str) -> JobInfo:
         raw = await self._scripts.job_record(job_id)
-        if not raw:
-            raise JobNotFound(job_id)
-        h = {k.decode(): v for k, v in raw.items()}
-        codec = self.app.codec
-
-        def num(name: str) -> int | None:
-            return int(h[name]) if name in h else None
-
-        args: tuple[Any, ...] | None = None
-        kwargs: dict[str, Any] | None = None
-        task = h.get("t", b"").decode(errors="replace")
-        with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
-            args, kwargs = codec.load_args(
-                self.name, job_id, task, h.get("p", b""), h.get("o", b"")
-            )
-        return JobInfo(
-            id=job_id,
-            queue=self.name,
-            task=task,
-            state=JobState(h["s"].decode()),
-            attempts=num("a") or 0,
-            max_attempts=num("m") or 1,
-            priority=num("pr") or 0,
-            created_ms=num("ct") or 0,
-            due_ms=num("due"),
-            finished_ms=num("f"),
-            error=codec.load_error(h["e"]) if "e" in h else None,
-            args=args,
-            kwargs=kwargs,
-            progress=codec.json.loads(h["pg"]) if "pg" in h else None,
-        )
+        return job_info_from(self.app.codec, self.name, job_id, raw)
 
     async def _job_state(self, job_id: str) -> JobState:
         state, _, _ = await self._scripts.watch(job_id, register=False)
@@ -249,15 +229,9 @@ class Queue:
         codec = self.app.codec
 
         async def check() -> tuple[bool, Any]:
-            state, result, error = await self._scripts.watch(job_id, register=True)
-            if not state:
-                raise JobNotFound(job_id)
-            if state == JobState.COMPLETED:
-                return True, codec.load_result(result, queue=self.name, job_id=job_id)
-            if state in (JobState.FAILED, JobState.CANCELLED):
-                err = codec.load_error(error) if error else None
-                raise_for_outcome(job_id, state, err)
-            return False, None
+            return watched_outcome(
+                codec, self.name, job_id, await self._scripts.watch(job_id, register=True)
+            )
 
         waiter = self.app.result_waiter
         channel = self._keys.done_channel
@@ -422,6 +396,69 @@ class Queue:
             "dead_trimmed": trimmed,
             "batch_outcomes_forwarded": forwarded,
         }
+
+
+def state_counts(lanes: tuple[int, int, int, int, int], groups: dict[str, int]) -> dict[str, int]:
+    """``Queue.counts()`` from the lane sizes and the queued jobs per group."""
+    ready, prio, sched, active, dead = lanes
+    queued = ready + prio + sum(groups.values())
+    return {"scheduled": sched, "queued": queued, "active": active, "failed": dead}
+
+
+def job_info_from(codec: Codec, queue: str, job_id: str, raw: dict[bytes, bytes]) -> JobInfo:
+    """A JobInfo from a job's stored hash (``raw``).
+
+    Raises:
+        JobNotFound: there is no record (an empty hash).
+    """
+    if not raw:
+        raise JobNotFound(job_id)
+    h = {k.decode(): v for k, v in raw.items()}
+
+    def num(name: str) -> int | None:
+        return int(h[name]) if name in h else None
+
+    args: tuple[Any, ...] | None = None
+    kwargs: dict[str, Any] | None = None
+    task = h.get("t", b"").decode(errors="replace")
+    with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
+        args, kwargs = codec.load_args(queue, job_id, task, h.get("p", b""), h.get("o", b""))
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        task=task,
+        state=JobState(h["s"].decode()),
+        attempts=num("a") or 0,
+        max_attempts=num("m") or 1,
+        priority=num("pr") or 0,
+        created_ms=num("ct") or 0,
+        due_ms=num("due"),
+        finished_ms=num("f"),
+        error=codec.load_error(h["e"]) if "e" in h else None,
+        args=args,
+        kwargs=kwargs,
+        progress=codec.json.loads(h["pg"]) if "pg" in h else None,
+    )
+
+
+def watched_outcome(
+    codec: Codec, queue: str, job_id: str, watched: tuple[str, bytes, bytes]
+) -> tuple[bool, Any]:
+    """What a result waiter makes of watch.lua's reply: (True, result) once completed,
+    (False, None) while unfinished.
+
+    Raises:
+        JobNotFound: no record of the job.
+        JobFailed / JobCancelled: it was dead-lettered or cancelled.
+    """
+    state, result, error = watched
+    if not state:
+        raise JobNotFound(job_id)
+    if state == JobState.COMPLETED:
+        return True, codec.load_result(result, queue=queue, job_id=job_id)
+    if state in (JobState.FAILED, JobState.CANCELLED):
+        raise_for_outcome(job_id, state, codec.load_error(error) if error else None)
+    return False, None
 
 
 def _group_arg(group: str | None) -> str:

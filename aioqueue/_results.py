@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
 
-from ._exceptions import ClosedError, ResultTimeout
+from ._exceptions import ClosedError
+from ._timeutil import Deadline
 
 if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
@@ -57,25 +58,14 @@ class ResultWaiter:
         Raises:
             ResultTimeout: not done within ``timeout`` seconds.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-
-        def remaining(cap: float) -> float:
-            if deadline is None:
-                return cap
-            left = deadline - loop.time()
-            if left <= 0:
-                raise ResultTimeout(f"{what} did not finish within {timeout} s")
-            return min(cap, left)
-
+        remaining = Deadline(timeout, what).remaining
         cap = RECHECK_INTERVAL
-        first = remaining(RECHECK_INTERVAL)
         try:
+            first = remaining(RECHECK_INTERVAL)
             # subscribed (and confirmed) before check() marks the waiter: no finish is missed
             await asyncio.wait_for(self.subscribe(channel), first)
-        except TimeoutError:
-            remaining(0.0)
-            cap = POLL_INTERVAL
+        except TimeoutError:  # no confirmation in time, or no time at all (ResultTimeout):
+            cap = POLL_INTERVAL  # the record is still read once before giving up
         except rexc.ResponseError:  # NOPERM, from subscribe()
             cap = POLL_INTERVAL
         while True:

@@ -17,6 +17,7 @@ from ._batch import Batch
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, Retry
+from ._hooks import run_through
 from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class Runner:
     def __init__(self, app: App, threads: int) -> None:
         self.app = app
         self.threads = threads
+        # the App's middleware (_hooks.py), as registered when the worker was made
+        self._middleware = tuple(app.hooks.middleware)
         self._executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -79,7 +82,8 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        _current.set(JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch))
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
+        _current.set(job)
         try:
             if batch is not None and opts.get("chain"):
                 # verified (with signing on) as made by a member for this very batch
@@ -89,8 +93,14 @@ class Runner:
                     why = f"chain step: batch {batch.id!r} holds no result of the first step"
                     return Failure(Unrunnable("MissingInput", why))
                 args = (items[0].result, *args[1:])
-            # the body is awaited here, not in a helper: no extra coroutine per job
-            if task.is_async:
+            if self._middleware:  # around the body, within the run's timeout (_hooks.py)
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    body = functools.partial(self._body, task, args, kwargs)
+                    result = await run_through(self._middleware, job, body)
+            # without middleware the body is awaited here, not in a helper: no extra
+            # coroutine per job
+            elif task.is_async:
                 if timeout is None:
                     result = await task.fn(*args, **kwargs)
                 else:
@@ -115,6 +125,12 @@ class Runner:
             return (c.id, c.token, data, ttl_ms)
         except AioQueueError as exc:
             return Failure(exc)
+
+    async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """The task's body, as the innermost middleware calls it."""
+        if task.is_async:
+            return await task.fn(*args, **kwargs)
+        return await self._run_sync(task.fn, args, kwargs)
 
     async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout

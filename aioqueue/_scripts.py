@@ -190,6 +190,75 @@ def wrap_redis_error(exc: Exception) -> Exception:
     return exc
 
 
+def enqueue_calls(
+    lanes: Sequence[str], base: str, jobs: Sequence[JobRecord], chunk: int = 500
+) -> list[ScriptCall]:
+    """The enqueue.lua calls that store ``jobs`` (``chunk`` a call), for a pipeline."""
+    return [
+        (SCRIPTS["enqueue"], lanes, enqueue_args(base, jobs[i : i + chunk]))
+        for i in range(0, len(jobs), chunk)
+    ]
+
+
+def enqueue_run_calls(
+    lanes: Sequence[str], base: str, template: Template, pairs: list[Any], chunk: int = 500
+) -> list[ScriptCall]:
+    """The enqueue.lua calls that store jobs sharing one template (``pairs``: id, payload,
+    id, payload, ...), ``chunk`` jobs a call."""
+    step = 2 * chunk
+    values = template.values()
+    return [
+        (SCRIPTS["enqueue"], lanes, runs_args(base, [(values, pairs[i : i + step])]))
+        for i in range(0, len(pairs), step)
+    ]
+
+
+def pipeline_failures(results: list[Any]) -> list[int]:
+    """The calls of a pipeline (run with ``raise_on_error=False``) that met NOSCRIPT and must
+    run again once their script is loaded; any other error is raised (wrapped)."""
+    again = []
+    for i, res in enumerate(results):
+        if isinstance(res, rexc.NoScriptError):
+            again.append(i)
+        elif isinstance(res, rexc.ConnectionError | rexc.TimeoutError | OSError):
+            raise wrap_redis_error(res) from res
+        elif isinstance(res, Exception):
+            raise res
+    return again
+
+
+def read_lane_counts(pipe: Any, k: QueueKeys) -> None:
+    """Queue on a pipeline (async or blocking) the sizes of ready, prio, scheduled, active
+    and dead."""
+    pipe.llen(k.ready)
+    for key in (k.prio, k.scheduled, k.active, k.dead):
+        pipe.zcard(key)
+
+
+def read_group_names(pipe: Any, k: QueueKeys) -> None:
+    """Queue on a pipeline what ``group_names`` needs."""
+    # a group with queued jobs is in the ring, or parked: by its limit (it has active
+    # jobs), by its rate (gwait) or paused (gconf)
+    pipe.zrange(k.ring, 0, -1)
+    pipe.hkeys(k.gactive)
+    pipe.zrange(k.gwait, 0, -1)
+    pipe.hkeys(k.gconf)
+
+
+def group_names(replies: Sequence[list[bytes]]) -> list[str]:
+    """The groups that may have queued jobs, from the replies of ``read_group_names``."""
+    ring, gactive, gwait, gconf = replies
+    names = {x.decode() for x in (*ring, *gactive, *gwait)}
+    names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
+    names.discard("")
+    return sorted(names)
+
+
+def parse_watch(res: Any) -> tuple[str, bytes, bytes]:
+    """watch.lua's reply: (state, or "" for no job; result; error)."""
+    return res[0].decode(), res[1], res[2]
+
+
 async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | None = None) -> T:
     """Await one call to Redis within the App's socket timeout, with connection errors wrapped
     in aioqueue's. A blocking command that waits up to ``blocking`` seconds gets that long
@@ -239,13 +308,8 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
     for script, keys, args in calls:
         pipe.execute_command(*evalsha_command(client, script.sha, keys, args))
     results: list[Any] = await bounded(client, pipe.execute(raise_on_error=False))
-    for i, res in enumerate(results):
-        if isinstance(res, rexc.NoScriptError):
-            results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
-        elif isinstance(res, rexc.ConnectionError | rexc.TimeoutError | OSError):
-            raise wrap_redis_error(res) from res
-        elif isinstance(res, Exception):
-            raise res
+    for i in pipeline_failures(results):
+        results[i] = await evalsha(client, *calls[i])
     return results
 
 
@@ -282,10 +346,7 @@ class QueueScripts:
     # ------------------------------------------------------------------ enqueue
     def enqueue_calls(self, jobs: Sequence[JobRecord], chunk: int = 500) -> list[ScriptCall]:
         """The enqueue.lua calls that store ``jobs`` (``chunk`` a call), for a pipeline."""
-        return [
-            (SCRIPTS["enqueue"], self.lanes, enqueue_args(self.base, jobs[i : i + chunk]))
-            for i in range(0, len(jobs), chunk)
-        ]
+        return enqueue_calls(self.lanes, self.base, jobs, chunk)
 
     async def enqueue(self, jobs: Sequence[JobRecord], chunk: int = 500) -> None:
         """Store jobs; runs of jobs with the same template go as id/payload pairs."""
@@ -293,13 +354,7 @@ class QueueScripts:
 
     async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
-        step = 2 * chunk
-        values = template.values()
-        calls = [
-            (SCRIPTS["enqueue"], self.lanes, runs_args(self.base, [(values, pairs[i : i + step])]))
-            for i in range(0, len(pairs), step)
-        ]
-        await self._enqueue_calls(calls)
+        await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
 
     async def _enqueue_calls(self, calls: Sequence[ScriptCall]) -> None:
         if len(calls) == 1:
@@ -388,8 +443,9 @@ class QueueScripts:
     async def watch(
         self, job_id: str, register: bool, kind: str = "job"
     ) -> tuple[str, bytes, bytes]:
-        res = await self._run("watch", (self.base, job_id, 1 if register else 0, kind))
-        return res[0].decode(), res[1], res[2]
+        return parse_watch(
+            await self._run("watch", (self.base, job_id, 1 if register else 0, kind))
+        )
 
     async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:
         """Maintenance; returns (recovered, promoted, dead_trimmed), all -1 when another
@@ -471,32 +527,19 @@ class QueueScripts:
 
     async def lane_counts(self) -> tuple[int, int, int, int, int]:
         """Sizes of ready, prio, scheduled, active and dead."""
-        k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        pipe.llen(k.ready)
-        for key in (k.prio, k.scheduled, k.active, k.dead):
-            pipe.zcard(key)
+        read_lane_counts(pipe, self.keys)
         ready, prio, sched, active, dead = await self.read(pipe.execute())
         return ready, prio, sched, active, dead
 
     async def group_counts(self) -> dict[str, int]:
         """Queued jobs per group, for every group that has any."""
-        k = self.keys
-        # a group with queued jobs is in the ring, or parked: by its limit (it has active
-        # jobs), by its rate (gwait) or paused (gconf)
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(k.ring, 0, -1)
-        pipe.hkeys(k.gactive)
-        pipe.zrange(k.gwait, 0, -1)
-        pipe.hkeys(k.gconf)
-        ring, gactive, gwait, gconf = await self.read(pipe.execute())
-        names = {x.decode() for x in (*ring, *gactive, *gwait)}
-        names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
-        names.discard("")
-        groups = sorted(names)
+        read_group_names(pipe, self.keys)
+        groups = group_names(await self.read(pipe.execute()))
         pipe = self.client.pipeline(transaction=False)
         for g in groups:
-            pipe.zcard(k.lane(g))
+            pipe.zcard(self.keys.lane(g))
         sizes = await self.read(pipe.execute())
         return {g: n for g, n in zip(groups, sizes, strict=True) if n}
 

@@ -243,10 +243,19 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
-        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
-        # every job of the call shares one template: only ids and payloads vary
         template = self._template(opts)
-        qname, options = queue.name, template.options
+        return await queue._enqueue_run(template, self._pairs(queue.name, template.options, calls))
+
+    def _pairs(
+        self,
+        queue: str,
+        options: bytes,
+        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
+    ) -> list[Any]:
+        """New ids and the payloads of ``calls`` on ``queue``: id, payload, id, payload, ...
+        (every job of an ``enqueue_many`` shares one template, whose ``options`` each payload
+        is signed with: only ids and payloads vary)."""
+        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
         pairs: list[Any] = []
         for call in calls:
             if isinstance(call, tuple):
@@ -256,8 +265,8 @@ class Task(Generic[P, R]):
             check(args, kwargs)
             job_id = new_job_id()
             pairs.append(job_id)
-            pairs.append(dump(qname, job_id, name, args, kwargs, options))
-        return await queue._enqueue_run(template, pairs)
+            pairs.append(dump(queue, job_id, name, args, kwargs, options))
+        return pairs
 
     def _record(
         self,

@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime, timedelta
 
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, ResultTimeout
+
+
+class Deadline:
+    """The time limit of a wait for ``what`` to finish: ``timeout`` seconds from now, by the
+    monotonic clock (asyncio's too), or none."""
+
+    __slots__ = ("at", "timeout", "what")
+
+    def __init__(self, timeout: float | None, what: str) -> None:
+        self.timeout = timeout
+        self.what = what
+        self.at = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self, cap: float) -> float:
+        """Seconds left, at most ``cap``.
+
+        Raises:
+            ResultTimeout: none left.
+        """
+        if self.at is None:
+            return cap
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise ResultTimeout(f"{self.what} did not finish within {self.timeout} s")
+        return min(cap, left)
 
 
 def to_seconds(value: float | timedelta | None, what: str = "timeout") -> float | None:

@@ -33,8 +33,10 @@ from typing import Any
 from ._app import App
 from ._checks import check_int
 from ._codec import Unrunnable, describe_error
+from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from ._hooks import State
 from ._leases import forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed
@@ -126,6 +128,8 @@ class Worker:
         self._stopping = False
         self._finished = False
         self._main: asyncio.Task[None] | None = None
+        #: objects the startup hooks share with the tasks (``current_job().state``)
+        self.state = State()
         self._runner = Runner(app, concurrency)
         self._lease_ms = int(app.lease * 1000)
         # a parking outlasts the longest wait by a second: a worker that died parked stops
@@ -175,6 +179,8 @@ class Worker:
             raise ClosedError("a Worker runs once; create a new one")
         self._started = True
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
+        _worker_state.set(self.state)  # every task started below inherits it (JobContext.state)
+        await self.app.hooks.start(self.state)  # StartupFailed: nothing fetched, nothing to undo
         self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
         logger.info(
             "worker %s consuming %s at concurrency %d",
@@ -203,7 +209,10 @@ class Worker:
             raise
         finally:
             stop_waiter.cancel()
-            await self._shutdown(fetchers, helpers, acker)
+            try:
+                await self._shutdown(fetchers, helpers, acker)
+            finally:  # once every job is finished and acknowledged
+                await self.app.hooks.stop(self.state)
 
     async def _shutdown(
         self,

@@ -13,6 +13,7 @@ import pytest
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
     ["_version", "_exceptions"],
+    ["_hooks"],
     [
         "_limits",
         "_timeutil",
@@ -26,13 +27,13 @@ LAYERS: list[list[str]] = [
     ],
     ["_job"],
     ["_codec"],
-    ["_scripts"],
+    ["_scripts", "_syncdoor"],
     ["_leases"],
     ["_queue"],
     ["_results", "_context"],
     ["_batch"],
     ["_task"],
-    ["_schedules"],
+    ["_schedules", "_sync"],
     ["_app"],
     ["_runner"],
     ["_fetch", "_worker"],
