@@ -273,3 +273,24 @@ async def test_a_worker_process_runs_what_a_blocking_producer_enqueued(
     finally:
         workers.close()
         print(workers.logs())
+
+
+async def test_a_signing_apps_blocking_producer_signs_what_workers_verify(redis_url: str) -> None:
+    # jobs stored by the blocking producer are signed for their queue like the async
+    # producer's (one by one, many, by name, on another queue), and their results verify
+    app = make_app(redis_url, signing_key=b"s" * 32)
+    add, send = app.tasks["add"], app.tasks["send"]
+    sync = app.sync()
+    try:
+        jobs = [
+            sync.enqueue(add, 1, b=2),
+            *sync.enqueue_many(add, [((3,), {}), ((4,), {"b": 1})]),
+            sync.enqueue_by_name("default", "add", [5]),
+        ]
+        mail = sync.enqueue(send, "ann")
+        async with app, Worker(app, queues=["default", "mail"]):
+            results = [await asyncio.to_thread(j.result, 60) for j in jobs]
+            assert await asyncio.to_thread(mail.result, 60) == "sent to ann"
+        assert results == [3, 3, 5, 5]
+    finally:
+        sync.close()
