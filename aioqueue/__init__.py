@@ -26,6 +26,7 @@ from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
@@ -79,6 +80,7 @@ __all__ = [
     "Retry",
     "SerializationError",
     "Serializer",
+    "ServerRefused",
     "ServerUnavailable",
     "Task",
     "Worker",

@@ -6,6 +6,7 @@
     ├── SerializationError        arguments or a result that cannot be serialised
     │   └── PayloadTooLarge       a serialised payload over the configured limit
     ├── ServerUnavailable         Redis could not be reached or dropped the connection
+    ├── ServerRefused             Redis answered a call with an error (a script's, a command's)
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
     ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
@@ -51,6 +52,13 @@ class ServerUnavailable(AioQueueError, OSError):
     """Raised when Redis cannot be reached or drops the connection during a call (after the
     connection pool's own retries). Also an ``OSError``; named so that it does not shadow the
     builtin ``ConnectionError`` in ``from aioqueue import *``."""
+
+
+class ServerRefused(AioQueueError):
+    """Raised when Redis answers a call with an error instead of a result: a script that
+    refused (an ACL rule, ``OOM``, a read-only replica, a key that is not what aioqueue
+    wrote). The scripts check what they read before they move a job, so the jobs are as
+    before the call. ``__cause__`` is redis-py's ``ResponseError``."""
 
 
 class LeaseLost(AioQueueError):

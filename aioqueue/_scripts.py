@@ -7,7 +7,7 @@ transparently after a ``SCRIPT FLUSH`` or a failover to a server that has not se
 (NOSCRIPT). ``QueueScripts`` has one typed method per script (and per batch operation); the
 per-job codes of the scripts become ``Outcome`` values here and nowhere else. Every call, reads
 included, is bounded by the App's socket timeout and raises ``ServerUnavailable`` when the
-server cannot be reached.
+server cannot be reached, ``ServerRefused`` when it answers with an error.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import json
+import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any, Final, TypeVar, cast
@@ -22,7 +24,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from ._exceptions import JobNotFound, LeaseLost, ServerUnavailable
+from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._keys import QueueKeys
 from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
 from ._record import (
@@ -159,9 +161,12 @@ ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
 
 
 def wrap_redis_error(exc: Exception) -> Exception:
-    """Translate redis-py connection errors at the boundary; other errors pass through."""
+    """Translate redis-py errors at the boundary: a lost connection is ``ServerUnavailable``,
+    an error reply ``ServerRefused``; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
         return ServerUnavailable(f"Redis connection failed: {exc}")
+    if isinstance(exc, rexc.ResponseError):
+        return ServerRefused(f"Redis refused the call: {exc}")
     return exc
 
 
@@ -175,7 +180,7 @@ async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | 
     try:
         async with asyncio.timeout(limit):
             return await call
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+    except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError) as exc:
         # OSError covers TimeoutError: the call outlived the App's socket_timeout
         raise wrap_redis_error(exc) from exc
 
@@ -217,7 +222,9 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
     for i, res in enumerate(results):
         if isinstance(res, rexc.NoScriptError):
             results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
-        elif isinstance(res, rexc.ConnectionError | rexc.TimeoutError | OSError):
+        elif isinstance(
+            res, rexc.ConnectionError | rexc.TimeoutError | rexc.ResponseError | OSError
+        ):
             raise wrap_redis_error(res) from res
         elif isinstance(res, Exception):
             raise res
@@ -509,6 +516,19 @@ class QueueScripts:
     async def outbox(self, n: int) -> list[bytes]:
         """The first ``n`` entries of this queue's outbox."""
         return cast(list[bytes], await self.read(self.client.lrange(self.keys.outbox, 0, n - 1)))
+
+    async def outbox_set_aside(self, entries: Sequence[bytes], reason: str) -> None:
+        """Move outbox entries that cannot be read to ``outbox:garbled``, listed with the
+        reason in ``garbled`` (and counted in stats), so the entries after them go on."""
+        k = self.keys
+        record = json.dumps({"key": k.outbox, "reason": reason, "at": int(time.time() * 1000)})
+        pipe = self.client.pipeline(transaction=True)
+        for raw in entries:
+            pipe.rpush(k.outbox_garbled, raw)
+            pipe.lrem(k.outbox, 1, raw)  # type: ignore[arg-type]
+        pipe.hset(k.garbled, k.outbox_garbled, record)
+        pipe.hincrby(k.stats, "garbled", len(entries))
+        await self.read(pipe.execute())
 
     async def outbox_remove(self, entries: Sequence[bytes]) -> None:
         pipe = self.client.pipeline(transaction=False)
