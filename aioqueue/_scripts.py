@@ -222,12 +222,8 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
     for i, res in enumerate(results):
         if isinstance(res, rexc.NoScriptError):
             results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
-        elif isinstance(
-            res, rexc.ConnectionError | rexc.TimeoutError | rexc.ResponseError | OSError
-        ):
-            raise wrap_redis_error(res) from res
         elif isinstance(res, Exception):
-            raise res
+            raise wrap_redis_error(res) from res
     return results
 
 
