@@ -223,7 +223,10 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
         if isinstance(res, rexc.NoScriptError):
             results[i] = await evalsha(client, calls[i][0], calls[i][1], calls[i][2])
         elif isinstance(res, Exception):
-            raise wrap_redis_error(res) from res
+            wrapped = wrap_redis_error(res)
+            if wrapped is res:
+                raise res
+            raise wrapped from res
     return results
 
 
