@@ -39,11 +39,17 @@ class JobRecord:
     lease_deadline_ms: int | None  # active jobs: when their lease runs out
 
 
+def garbled(key: bytes | str) -> bool:
+    """A key a script renamed aside as garbage (``<key>:garbled:<ms>``, see lua/lib/core)."""
+    return ":garbled:" in text(key)
+
+
 async def job_keys(redis: Redis, keys: QueueKeys) -> list[str]:
-    """The ids of every job hash of a queue (SCAN, so only for a quiescent queue)."""
+    """The ids of every job hash of a queue (SCAN, so only for a quiescent queue); keys set
+    aside as garbage are not jobs."""
     prefix = keys.base + "job:"
     found = redis.scan_iter(match=prefix + "*", count=1000)
-    return [text(k)[len(prefix) :] async for k in found]
+    return [text(k)[len(prefix) :] async for k in found if not garbled(k)]
 
 
 async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], dict[str, float]]:
@@ -64,6 +70,8 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
             deadlines = {text(m): float(score) for m, score in pairs}
     # groups' lanes (base.."g:"..group ZSETs), where a queued job with a group waits
     async for lane in redis.scan_iter(match=keys.base + "g:*", count=1000):
+        if garbled(lane):
+            continue
         name = text(lane)[len(keys.base) :]
         members[name] = [text(m) for m in await redis.zrange(lane, 0, -1)]
     where: dict[str, str] = {}
@@ -142,6 +150,8 @@ async def check_records(
         records[job_id] = JobRecord(state, int(attempts or 0), deadline)
     # jobs handed to a parked worker (7 values each, as claim replies) hold its current lease
     async for hand in redis.scan_iter(match=keys.base + "hand:*", count=1000):
+        if garbled(hand):
+            continue
         values = await redis.lrange(hand, 0, -1)
         assert len(values) % 7 == 0, f"{text(hand)} holds a partial record"
         for i in range(0, len(values), 7):
