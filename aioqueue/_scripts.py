@@ -513,8 +513,35 @@ class QueueScripts:
         return res, err
 
     async def outbox(self, n: int) -> list[bytes]:
-        """The first ``n`` entries of this queue's outbox."""
-        return cast(list[bytes], await self.read(self.client.lrange(self.keys.outbox, 0, n - 1)))
+        """The first ``n`` entries of this queue's outbox (none when it is not a list: it is
+        then set aside, as the scripts set aside a key of the wrong type)."""
+        try:
+            call = self.client.lrange(self.keys.outbox, 0, n - 1)
+            return cast(list[bytes], await self.read(call))
+        except ServerRefused as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+        await self.read(self._set_aside_outbox())
+        return []
+
+    async def _set_aside_outbox(self) -> None:
+        k = self.keys
+        async with self.client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(k.outbox)
+                kind = await pipe.type(k.outbox)
+                if kind in (b"list", b"none", "list", "none"):
+                    return
+                now = int(time.time() * 1000)
+                aside = f"{k.outbox}:garbled:{now}"
+                why = f"wrong type for LRANGE: {kind.decode() if isinstance(kind, bytes) else kind}"
+                pipe.multi()
+                pipe.rename(k.outbox, aside)
+                pipe.hset(k.garbled, aside, json.dumps({"key": k.outbox, "reason": why, "at": now}))
+                pipe.hincrby(k.stats, "garbled", 1)
+                await pipe.execute(raise_on_error=False)
+            except rexc.WatchError:  # it changed meanwhile: the next look sees what it is now
+                pass
 
     async def outbox_set_aside(self, entries: Sequence[bytes], reason: str) -> None:
         """Move outbox entries that cannot be read to ``outbox:garbled``, listed with the
