@@ -86,13 +86,12 @@ local function note_garbled(aside, key, reason, now)
   end
 end
 
--- rename a garbled key aside, keeping what it held for inspection; returns the time
+-- rename a garbled key aside, keeping what it held for inspection
 local function set_aside(key, reason)
   local now = now_ms()
   local to = aside_name(key, now)
   redis.call('RENAME', key, to)
   note_garbled(to, key, reason, now)
-  return now
 end
 
 -- put things right so that cmd on key can run again, or raise err: a key of the wrong type or
@@ -109,12 +108,12 @@ local function repair(err, cmd, key, field)
     redis.call('HDEL', key, field)
     note_garbled(to, key, 'field ' .. field .. ' is not an integer', now)
   elseif (cmd == 'INCR' or cmd == 'INCRBY') and string.find(msg, 'not an integer', 1, true) then
-    local now = set_aside(key, 'not an integer')
-    -- lease tokens and turns keep growing past every one handed out before
-    if key == K_SEQ then redis.call('SET', K_SEQ, now * 1000) end
+    set_aside(key, 'not an integer')
   else
     error(err)
   end
+  -- lease tokens and turns keep growing past every one handed out before
+  if key == K_SEQ then redis.call('SET', K_SEQ, now_ms() * 1000) end
   -- a ring set aside held the turns of the lanes with work: the default lane rejoins here,
   -- a group's lane when a job of it is pushed or its slot is freed
   if key == K_RING and (redis.pcall('LLEN', K_READY) ~= 0 or redis.pcall('ZCARD', K_PRIO) ~= 0) then
