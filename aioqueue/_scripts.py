@@ -535,7 +535,7 @@ class QueueScripts:
                 now = int(time.time() * 1000)
                 aside = f"{k.outbox}:garbled:{now}"
                 why = f"wrong type for LRANGE: {kind.decode() if isinstance(kind, bytes) else kind}"
-                pipe.multi()
+                pipe.multi()  # type: ignore[no-untyped-call]
                 pipe.rename(k.outbox, aside)
                 pipe.hset(k.garbled, aside, json.dumps({"key": k.outbox, "reason": why, "at": now}))
                 pipe.hincrby(k.stats, "garbled", 1)

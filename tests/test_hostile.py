@@ -777,6 +777,7 @@ async def test_a_job_id_that_is_not_utf8_is_dead_lettered_and_its_neighbours_run
         assert [r.id for r in got] == [before.id, after.id]
         s, e = await redis.hmget(bad_key, ["s", "e"])
         assert s == b"failed"
+        assert e is not None
         assert json.loads(e)["type"] == "Garbled"
         assert await redis.zscore(k.dead, bad_id) is not None
         for r in got:
@@ -925,7 +926,7 @@ async def _has_garbled(redis: Redis, keys: QueueKeys, key: str) -> bool:
 async def cross_queue_batch(app: App) -> tuple[Any, Any]:
     """A batch on the default queue of two sub-jobs on queue "other"."""
     echo = app.tasks["echo"]
-    batch = await app.batch(
+    batch: Any = await app.batch(
         [echo.options(queue="other").call(1), echo.options(queue="other").call(2)]
     )
     return batch, app.queue("other")

@@ -57,7 +57,7 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
     id is in two structures (or twice in the ready list)."""
     # a structure holding the wrong type is garbage no script has met yet (it is set aside
     # then): it holds no job
-    ready: list[bytes] = []
+    ready: list[bytes | str] = []
     if await redis.type(keys.ready) in (b"list", b"none"):
         ready = await redis.lrange(keys.ready, 0, -1)
     members: dict[str, list[str]] = {"ready": [text(m) for m in ready]}
