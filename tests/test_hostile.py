@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -989,3 +990,28 @@ async def test_a_message_that_is_not_utf8_does_not_stop_the_result_listener(
         assert await job.result(timeout=10) == 3
         assert not listener.done(), listener
     # aclose() did not raise (the context manager exited)
+
+
+def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None:
+    """The class, in the source: a script that ran ``redis.call`` on a key directly would stop
+    midway on garbage (after a destructive move, which Redis does not undo). Only core's own
+    repair machinery (and ``TIME``, which names no key) may call Redis directly."""
+    lua = REPO_ROOT / "aioqueue" / "lua"
+    core = (lua / "lib" / "core.lua").read_text()
+    start = core.index(
+        "-- ---------------------------------------------------------------- garbage"
+    )
+    end = core.index("-- redis.call on a key, repaired once")
+    checked = {"lib/core.lua": core[:start] + core[end:]}
+    for path in sorted([*lua.glob("*.lua"), *(lua / "lib").glob("*.lua")]):
+        name = str(path.relative_to(lua))
+        if name != "lib/core.lua":
+            checked[name] = path.read_text()
+    for name, source in checked.items():
+        direct = [
+            line.strip()
+            for line in source.splitlines()
+            if re.search(r"redis\.call\((?!'TIME'\))", line)
+            and "return redis.call(cmd, key, ...)" not in line
+        ]
+        assert not direct, f"{name} calls Redis on a key directly: {direct}"
