@@ -454,8 +454,9 @@ class QueueScripts:
         pipe.zrange(k.gwait, 0, -1)
         pipe.hkeys(k.gconf)
         ring, gactive, gwait, gconf = await self.read(pipe.execute())
-        names = {x.decode() for x in (*ring, *gactive, *gwait)}
-        names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
+        # (a group name that is not UTF-8 is garbage: it counts nothing rather than fail)
+        names = {x.decode(errors="replace") for x in (*ring, *gactive, *gwait)}
+        names |= {f.decode(errors="replace")[7:] for f in gconf if f.startswith(b"paused:")}
         names.discard("")
         groups = sorted(names)
         pipe = self.client.pipeline(transaction=False)
