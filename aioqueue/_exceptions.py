@@ -56,9 +56,10 @@ class ServerUnavailable(AioQueueError, OSError):
 
 class ServerRefused(AioQueueError):
     """Raised when Redis answers a call with an error instead of a result: a script that
-    refused (an ACL rule, ``OOM``, a read-only replica, a key that is not what aioqueue
-    wrote). The scripts check what they read before they move a job, so the jobs are as
-    before the call. ``__cause__`` is redis-py's ``ResponseError``."""
+    refused (an ACL rule, ``OOM``, a read-only replica) or a plain read of a key that holds
+    garbage. The scripts set aside garbage they meet instead of failing on it, so an error
+    that reaches here comes from the server, not from a script stopped midway.
+    ``__cause__`` is redis-py's ``ResponseError``."""
 
 
 class LeaseLost(AioQueueError):
