@@ -26,6 +26,7 @@ from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
 from ._hooks import CallNext as CallNext
@@ -91,6 +92,7 @@ __all__ = [
     "Schedules",
     "SerializationError",
     "Serializer",
+    "ServerRefused",
     "ServerUnavailable",
     "StartupFailed",
     "State",

@@ -6,6 +6,7 @@
     ├── SerializationError        arguments or a result that cannot be serialised
     │   └── PayloadTooLarge       a serialised payload over the configured limit
     ├── ServerUnavailable         Redis could not be reached or dropped the connection
+    ├── ServerRefused             Redis answered a call with an error (a script's, a command's)
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
     ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
@@ -52,6 +53,14 @@ class ServerUnavailable(AioQueueError, OSError):
     """Raised when Redis cannot be reached or drops the connection during a call (after the
     connection pool's own retries). Also an ``OSError``; named so that it does not shadow the
     builtin ``ConnectionError`` in ``from aioqueue import *``."""
+
+
+class ServerRefused(AioQueueError):
+    """Raised when Redis answers a call with an error instead of a result: a script that
+    refused (an ACL rule, ``OOM``, a read-only replica) or a plain read of a key that holds
+    garbage. The scripts set aside garbage they meet instead of failing on it, so an error
+    that reaches here comes from the server, not from a script stopped midway.
+    ``__cause__`` is redis-py's ``ResponseError``."""
 
 
 class LeaseLost(AioQueueError):

@@ -36,6 +36,13 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
     <prefix>:{<queue>}:batch:<id>   HASH   a batch homed on this queue (+ :all :seen :res :err)
     <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
                                            other queues, waiting to be handed over
+    <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
+
+Garbage (I9: see lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:garbled      HASH   quarantined keys: aside key -> JSON {key, reason, at}
+    <key>:garbled:<ms>              any    a key of the wrong type or a garbage counter, renamed
+                                           aside by the script that met it (kept for inspection)
 
 Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
 
@@ -131,6 +138,14 @@ class QueueKeys:
     @property
     def outbox(self) -> str:
         return self.base + "outbox"
+
+    @property
+    def outbox_garbled(self) -> str:
+        return self.base + "outbox:garbled"
+
+    @property
+    def garbled(self) -> str:
+        return self.base + "garbled"
 
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}"

@@ -9,14 +9,18 @@ queues (workers after an ack, ``Queue.complete`` and ``Queue.reap``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._keys import check_name
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome
 
 if TYPE_CHECKING:
     from ._queue import Queue
+
+logger = logging.getLogger(__name__)
 
 
 class Leases:
@@ -99,12 +103,18 @@ class Leases:
 
 
 def _fields(record: bytes) -> list[bytes]:
-    """Split an outbox record: length-prefixed fields (``<len>:<bytes>``...)."""
+    """Split an outbox record: length-prefixed fields (``<len>:<bytes>``...).
+
+    Raises:
+        ValueError: it is not such a record.
+    """
     out = []
     pos = 0
     while pos < len(record):
         colon = record.index(b":", pos)
         size = int(record[pos:colon])
+        if size < 0 or colon + 1 + size > len(record):
+            raise ValueError(f"a field of {size} bytes past the end of the record")
         out.append(record[colon + 1 : colon + 1 + size])
         pos = colon + 1 + size
     return out
@@ -123,16 +133,29 @@ async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) ->
         if not items:
             break
         by_home: dict[str, list[bytes]] = {}
+        garbled: list[bytes] = []
         for raw in items:
-            bid, home, member, ok, value = _fields(raw)
-            by_home.setdefault(home.decode(), []).extend((bid, member, ok, value))
+            try:
+                bid, home, member, ok, value = _fields(raw)
+                name = check_name("queue", home.decode())
+            except (ValueError, TypeError) as exc:  # UnicodeDecodeError, ConfigurationError
+                logger.warning(
+                    "outbox of %r: set aside an entry that cannot be read (%s)", queue.name, exc
+                )
+                garbled.append(raw)
+                continue
+            by_home.setdefault(name, []).extend((bid, member, ok, value))
+        if garbled:
+            await scripts.outbox_set_aside(garbled, "an entry that cannot be read")
+            items = [raw for raw in items if raw not in garbled]
         calls = [
             app.queue(name)._scripts.batch_apply_call(outcomes)
             for name, outcomes in by_home.items()
         ]
-        await scripts.run_many(calls)
-        await scripts.outbox_remove(items)
+        if calls:
+            await scripts.run_many(calls)
+            await scripts.outbox_remove(items)
         done += len(items)
-        if len(items) < chunk:
+        if len(items) + len(garbled) < chunk:
             break
     return done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +29,8 @@ from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, JobRecord, Template
 from ._scripts import FailMode, Outcome, QueueScripts
 from ._timeutil import at_to_ms, expiry_option, to_ms, to_seconds
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ._app import App
@@ -213,7 +216,8 @@ class Queue:
     async def stats(self) -> dict[str, int]:
         """Lifetime counters: enqueued, completed, failed, retried, expired (leases)."""
         raw = await self._scripts.stats()
-        return {k.decode(): int(v) for k, v in raw.items()}
+        # a garbled counter is left out (the next script to count it sets it aside)
+        return {k.decode(errors="replace"): int(v) for k, v in raw.items() if v.isdigit()}
 
     async def job_info(self, job_id: str) -> JobInfo:
         raw = await self._scripts.job_record(job_id)
@@ -324,7 +328,12 @@ class Queue:
         outcome = (await self._leases.complete([(reservation.id, reservation.token, data, ttl)]))[0]
         outcome.check(reservation.id)
         if outcome is Outcome.FORWARD:  # its batch lives on another queue: hand it over now
-            await forward_outbox(self)
+            try:
+                await forward_outbox(self)
+            except Exception as exc:  # the job completed; a worker's or reap's turn forwards it
+                logger.warning(
+                    "job %s completed; forwarding its batch outcome failed: %r", reservation.id, exc
+                )
 
     async def fail(
         self,

@@ -10,12 +10,15 @@ of one template, so a call of many jobs sends the template once and then only id
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ._limits import CLAIMED_JOB_VALUES
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +143,40 @@ def parse_claim(res: list[Any]) -> ClaimResult:
 def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
     """Leased jobs, ``CLAIMED_JOB_VALUES`` values each from ``first`` on, as claim replies
     them and enqueue hands them to a parked worker (integers then arrive as bytes, from a
-    list)."""
-    return [
-        Claimed(
-            values[i].decode(),
-            str(int(values[i + 1])),
-            int(values[i + 2]),
-            values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
-            values[i + 4],
-            values[i + 5],
-            int(values[i + 6]),
-        )
-        for i in range(first, len(values), CLAIMED_JOB_VALUES)
-    ]
+    list). A job whose values cannot be read (garbage in a hand list) is left out with a
+    warning, so its neighbours still run; its lease runs out and brings it back."""
+    try:
+        return [
+            Claimed(
+                values[i].decode(),
+                str(int(values[i + 1])),
+                int(values[i + 2]),
+                values[i + 3].decode(errors="replace"),  # an unknown task is dead-lettered
+                values[i + 4],
+                values[i + 5],
+                int(values[i + 6]),
+            )
+            for i in range(first, len(values), CLAIMED_JOB_VALUES)
+        ]
+    except (UnicodeDecodeError, ValueError, TypeError, AttributeError, IndexError):
+        pass
+    jobs = []
+    for i in range(first, len(values), CLAIMED_JOB_VALUES):
+        try:
+            jobs.append(_claimed(values, i))
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            logger.warning("left out a leased job that cannot be read: %r", exc)
+    return jobs
+
+
+def _claimed(values: list[Any], i: int) -> Claimed:
+    """One leased job (the slow path's; the fast path above is the same, inlined)."""
+    return Claimed(
+        values[i].decode(),
+        str(int(values[i + 1])),
+        int(values[i + 2]),
+        values[i + 3].decode(errors="replace"),
+        values[i + 4],
+        values[i + 5],
+        int(values[i + 6]),
+    )

@@ -131,23 +131,38 @@ class ResultWaiter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            except Exception as exc:  # a reply redis-py could not parse: never stop listening
+                logger.warning("result listener: %r; going on", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
             if msg is None:
                 continue
-            channel = msg["channel"].decode()
-            if msg["type"] == "subscribe":
-                confirmed = self._subscribed.get(channel)
-                if confirmed is not None:
-                    confirmed.set()
-            elif msg["type"] == "message":
-                for fut in self._waiters.pop((channel, msg["data"].decode()), ()):
-                    if not fut.done():
-                        fut.set_result(None)
+            try:
+                self._dispatch(msg)
+            except Exception as exc:  # garbage published on the channel: skip it, go on
+                logger.warning("result listener: skipped a message it cannot read (%r)", exc)
+
+    def _dispatch(self, msg: Any) -> None:
+        channel = msg["channel"].decode()
+        if msg["type"] == "subscribe":
+            confirmed = self._subscribed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+        elif msg["type"] == "message":
+            for fut in self._waiters.pop((channel, msg["data"].decode()), ()):
+                if not fut.done():
+                    fut.set_result(None)
 
     async def aclose(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._listener
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # it died of something unforeseen: closing still closes
+                logger.warning("result listener had stopped: %r", exc)
             self._listener = None
         if self._pubsub is not None:
             with contextlib.suppress(Exception):

@@ -7,7 +7,7 @@ transparently after a ``SCRIPT FLUSH`` or a failover to a server that has not se
 (NOSCRIPT). ``QueueScripts`` has one typed method per script (and per batch operation); the
 per-job codes of the scripts become ``Outcome`` values here and nowhere else. Every call, reads
 included, is bounded by the App's socket timeout and raises ``ServerUnavailable`` when the
-server cannot be reached.
+server cannot be reached, ``ServerRefused`` when it answers with an error.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import json
+import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any, Final, TypeVar, cast
@@ -22,7 +24,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from ._exceptions import JobNotFound, LeaseLost, ServerUnavailable
+from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._keys import QueueKeys
 from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
 from ._record import (
@@ -184,9 +186,12 @@ ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
 
 
 def wrap_redis_error(exc: Exception) -> Exception:
-    """Translate redis-py connection errors at the boundary; other errors pass through."""
+    """Translate redis-py errors at the boundary: a lost connection is ``ServerUnavailable``,
+    an error reply ``ServerRefused``; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
         return ServerUnavailable(f"Redis connection failed: {exc}")
+    if isinstance(exc, rexc.ResponseError):
+        return ServerRefused(f"Redis refused the call: {exc}")
     return exc
 
 
@@ -220,10 +225,11 @@ def pipeline_failures(results: list[Any]) -> list[int]:
     for i, res in enumerate(results):
         if isinstance(res, rexc.NoScriptError):
             again.append(i)
-        elif isinstance(res, rexc.ConnectionError | rexc.TimeoutError | OSError):
-            raise wrap_redis_error(res) from res
         elif isinstance(res, Exception):
-            raise res
+            wrapped = wrap_redis_error(res)
+            if wrapped is res:
+                raise res
+            raise wrapped from res
     return again
 
 
@@ -248,15 +254,16 @@ def read_group_names(pipe: Any, k: QueueKeys) -> None:
 def group_names(replies: Sequence[list[bytes]]) -> list[str]:
     """The groups that may have queued jobs, from the replies of ``read_group_names``."""
     ring, gactive, gwait, gconf = replies
-    names = {x.decode() for x in (*ring, *gactive, *gwait)}
-    names |= {f.decode()[7:] for f in gconf if f.startswith(b"paused:")}
+    # (a group name that is not UTF-8 is garbage: it counts nothing rather than fail)
+    names = {x.decode(errors="replace") for x in (*ring, *gactive, *gwait)}
+    names |= {f.decode(errors="replace")[7:] for f in gconf if f.startswith(b"paused:")}
     names.discard("")
     return sorted(names)
 
 
 def parse_watch(res: Any) -> tuple[str, bytes, bytes]:
     """watch.lua's reply: (state, or "" for no job; result; error)."""
-    return res[0].decode(), res[1], res[2]
+    return res[0].decode(errors="replace"), res[1], res[2]
 
 
 async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | None = None) -> T:
@@ -269,7 +276,7 @@ async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | 
     try:
         async with asyncio.timeout(limit):
             return await call
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+    except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError) as exc:
         # OSError covers TimeoutError: the call outlived the App's socket_timeout
         raise wrap_redis_error(exc) from exc
 
@@ -592,8 +599,48 @@ class QueueScripts:
         return res, err
 
     async def outbox(self, n: int) -> list[bytes]:
-        """The first ``n`` entries of this queue's outbox."""
-        return cast(list[bytes], await self.read(self.client.lrange(self.keys.outbox, 0, n - 1)))
+        """The first ``n`` entries of this queue's outbox (none when it is not a list: it is
+        then set aside, as the scripts set aside a key of the wrong type)."""
+        try:
+            call = self.client.lrange(self.keys.outbox, 0, n - 1)
+            return cast(list[bytes], await self.read(call))
+        except ServerRefused as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+        await self.read(self._set_aside_outbox())
+        return []
+
+    async def _set_aside_outbox(self) -> None:
+        k = self.keys
+        async with self.client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(k.outbox)
+                kind = await pipe.type(k.outbox)
+                if kind in (b"list", b"none", "list", "none"):
+                    return
+                now = int(time.time() * 1000)
+                aside = f"{k.outbox}:garbled:{now}"
+                why = f"wrong type for LRANGE: {kind.decode() if isinstance(kind, bytes) else kind}"
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.rename(k.outbox, aside)
+                pipe.hset(k.garbled, aside, json.dumps({"key": k.outbox, "reason": why, "at": now}))
+                pipe.hincrby(k.stats, "garbled", 1)
+                await pipe.execute(raise_on_error=False)
+            except rexc.WatchError:  # it changed meanwhile: the next look sees what it is now
+                pass
+
+    async def outbox_set_aside(self, entries: Sequence[bytes], reason: str) -> None:
+        """Move outbox entries that cannot be read to ``outbox:garbled``, listed with the
+        reason in ``garbled`` (and counted in stats), so the entries after them go on."""
+        k = self.keys
+        record = json.dumps({"key": k.outbox, "reason": reason, "at": int(time.time() * 1000)})
+        pipe = self.client.pipeline(transaction=True)
+        for raw in entries:
+            pipe.rpush(k.outbox_garbled, raw)
+            pipe.lrem(k.outbox, 1, raw)  # type: ignore[arg-type]
+        pipe.hset(k.garbled, k.outbox_garbled, record)
+        pipe.hincrby(k.stats, "garbled", len(entries))
+        await self.read(pipe.execute())
 
     # ------------------------------------------------------------------ schedules
     async def schedule_tick(

@@ -455,6 +455,8 @@ class Worker:
                     await forward_outbox(qs.queue)
                 except TRANSIENT as exc:
                     logger.debug("forwarding batch outcomes failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop forwarding
+                    logger.exception("forwarding batch outcomes failed; going on")
 
     async def _heartbeat_loop(self) -> None:
         interval = max(self.app.lease / 3, 0.05)
@@ -511,6 +513,8 @@ class Worker:
                     await forward_outbox(qs.queue)
                 except TRANSIENT as exc:
                     logger.debug("maintenance failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop maintenance
+                    logger.exception("maintenance failed; going on")
             await asyncio.sleep(interval)
 
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from aioqueue import (
     AioQueueError,
@@ -32,6 +34,7 @@ from aioqueue import (
     EmbeddedServer,
     PayloadTooLarge,
     SerializationError,
+    ServerRefused,
     Worker,
 )
 from aioqueue._keys import QueueKeys
@@ -605,3 +608,412 @@ async def _until_server_time_passes(redis: Redis, keys: QueueKeys, job_id: str) 
 
 async def _after(redis: Redis, ms: float) -> bool:
     return await server_ms(redis) > ms
+
+
+# ---------------------------------------------------------------------- garbage in the keyspace
+# I9: a key of the wrong type, a counter that is not a number, an entry nobody could have
+# written: each is set aside (listed in the queue's ``garbled`` hash) and the queue goes on;
+# no job outside the garbled key is lost. Each case below lost jobs (or stopped the queue)
+# before the scripts repaired what they met.
+
+
+async def garbled_keys(redis: Redis, keys: QueueKeys) -> dict[str, str]:
+    """The queue's quarantine record: ``{original key: reason}``."""
+    raw = await redis.hgetall(keys.garbled)
+    out = {}
+    for value in raw.values():
+        rec = json.loads(value)
+        out[rec["key"]] = rec["reason"]
+    return out
+
+
+async def paused_jobs(app: App, n: int, **options: Any) -> list[str]:
+    q = app.queue()
+    await q.pause()
+    ids = [(await q.enqueue("echo", kwargs={"x": i}, **options)).id for i in range(n)]
+    await q.resume()
+    return ids
+
+
+async def test_a_garbage_group_count_neither_strands_claimed_jobs_nor_recovered_ones(
+    redis_url: str, redis: Redis
+) -> None:
+    """gactive <group> = garbage: the claim that charged the group failed after its jobs were
+    marked active (3 jobs in no structure); recovering 11 expired leases then lost 5 more."""
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        ids = await paused_jobs(app, 3, group="g1")
+        await redis.hset(k.gactive, "g1", "garbage")
+        got = await q.reserve(3, lease=60)
+        assert sorted(r.id for r in got) == sorted(ids)
+        states = await check_invariants(redis, k)
+        assert set(states.values()) == {"active"}
+        assert k.gactive in await garbled_keys(redis, k)
+        # expired leases of group jobs, then the group's count garbled: reap hands all back
+        more = await paused_jobs(app, 11, group="g2")
+        leased = await q.reserve(11, lease=0.05)
+        assert len(leased) == 11
+        await redis.hset(k.gactive, "g2", "garbage")
+        for r in leased:
+            await _until_server_time_passes(redis, k, r.id)
+        assert (await q.reap())["recovered"] == 11
+        states = await check_invariants(redis, k)
+        assert {states[i] for i in more} == {"queued"}
+        again = await q.reserve(20)
+        assert {r.id for r in again} >= set(more)
+        await check_invariants(redis, k)
+
+
+async def test_a_garbage_sequence_counter_loses_no_claim(redis_url: str, redis: Redis) -> None:
+    """SET seq x: the claim failed after popping 3 jobs. Now seq is set aside and restarted
+    above every token handed out (tokens keep growing)."""
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        first = await paused_jobs(app, 1)
+        (before,) = await q.reserve(1)
+        assert before.id == first[0]
+        ids = await paused_jobs(app, 3, priority=5)
+        await redis.set(k.seq, "x")
+        got = await q.reserve(3)
+        assert sorted(r.id for r in got) == sorted(ids)
+        assert min(int(r.token) for r in got) > int(before.token)
+        assert k.seq in await garbled_keys(redis, k)
+        await check_invariants(redis, k)
+
+
+async def test_a_garbage_group_rate_window_counter_loses_no_claim(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        period_ms = 3_600_000  # one window for the whole test
+        await q.set_rate_limit(100, period_ms / 1000, group="g")
+        ids = await paused_jobs(app, 2, group="g")
+        window = await server_ms(redis) // period_ms
+        rate_key = f"{k.base}grate:g:{window}"
+        await redis.set(rate_key, "x")
+        got = await q.reserve(2)
+        if not got:  # the window turned between reading the clock and the claim
+            return
+        assert sorted(r.id for r in got) == sorted(ids)
+        assert rate_key in await garbled_keys(redis, k)
+        assert await redis.get(rate_key) == b"2"
+        await check_invariants(redis, k)
+
+
+async def test_a_groups_lane_of_the_wrong_type_loses_no_other_job_and_the_queue_goes_on(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        await q.pause()
+        bad = [(await q.enqueue("echo", group="bad")).id for _ in range(2)]
+        good = [(await q.enqueue("echo", group="good")).id for _ in range(3)]
+        plain = [(await q.enqueue("echo")).id for _ in range(3)]
+        await redis.delete(k.lane("bad"))
+        await redis.set(k.lane("bad"), "garbage")  # the 2 jobs in it are the garbled key's
+        await q.resume()
+        got = await q.reserve(10)
+        assert {r.id for r in got} == {*good, *plain}
+        assert k.lane("bad") in await garbled_keys(redis, k)
+        later = await q.enqueue("echo", group="bad")
+        assert [r.id for r in await q.reserve(10)] == [later.id]
+        # the 2 jobs that were in the overwritten lane are that key's loss; nothing else is
+        assert [await redis.hget(k.job(i), "s") for i in bad] == [b"queued"] * 2
+        await redis.delete(*(k.job(i) for i in bad))
+        await check_invariants(redis, k)
+
+
+async def test_enqueue_with_an_id_into_a_ready_list_of_the_wrong_type(
+    redis_url: str, redis: Redis
+) -> None:
+    """ready = a string: enqueue(job_id=) raised a raw ResponseError and left a queued record
+    in no lane, so its retry answered "exists" and the job never ran."""
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        k = q._keys
+        await redis.set(k.ready, "garbage")
+        job = await q.enqueue("echo", kwargs={"x": 7}, job_id="fixed-id")
+        assert await job.result(timeout=10) == 7
+        assert k.ready in await garbled_keys(redis, k)
+        await check_invariants(redis, k)
+
+
+async def test_an_error_reply_is_a_typed_error_not_redis_pys(redis_url: str) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        with pytest.raises(ServerRefused, match="unknown operation") as caught:
+            await app.queue()._scripts.configure("no-such-operation")
+        assert isinstance(caught.value.__cause__, ResponseError)
+
+
+async def test_a_job_id_that_is_not_utf8_is_dead_lettered_and_its_neighbours_run(
+    redis_url: str, redis: Redis
+) -> None:
+    """Its neighbours in the same claim timed out again and again (the reply could not be
+    read), and a good job was dead-lettered without running."""
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        await q.pause()
+        before = await q.enqueue("echo", kwargs={"x": 1})
+        bad_id = b"\xff\xfe-not-utf8"
+        bad_key = k.job("").encode() + bad_id
+        await redis.hset(bad_key, mapping={"t": "echo", "p": b"[[], {}]", "s": "queued", "a": 0})
+        await redis.hset(bad_key, "m", 2)
+        await redis.rpush(k.ready, bad_id)
+        after = await q.enqueue("echo", kwargs={"x": 2})
+        await q.resume()
+        got = await q.reserve(5)
+        assert [r.id for r in got] == [before.id, after.id]
+        s, e = await redis.hmget(bad_key, ["s", "e"])
+        assert s == b"failed"
+        assert e is not None
+        assert json.loads(e)["type"] == "Garbled"
+        assert await redis.zscore(k.dead, bad_id) is not None
+        for r in got:
+            await q.complete(r, 0)
+        await check_invariants(redis, k)
+    app = hostile_app(redis_url)
+    async with running(app):  # and a worker meeting one runs the rest
+        q = app.queue()
+        k = q._keys
+        await q.pause()
+        jobs = [await q.enqueue("echo", kwargs={"x": i}) for i in range(3)]
+        bad_key = k.job("").encode() + bad_id
+        await redis.hset(bad_key, mapping={"t": "echo", "p": b"[[], {}]", "s": "queued", "a": 0})
+        await redis.rpush(k.ready, bad_id, b"\xc0\xaf")  # overlong: not UTF-8 either
+        await q.resume()
+        assert [await j.result(timeout=10) for j in jobs] == [0, 1, 2]
+        await still_works(app)
+
+
+async def test_garbage_in_a_parked_workers_hand_list_is_set_aside(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        ids = await paused_jobs(app, 2)
+        await redis.rpush(k.hand("w1"), "garbage", "more")
+        res = await q._scripts.claim(5, 10_000, 0, "w1", 0)
+        assert sorted(c.id for c in res.jobs) == sorted(ids)
+        assert k.hand("w1") in await garbled_keys(redis, k)
+        await check_invariants(redis, k)
+
+
+async def test_garbage_counters_in_stats_are_set_aside(redis_url: str, redis: Redis) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        k = q._keys
+        await redis.hset(k.stats, mapping={"completed": "x", "enqueued": "nan"})
+        assert "completed" not in await q.stats()  # a garbled counter is left out
+        await still_works(app)
+        stats = await q.stats()
+        assert stats["completed"] >= 1
+        assert stats["garbled"] >= 1
+        await check_invariants(redis, k)
+
+
+#: every fixed key of a queue, with a value of the wrong type for it
+WRONG_TYPES = [
+    ("ready", "string"),
+    ("prio", "string"),
+    ("scheduled", "list"),
+    ("active", "string"),
+    ("dead", "hash"),
+    ("wake", "hash"),
+    ("seq", "list"),
+    ("stats", "string"),
+    ("qconf", "list"),
+    ("ring", "string"),
+    ("gactive", "zset"),
+    ("gconf", "string"),
+    ("gwait", "hash"),
+    ("idle", "string"),
+    ("idlew", "list"),
+    ("outbox", "hash"),
+    ("garbled", "string"),
+]
+
+
+async def _write(redis: Redis, key: str, kind: str) -> None:
+    await redis.delete(key)
+    if kind == "string":
+        await redis.set(key, "garbage")
+    elif kind == "list":
+        await redis.rpush(key, "garbage")
+    elif kind == "hash":
+        await redis.hset(key, "garbage", "x")
+    else:
+        await redis.zadd(key, {"garbage": 1})
+
+
+@pytest.mark.parametrize(("name", "kind"), WRONG_TYPES, ids=[n for n, _ in WRONG_TYPES])
+async def test_every_key_of_the_wrong_type_is_set_aside_and_the_queue_goes_on(
+    redis_url: str, redis: Redis, name: str, kind: str
+) -> None:
+    """The class, not the examples: whichever of the queue's keys holds the wrong type, jobs
+    of every kind (plain, priority, group, delayed, retried) still run to their end."""
+    app = hostile_app(redis_url, lease=2.0)
+    runs: list[int] = []
+
+    @app.task
+    async def flaky(i: int) -> int:
+        runs.append(i)
+        if runs.count(i) == 1:
+            raise RuntimeError("the first attempt fails")
+        return i
+
+    async with app:
+        q = app.queue()
+        k = q._keys
+        await _write(redis, getattr(k, name), kind)
+        if name == "garbled":  # met when something else is recorded there
+            await redis.set(k.seq, "x")
+        jobs = [
+            await q.enqueue("echo", kwargs={"x": 1}),
+            await q.enqueue("echo", kwargs={"x": 2}, priority=3),
+            await q.enqueue("echo", kwargs={"x": 3}, group="g"),
+            await q.enqueue("echo", kwargs={"x": 4}, delay=0.05),
+            await q.enqueue("flaky", kwargs={"i": 5}),
+        ]
+        async with Worker(app, concurrency=4, idle_block=0.1, grace=0.5):
+            assert [await j.result(timeout=15) for j in jobs] == [1, 2, 3, 4, 5]
+            await still_works(app)
+            key = getattr(k, name)  # set aside by the first script (or maintenance) meeting it
+            await wait_until(lambda: _has_garbled(redis, k, key), timeout=10, what="set aside")
+        await check_invariants(redis, k)
+
+
+async def test_a_job_record_of_the_wrong_type_in_a_lane_is_set_aside(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        k = q._keys
+        await q.pause()
+        bad = await q.enqueue("echo", kwargs={"x": 1})
+        good = await q.enqueue("echo", kwargs={"x": 2})
+        await redis.delete(k.job(bad.id))
+        await redis.set(k.job(bad.id), "garbage")
+        await q.resume()
+        assert await good.result(timeout=10) == 2
+        await wait_until(
+            lambda: _has_garbled(redis, k, k.job(bad.id)), timeout=10, what="it set aside"
+        )
+        await still_works(app)
+        await check_invariants(redis, k)
+
+
+async def _has_garbled(redis: Redis, keys: QueueKeys, key: str) -> bool:
+    return key in await garbled_keys(redis, keys)
+
+
+# ---------------------------------------------------------------------- the outbox
+async def cross_queue_batch(app: App) -> tuple[Any, Any]:
+    """A batch on the default queue of two sub-jobs on queue "other"."""
+    echo = app.tasks["echo"]
+    batch: Any = await app.batch(
+        [echo.options(queue="other").call(1), echo.options(queue="other").call(2)]
+    )
+    return batch, app.queue("other")
+
+
+async def test_a_garbage_outbox_entry_is_set_aside_and_the_batch_completes_pull_api(
+    redis_url: str, redis: Redis
+) -> None:
+    """One garbage entry in a queue's outbox: complete() raised although the job completed,
+    and every cross-queue batch of that queue stayed open forever."""
+    app = hostile_app(redis_url)
+    async with app:
+        batch, other = await cross_queue_batch(app)
+        k = other._keys
+        await redis.rpush(k.outbox, b"garbage", b"9:short", b"1:a1:b1:c1:1\xff:x")
+        got = await other.reserve(2)
+        assert len(got) == 2
+        for r in got:
+            await other.complete(r, r.args[0])  # does not raise
+        info = await batch.wait(timeout=10)
+        assert (info.done, info.failed) == (2, 0)
+        assert await redis.llen(k.outbox) == 0
+        assert len(await redis.lrange(k.outbox_garbled, 0, -1)) == 3
+        assert k.outbox in await garbled_keys(redis, k)
+
+
+async def test_a_garbage_outbox_entry_does_not_stop_a_workers_maintenance(
+    redis_url: str, redis: Redis
+) -> None:
+    app = hostile_app(redis_url)
+    async with running(app):
+        other = app.queue("other")
+        await redis.rpush(other._keys.outbox, b"garbage")
+        async with Worker(app, queues=["other"], concurrency=2, idle_block=0.1, grace=0.5):
+            for _ in range(2):  # the outbox is met again after the first batch
+                batch, _ = await cross_queue_batch(app)
+                info = await batch.wait(timeout=15)
+                assert (info.done, info.failed) == (2, 0)
+                await redis.rpush(other._keys.outbox, b"12:x")
+        await still_works(app)
+
+
+# ---------------------------------------------------------------------- pub/sub
+async def test_a_message_that_is_not_utf8_does_not_stop_the_result_listener(
+    redis_url: str, redis: Redis
+) -> None:
+    """It killed the App's listener (every later result() waited for the 5 s re-check) and
+    made App.aclose() raise."""
+    app = hostile_app(redis_url)
+    async with running(app):
+        q = app.queue()
+        await still_works(app)  # subscribed
+        waiter = app._results
+        assert waiter is not None
+        listener = waiter._listener
+        assert listener is not None
+        await redis.publish(q._keys.done_channel, b"\xff\xfe")
+        await redis.publish(q._keys.done_channel, b"fine")
+        job = await q.enqueue("echo", kwargs={"x": 3})
+        assert await job.result(timeout=10) == 3
+        assert not listener.done(), listener
+    # aclose() did not raise (the context manager exited)
+
+
+def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None:
+    """The class, in the source: a script that ran ``redis.call`` on a key directly would stop
+    midway on garbage (after a destructive move, which Redis does not undo). Only core's own
+    repair machinery (and ``TIME``, which names no key) may call Redis directly."""
+    lua = REPO_ROOT / "aioqueue" / "lua"
+    core = (lua / "lib" / "core.lua").read_text()
+    start = core.index(
+        "-- ---------------------------------------------------------------- garbage"
+    )
+    end = core.index("-- redis.call on a key, repaired once")
+    checked = {"lib/core.lua": core[:start] + core[end:]}
+    # schedules.lua has no library parts (two keys of its own, not a queue's transition keys):
+    # it reads both before writing either, so garbage fails it before any change
+    for path in sorted([*lua.glob("*.lua"), *(lua / "lib").glob("*.lua")]):
+        name = str(path.relative_to(lua))
+        if name not in ("lib/core.lua", "schedules.lua"):
+            checked[name] = path.read_text()
+    for name, source in checked.items():
+        direct = [
+            line.strip()
+            for line in source.splitlines()
+            if re.search(r"redis\.call\((?!'TIME'\))", line)
+            and "return redis.call(cmd, key, ...)" not in line
+        ]
+        assert not direct, f"{name} calls Redis on a key directly: {direct}"

@@ -4,7 +4,10 @@ model of the job state machine, with the contract checked after every step.
 The machine (hypothesis ``RuleBasedStateMachine``) enqueues jobs (immediate or delayed, with
 priorities and attempt limits), reserves them with short or long leases, completes, fails
 (with or without a retry), releases and extends them, with current and stale reservations;
-lets time pass and runs maintenance. After each step it checks, on the real server:
+lets time pass and runs maintenance; and garbles a key that holds none of the model's jobs
+(a counter, a setting, the ring, an empty lane: the wrong type or a garbage value), after
+which the next script to meet it sets it aside and the walk goes on as the model says (I9).
+After each step it checks, on the real server:
 
 - I1: ``check_invariants`` (every job in exactly one structure, agreeing with its hash), and
   that every job's state, attempts and lease token are the model's, and the lanes hold the
@@ -31,7 +34,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -73,6 +76,56 @@ LEASES = st.sampled_from([*SHORT_LEASES, LONG])
 DELAYS = st.sampled_from([None, None, None, None, *SHORT_DELAYS, LONG])
 FAIL_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS, LONG])
 RELEASE_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS])
+
+#: keys that hold no job of the model (or hold jobs only when they exist: JOB_HOLDERS), and
+#: the garbage written over them: a value of the wrong type, or a counter that is not a number
+GARBAGE = st.sampled_from(
+    [
+        ("seq", "text"),
+        ("seq", "list"),
+        ("stats", "string"),
+        ("stats", "field"),
+        ("wake", "hash"),
+        ("qconf", "list"),
+        ("ring", "string"),
+        ("gactive", "string"),
+        ("gconf", "zset"),
+        ("gwait", "hash"),
+        ("idle", "string"),
+        ("idlew", "list"),
+        ("ready", "string"),
+        ("prio", "list"),
+        ("scheduled", "hash"),
+        ("active", "string"),
+    ]
+)
+JOB_HOLDERS = frozenset({"ready", "prio", "scheduled", "active"})
+
+
+async def write_garbage(redis: Redis, key: str, kind: str) -> None:
+    if kind == "field":  # a counter in a hash that is not a number
+        if await redis.type(key) != b"hash":
+            await redis.delete(key)
+        await redis.hset(key, "completed", "garbage")
+        return
+    await redis.delete(key)
+    if kind in ("string", "text"):
+        await redis.set(key, "garbage")
+    elif kind == "list":
+        await redis.rpush(key, "garbage")
+    elif kind == "hash":
+        await redis.hset(key, "garbage", "x")
+    else:
+        await redis.zadd(key, {"garbage": 1})
+
+
+async def members(redis: Redis, key: str, kind: bytes = b"zset") -> list[Any]:
+    """A lane's job ids; none when it holds garbage not yet set aside (no script met it)."""
+    if await redis.type(key) != kind:
+        return []
+    if kind == b"list":
+        return cast(list[Any], await redis.lrange(key, 0, -1))
+    return cast(list[Any], await redis.zrange(key, 0, -1))
 
 
 @dataclass(slots=True)
@@ -409,6 +462,19 @@ class StoreMachine(RuleBasedStateMachine):
         self.steps.append(f"{op} {r.id} token={r.token} {args} -> {got}")
         EVENTS[f"{op}:{got}"] += 1
 
+    @rule(what=GARBAGE)
+    def garble_a_key(self, what: tuple[str, str]) -> None:
+        """I9: overwrite a key that holds none of the model's jobs with garbage; the model
+        does not change: every later step must go as it says."""
+        name, kind = what
+        key = getattr(self.keys, name)
+        if name in JOB_HOLDERS and self.run(self.redis.exists(key)):
+            EVENTS["garble skipped: the key holds jobs"] += 1
+            return
+        self.steps.append(f"garble {name} ({kind})")
+        self.run(write_garbage(self.redis, key, kind))
+        EVENTS[f"garbled {name}"] += 1
+
     @rule()
     def advance_time(self) -> None:
         """Let every short lease and delay run out, without running maintenance: an expired
@@ -456,12 +522,12 @@ class StoreMachine(RuleBasedStateMachine):
                 err = text(await self.redis.hget(k.job(job_id), "e"))
                 assert job.error is not None
                 assert job.error in err, f"{job_id}: error {err!r}, model {job.error}"
-        ready = [text(x) for x in await self.redis.lrange(k.ready, 0, -1)]
+        ready = [text(x) for x in await members(self.redis, k.ready, b"list")]
         assert ready == list(model.ready), f"ready {ready}, model {list(model.ready)}"
-        prio = [text(x) for x in await self.redis.zrange(k.prio, 0, -1)]
+        prio = [text(x) for x in await members(self.redis, k.prio)]
         assert prio == sorted(model.prio, key=lambda j: model.prio[j]), "prio order"
         for name, state in (("active", "active"), ("scheduled", "scheduled"), ("dead", "failed")):
-            held = {text(x) for x in await self.redis.zrange(getattr(k, name), 0, -1)}
+            held = {text(x) for x in await members(self.redis, getattr(k, name))}
             assert held == {j for j, job in model.jobs.items() if job.state == state}, name
 
     # ------------------------------------------------------------------ helpers
@@ -517,6 +583,7 @@ def test_store_and_pull_api_follow_the_model(private_url: str) -> None:
         "an expired lease handed back": EVENTS["recovered by a claim"]
         + EVENTS["recovered by reap"],
         "a delayed job promoted": EVENTS["promoted by a claim"] + EVENTS["promoted by reap"],
+        "a key garbled": sum(n for e, n in EVENTS.items() if e.startswith("garbled ")),
     }
     assert all(reached.values()), f"not reached: {reached}, {dict(EVENTS)}"
 

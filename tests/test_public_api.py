@@ -62,6 +62,7 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
             assert issubclass(exc, aioqueue.AioQueueError), name
     assert issubclass(aioqueue.ServerUnavailable, OSError)
     assert not issubclass(aioqueue.ServerUnavailable, ConnectionError)  # the builtin
+    assert not issubclass(aioqueue.ServerRefused, OSError)  # an answer, not a lost connection
     assert issubclass(aioqueue.JobNotFound, LookupError)
     assert issubclass(aioqueue.BatchNotFound, LookupError)
     assert issubclass(aioqueue.ResultTimeout, TimeoutError)

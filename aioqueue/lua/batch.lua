@@ -24,36 +24,36 @@ local now = now_ms()
 if op == 'open' then
   -- a hash without a state may exist already: sub-jobs counted in by an enqueue that ran
   -- first (a pipeline replayed after NOSCRIPT); keep their counts
-  if redis.call('HEXISTS', bk, 's') == 1 then return 0 end
-  redis.call('HSETNX', bk, 'total', 0)
-  redis.call('HSETNX', bk, 'n', 0)
-  redis.call('HSET', bk, 's', 'open', 'done', 0, 'failed', 0, 'policy', ARGV[4], 'ttl', ARGV[5],
+  if call('HEXISTS', bk, 's') == 1 then return 0 end
+  call('HSETNX', bk, 'total', 0)
+  call('HSETNX', bk, 'n', 0)
+  call('HSET', bk, 's', 'open', 'done', 0, 'failed', 0, 'policy', ARGV[4], 'ttl', ARGV[5],
     'ct', now)
   if ARGV[6] ~= '' then
-    redis.call('HSET', bk, 'grp', ARGV[6])
+    call('HSET', bk, 'grp', ARGV[6])
     if ARGV[7] ~= '' then
-      redis.call('HSET', K_GCONF, 'limit:' .. ARGV[6], ARGV[7])
-      redis.call('HSET', bk, 'lim', 1)
+      call('HSET', K_GCONF, 'limit:' .. ARGV[6], ARGV[7])
+      call('HSET', bk, 'lim', 1)
     end
   end
-  if ARGV[8] ~= '' then redis.call('HSET', bk, 'pri', ARGV[8]) end
+  if ARGV[8] ~= '' then call('HSET', bk, 'pri', ARGV[8]) end
   if ARGV[10] then
     local id = ARGV[10]
     local jk = job_key(id)
-    redis.call('HSET', jk, 's', 'waiting', 't', ARGV[11], 'p', ARGV[12], 'a', 0, 'm', ARGV[13],
+    call('HSET', jk, 's', 'waiting', 't', ARGV[11], 'p', ARGV[12], 'a', 0, 'm', ARGV[13],
       'ct', now, 'cb', bid)
-    if ARGV[14] ~= '0' then redis.call('HSET', jk, 'pr', ARGV[14]) end
-    if ARGV[15] ~= '' then redis.call('HSET', jk, 'g', ARGV[15]) end
-    if ARGV[16] ~= '' then redis.call('HSET', jk, 'o', ARGV[16]) end
+    if ARGV[14] ~= '0' then call('HSET', jk, 'pr', ARGV[14]) end
+    if ARGV[15] ~= '' then call('HSET', jk, 'g', ARGV[15]) end
+    if ARGV[16] ~= '' then call('HSET', jk, 'o', ARGV[16]) end
     -- a chain's step is the callback of the link before it and a sub-job of the next one
     if ARGV[17] and ARGV[17] ~= '' then
-      redis.call('HSET', jk, 'b', ARGV[17])
-      if ARGV[18] ~= '' then redis.call('HSET', jk, 'bh', ARGV[18], 'bm', ARGV[1] .. id) end
+      call('HSET', jk, 'b', ARGV[17])
+      if ARGV[18] ~= '' then call('HSET', jk, 'bh', ARGV[18], 'bm', ARGV[1] .. id) end
     end
-    redis.call('HSET', bk, 'cb', id)
+    call('HSET', bk, 'cb', id)
   end
   if ARGV[9] == '1' then
-    redis.call('HSET', bk, 'sealed', 1)
+    call('HSET', bk, 'sealed', 1)
     batch_maybe_finish(bid, now)
   end
   return 1
@@ -65,33 +65,33 @@ if op == 'apply' then
   return (#ARGV - 3) / 4
 end
 
-if redis.call('EXISTS', bk) == 0 then return -1 end
+if call('EXISTS', bk) == 0 then return -1 end
 
 if op == 'add' then
   local added = 0
   for i = 4, #ARGV do added = added + batch_add(bid, ARGV[i]) end
   return added
 elseif op == 'seal' then
-  redis.call('HSET', bk, 'sealed', 1)
+  call('HSET', bk, 'sealed', 1)
   batch_maybe_finish(bid, now)
   return 1
 elseif op == 'cancel' then
-  if redis.call('HGET', bk, 's') ~= 'open' then return 0 end
-  redis.call('HSET', bk, 's', 'cancelled', 'f', now)
-  local ttl = tonumber(redis.call('HGET', bk, 'ttl')) or 0
+  if call('HGET', bk, 's') ~= 'open' then return 0 end
+  call('HSET', bk, 's', 'cancelled', 'f', now)
+  local ttl = tonumber(call('HGET', bk, 'ttl')) or 0
   local n = 0
-  local cb = redis.call('HGET', bk, 'cb')
+  local cb = call('HGET', bk, 'cb')
   if cb and cancel_waiting(cb, job_key(cb), now, ttl) then
     batch_outcome(cb, job_key(cb), false, CANCELLED_ERROR, now)
   end
   -- sub-jobs on this queue that have not started are cancelled here; those on other queues
   -- are cancelled by the caller on their own queues; running ones finish, uncounted
-  for _, member in ipairs(redis.call('ZRANGE', bk .. ':all', 0, -1)) do
+  for _, member in ipairs(call('ZRANGE', bk .. ':all', 0, -1)) do
     if cancel_waiting(member, job_key(member), now, ttl) then n = n + 1 end
   end
-  if n > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', n) end
-  local own = redis.call('HMGET', bk, 'grp', 'lim')
-  if own[2] then redis.call('HDEL', K_GCONF, 'limit:' .. own[1]) end
+  if n > 0 then call('HINCRBY', K_STATS, 'cancelled', n) end
+  local own = call('HMGET', bk, 'grp', 'lim')
+  if own[2] then call('HDEL', K_GCONF, 'limit:' .. own[1]) end
   announce(bk, 'batch:' .. bid)
   expire_batch(bk, ttl)
   return n

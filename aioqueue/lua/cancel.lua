@@ -13,10 +13,10 @@ for i = 3, #ARGV do
   if cancel_waiting(id, jk, now, ttl) then
     batch_outcome(id, jk, false, CANCELLED_ERROR, now)
     done = done + 1
-  elseif redis.call('HGET', jk, 's') == 'active' then
-    redis.call('HSET', jk, 'x', 1)
+  elseif call('HGET', jk, 's') == 'active' then
+    call('HSET', jk, 'x', 1)
     flagged = flagged + 1
   end
 end
-if done > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', done) end
+if done > 0 then call('HINCRBY', K_STATS, 'cancelled', done) end
 return {done, flagged}

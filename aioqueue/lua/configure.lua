@@ -13,31 +13,31 @@
 local op, g, v1, v2 = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 local function set_or_clear(key, field, value)
-  if value == '' then redis.call('HDEL', key, field) else redis.call('HSET', key, field, value) end
+  if value == '' then call('HDEL', key, field) else call('HSET', key, field, value) end
 end
 
 -- re-examine every group that may be parked by a limit or a rate: one parked by its limit has
 -- active jobs (so it is in gactive), one parked by its rate is in gwait; both sets are bounded
 -- by the work in flight, never by the number of groups
 local function reactivate_all()
-  for _, g in ipairs(redis.call('HKEYS', K_GACTIVE)) do activate(g) end
-  local waiting = redis.call('ZRANGE', K_GWAIT, 0, -1)
+  for _, g in ipairs(call('HKEYS', K_GACTIVE)) do activate(g) end
+  local waiting = call('ZRANGE', K_GWAIT, 0, -1)
   if #waiting > 0 then
-    redis.call('DEL', K_GWAIT)
+    call('DEL', K_GWAIT)
     for _, g in ipairs(waiting) do activate(g) end
   end
 end
 
 if op == 'pause' then
-  if g == '' then redis.call('HSET', K_QCONF, 'paused', 1)
+  if g == '' then call('HSET', K_QCONF, 'paused', 1)
   else
-    redis.call('HSET', K_GCONF, 'paused:' .. g, 1)
-    redis.call('ZREM', K_RING, g)
+    call('HSET', K_GCONF, 'paused:' .. g, 1)
+    call('ZREM', K_RING, g)
   end
 elseif op == 'resume' then
-  if g == '' then redis.call('HDEL', K_QCONF, 'paused')
+  if g == '' then call('HDEL', K_QCONF, 'paused')
   else
-    redis.call('HDEL', K_GCONF, 'paused:' .. g)
+    call('HDEL', K_GCONF, 'paused:' .. g)
     activate(g)
   end
 elseif op == 'limit' then
@@ -55,7 +55,7 @@ elseif op == 'rate' then
   else
     set_or_clear(K_GCONF, 'rate_n:' .. g, v1)
     set_or_clear(K_GCONF, 'rate_ms:' .. g, v2)
-    redis.call('ZREM', K_GWAIT, g)
+    call('ZREM', K_GWAIT, g)
     activate(g)
   end
 elseif op == 'group_rate' then

@@ -39,13 +39,13 @@ for _ = 1, tonumber(ARGV[2]) do
     local jk = job_key(id)
     fields[4] = ARGV[pos + 1]
     pos = pos + 2
-    if redis.call('EXISTS', jk) == 1 then
+    if call('EXISTS', jk) == 1 then
       out[#out + 1] = 0
     else
       if bid ~= '' and bhome ~= '' then fields[bm] = ARGV[1] .. id end
-      redis.call('HSET', jk, unpack(fields))
+      call('HSET', jk, unpack(fields))
       if state == 'scheduled' then
-        redis.call('ZADD', K_SCHED, due, id)
+        call('ZADD', K_SCHED, due, id)
         scheduled = true
         out[#out + 1] = 2
       else
@@ -60,11 +60,11 @@ for _ = 1, tonumber(ARGV[2]) do
 end
 -- the plain FIFO lane gets its new jobs in one push, in order
 for i = 1, #plain, MAX_JOBS_PER_CALL do
-  redis.call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
+  call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
 end
 if #plain > 0 then join_ring('') end
 if added > 0 then
-  redis.call('HINCRBY', K_STATS, 'enqueued', added)
+  call('HINCRBY', K_STATS, 'enqueued', added)
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time

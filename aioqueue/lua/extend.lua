@@ -7,17 +7,17 @@
 local lease, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local out = {now}
-local first = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
 local earliest = tonumber(first[2])
 for i = 0, n - 1 do
   local id, tok = ARGV[4 + i * 2], ARGV[5 + i * 2]
-  local r = redis.call('HMGET', job_key(id), 's', 'l', 'x')
+  local r = call('HMGET', job_key(id), 's', 'l', 'x')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
-    redis.call('ZADD', K_ACTIVE, 'XX', now + lease, id)
+    call('ZADD', K_ACTIVE, 'XX', now + lease, id)
     if r[3] then out[#out + 1] = -3 else out[#out + 1] = 1 end
   end
 end

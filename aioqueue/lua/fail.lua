@@ -9,7 +9,7 @@
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
+local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
 if not r[1] then return -1 end
 if r[2] == tok and r[1] ~= 'active' then
   -- this lease already ended the attempt: report what it did (unless the job moved on)
@@ -20,25 +20,25 @@ if r[2] == tok and r[1] ~= 'active' then
 end
 if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
-redis.call('ZREM', K_ACTIVE, id)
+call('ZREM', K_ACTIVE, id)
 release_slot(r[6])
 if delay == -2 then
-  redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+  call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
-  redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+  call('HINCRBY', K_STATS, 'cancelled', 1)
   if has_ready() then wake() end
   return 3
 end
 if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
-  redis.call('HSET', jk, 'e', err)
+  call('HSET', jk, 'e', err)
   requeue(id, jk, delay, now, r[5], r[6], false)
   wake()
-  redis.call('HINCRBY', K_STATS, 'retried', 1)
+  call('HINCRBY', K_STATS, 'retried', 1)
   return 1
 end
 to_dead(id, jk, now, err, dead_ttl)
-redis.call('HINCRBY', K_STATS, 'failed', 1)
+call('HINCRBY', K_STATS, 'failed', 1)
 if has_ready() then wake() end
 return 2

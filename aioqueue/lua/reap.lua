@@ -10,15 +10,15 @@
   process holds the lock for this period ]]
 local limit, dead_ttl, lock_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-if lock_ms > 0 and not redis.call('SET', KEYS[14], '1', 'NX', 'PX', lock_ms) then
+if lock_ms > 0 and not call('SET', KEYS[14], '1', 'NX', 'PX', lock_ms) then
   return {now, -1, -1, -1}
 end
 local rec = recover(now, limit, dead_ttl)
 local pro = promote(now, limit)
 if pro > 0 then wake() end
 -- parking registrations that ran out (workers that died parked)
-local stale = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
+local stale = call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
 if #stale > 0 then unregister(unpack(stale)) end
 local trimmed = 0
-if dead_ttl > 0 then trimmed = redis.call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
+if dead_ttl > 0 then trimmed = call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}

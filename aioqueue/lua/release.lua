@@ -16,7 +16,7 @@ local any = false
 for i = 0, n - 1 do
   local id, tok = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local jk = job_key(id)
-  local r = redis.call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm')
+  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[2] == tok and (r[1] == 'queued' or r[1] == 'scheduled') then
@@ -25,17 +25,17 @@ for i = 0, n - 1 do
     out[#out + 1] = -2
   else
     local a, m = num(r[5], 0), num(r[6], 1)
-    redis.call('ZREM', K_ACTIVE, id)
+    call('ZREM', K_ACTIVE, id)
     release_slot(r[4])
     if refund then
       a = math.max(a - 1, 0)
-      redis.call('HSET', jk, 'a', a)
+      call('HSET', jk, 'a', a)
     end
     if a >= m then
       -- released without a refund on its last attempt: no attempt is left to run it
       to_dead(id, jk, now, cjson.encode({type = 'AttemptsExhausted',
         message = 'released on its last attempt (' .. a .. ' of ' .. m .. ')'}), dead_ttl)
-      redis.call('HINCRBY', K_STATS, 'failed', 1)
+      call('HINCRBY', K_STATS, 'failed', 1)
     else
       requeue(id, jk, delay, now, r[3], r[4], true)
     end

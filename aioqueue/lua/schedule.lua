@@ -14,15 +14,15 @@
   stored tick is another one (someone else fired it) ]]
 local name, seen, nxt = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-local stored = redis.call('ZSCORE', KEYS[14], name)
+local stored = call('ZSCORE', KEYS[14], name)
 if not stored then return {now, -1} end
 if tonumber(stored) ~= seen then return {now, -2} end
 if seen > now then return {now, 0} end
-redis.call('ZADD', KEYS[14], nxt, name)
+call('ZADD', KEYS[14], nxt, name)
 local id = ARGV[5]
 if id == '' then return {now, 2} end
 local jk = job_key(id)
-if redis.call('EXISTS', jk) == 1 then return {now, 2} end
+if call('EXISTS', jk) == 1 then return {now, 2} end
 local pr, due, opts = ARGV[10], tonumber(ARGV[9]), ARGV[11]
 local fields = {'t', ARGV[7], 'p', ARGV[6], 'a', 0, 'm', ARGV[8], 'ct', now}
 if pr ~= '0' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = pr end
@@ -30,13 +30,13 @@ if opts ~= '' then fields[#fields + 1] = 'o'; fields[#fields + 1] = opts end
 if due > now then
   fields[#fields + 1] = 's'; fields[#fields + 1] = 'scheduled'
   fields[#fields + 1] = 'due'; fields[#fields + 1] = due
-  redis.call('HSET', jk, unpack(fields))
-  redis.call('ZADD', K_SCHED, due, id)
+  call('HSET', jk, unpack(fields))
+  call('ZADD', K_SCHED, due, id)
 else
   fields[#fields + 1] = 's'; fields[#fields + 1] = 'queued'
-  redis.call('HSET', jk, unpack(fields))
+  call('HSET', jk, unpack(fields))
   push_ready(id, pr, false, '')
 end
-redis.call('HINCRBY', K_STATS, 'enqueued', 1)
+call('HINCRBY', K_STATS, 'enqueued', 1)
 wake()
 return {now, 1}

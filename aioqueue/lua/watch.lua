@@ -8,11 +8,11 @@
   publishes its id on the channel base.."done". ]]
 local jk = job_key(ARGV[2])
 if ARGV[4] == 'batch' then jk = batch_key(ARGV[2]) end
-local r = redis.call('HMGET', jk, 's', 'r', 'e')
+local r = call('HMGET', jk, 's', 'r', 'e')
 if not r[1] then return {'', '', ''} end
 local s = r[1]
 if s ~= 'completed' and s ~= 'failed' and s ~= 'cancelled' and ARGV[3] == '1' then
   -- the finishing script publishes the id ('batch:'..id for a batch) on base.."done"
-  redis.call('HSET', jk, 'w', 1)
+  call('HSET', jk, 'w', 1)
 end
 return {s, r[2] or '', r[3] or ''}

@@ -39,22 +39,33 @@ class JobRecord:
     lease_deadline_ms: int | None  # active jobs: when their lease runs out
 
 
+def garbled(key: bytes | str) -> bool:
+    """A key a script renamed aside as garbage (``<key>:garbled:<ms>``, see lua/lib/core)."""
+    return ":garbled:" in text(key)
+
+
 async def job_keys(redis: Redis, keys: QueueKeys) -> list[str]:
-    """The ids of every job hash of a queue (SCAN, so only for a quiescent queue)."""
+    """The ids of every job hash of a queue (SCAN, so only for a quiescent queue); keys set
+    aside as garbage are not jobs."""
     prefix = keys.base + "job:"
     found = redis.scan_iter(match=prefix + "*", count=1000)
-    return [text(k)[len(prefix) :] async for k in found]
+    return [text(k)[len(prefix) :] async for k in found if not garbled(k)]
 
 
 async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], dict[str, float]]:
     """``({job id: the structure holding it}, {job id: lease deadline})``, asserting that no
     id is in two structures (or twice in the ready list)."""
-    members: dict[str, list[str]] = {
-        "ready": [text(m) for m in await redis.lrange(keys.ready, 0, -1)]
-    }
+    # a structure holding the wrong type is garbage no script has met yet (it is set aside
+    # then): it holds no job
+    ready: list[bytes | str] = []
+    if await redis.type(keys.ready) in (b"list", b"none"):
+        ready = await redis.lrange(keys.ready, 0, -1)
+    members: dict[str, list[str]] = {"ready": [text(m) for m in ready]}
     assert len(members["ready"]) == len(set(members["ready"])), "an id is twice in ready"
     deadlines: dict[str, float] = {}
     for name in _ZSETS:
+        if await redis.type(getattr(keys, name)) not in (b"zset", b"none"):
+            continue
         pairs = cast(
             list[tuple[bytes, float]],
             await redis.zrange(getattr(keys, name), 0, -1, withscores=True),
@@ -64,6 +75,8 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
             deadlines = {text(m): float(score) for m, score in pairs}
     # groups' lanes (base.."g:"..group ZSETs), where a queued job with a group waits
     async for lane in redis.scan_iter(match=keys.base + "g:*", count=1000):
+        if garbled(lane) or await redis.type(lane) != b"zset":
+            continue
         name = text(lane)[len(keys.base) :]
         members[name] = [text(m) for m in await redis.zrange(lane, 0, -1)]
     where: dict[str, str] = {}
@@ -142,6 +155,8 @@ async def check_records(
         records[job_id] = JobRecord(state, int(attempts or 0), deadline)
     # jobs handed to a parked worker (7 values each, as claim replies) hold its current lease
     async for hand in redis.scan_iter(match=keys.base + "hand:*", count=1000):
+        if garbled(hand) or await redis.type(hand) != b"list":
+            continue
         values = await redis.lrange(hand, 0, -1)
         assert len(values) % 7 == 0, f"{text(hand)} holds a partial record"
         for i in range(0, len(values), 7):

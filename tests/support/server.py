@@ -18,8 +18,9 @@ from redis.backoff import NoBackoff
 
 
 def text(value: object) -> str:
-    """A reply (bytes, as the fixtures' clients return) as a str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply (bytes, as the fixtures' clients return) as a str (bytes that are not UTF-8,
+    such as a garbled job id, with their bytes escaped)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 async def server_ms(redis: Redis) -> int:

@@ -6,10 +6,10 @@
 -- a job given back (retry, release): runnable after delay ms (0: now), by the server's clock
 local function requeue(id, jk, delay, now, pr, g, front)
   if delay > 0 then
-    redis.call('HSET', jk, 's', 'scheduled', 'due', now + delay)
-    redis.call('ZADD', K_SCHED, now + delay, id)
+    call('HSET', jk, 's', 'scheduled', 'due', now + delay)
+    call('ZADD', K_SCHED, now + delay, id)
   else
-    redis.call('HSET', jk, 's', 'queued')
+    call('HSET', jk, 's', 'queued')
     push_ready(id, pr, front, g)
   end
 end
@@ -24,7 +24,7 @@ local function do_complete(first, n, now)
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'l', 'g', 'w', 'b')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -34,22 +34,22 @@ local function do_complete(first, n, now)
     else
       done[#done + 1] = id
       release_slot(r[3])
-      redis.call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
+      call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       if r[4] then announce(jk, id) end
       local code = 1
       if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
       if ttl == 0 then
-        redis.call('DEL', jk)
+        call('DEL', jk)
       elseif ttl > 0 then
-        redis.call('PEXPIRE', jk, ttl)
+        call('PEXPIRE', jk, ttl)
       end
       ok = ok + 1
       out[#out + 1] = code
     end
   end
   if ok > 0 then
-    redis.call('ZREM', K_ACTIVE, unpack(done))
-    redis.call('HINCRBY', K_STATS, 'completed', ok)
+    call('ZREM', K_ACTIVE, unpack(done))
+    call('HINCRBY', K_STATS, 'completed', ok)
     -- a freed group slot may have made a parked group runnable
     if has_ready() then wake() end
   end

@@ -30,37 +30,37 @@ local batch_outcome
 -- count a sub-job into its batch (idempotent on the member); returns 1 if it was new
 local function batch_add(bid, member)
   local bk = batch_key(bid)
-  if redis.call('ZSCORE', bk .. ':all', member) then return 0 end
-  redis.call('ZADD', bk .. ':all', redis.call('HINCRBY', bk, 'n', 1), member)
-  redis.call('HINCRBY', bk, 'total', 1)
+  if call('ZSCORE', bk .. ':all', member) then return 0 end
+  call('ZADD', bk .. ':all', call('HINCRBY', bk, 'n', 1), member)
+  call('HINCRBY', bk, 'total', 1)
   return 1
 end
 
 -- a batch that ended keeps its record and collected results for its retention (ms; 0 forever)
 local function expire_batch(bk, ttl)
   if ttl > 0 then
-    redis.call('PEXPIRE', bk, ttl)
-    for _, s in ipairs({':all', ':seen', ':res', ':err'}) do redis.call('PEXPIRE', bk .. s, ttl) end
+    call('PEXPIRE', bk, ttl)
+    for _, s in ipairs({':all', ':seen', ':res', ':err'}) do call('PEXPIRE', bk .. s, ttl) end
   end
 end
 
 -- fire the batch once every sub-job has an outcome and no more can be added
 local function batch_maybe_finish(bid, now)
   local bk = batch_key(bid)
-  local b = redis.call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp',
+  local b = call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp',
     'ttl', 'lim')
   if b[1] ~= 'open' or b[5] ~= '1' then return end
   local total, done, failed = tonumber(b[2]) or 0, tonumber(b[3]) or 0, tonumber(b[4]) or 0
   if done + failed < total then return end
   local state = 'completed'
   if failed > 0 and b[6] == 'fail' then state = 'failed' end
-  redis.call('HSET', bk, 's', state, 'f', now)
+  call('HSET', bk, 's', state, 'f', now)
   if b[7] then
     local ck = job_key(b[7])
-    if redis.call('HGET', ck, 's') == 'waiting' then
+    if call('HGET', ck, 's') == 'waiting' then
       if state == 'completed' then
-        redis.call('HSET', ck, 's', 'queued')
-        push_ready(b[7], redis.call('HGET', ck, 'pr'), false, redis.call('HGET', ck, 'g'))
+        call('HSET', ck, 's', 'queued')
+        push_ready(b[7], call('HGET', ck, 'pr'), false, call('HGET', ck, 'g'))
         wake()
       elseif cancel_waiting(b[7], ck, now, tonumber(b[9]) or 0) then
         -- a callback that is itself a sub-job (a chain's step) fails its own batch in turn
@@ -68,7 +68,7 @@ local function batch_maybe_finish(bid, now)
       end
     end
   end
-  if b[10] then redis.call('HDEL', K_GCONF, 'limit:' .. b[8]) end
+  if b[10] then call('HDEL', K_GCONF, 'limit:' .. b[8]) end
   expire_batch(bk, tonumber(b[9]) or 0)
   announce(bk, 'batch:' .. bid)
 end
@@ -76,20 +76,20 @@ end
 -- record a sub-job's outcome in its batch (on this queue); exactly once per member
 local function batch_apply(bid, member, ok, value, now)
   local bk = batch_key(bid)
-  local state = redis.call('HGET', bk, 's')
+  local state = call('HGET', bk, 's')
   -- a batch that is gone or finished takes no more outcomes; a cancelled one still counts
   -- the sub-jobs that were running, and keeps its expiry
   if state ~= 'open' and state ~= 'cancelled' then return end
-  if redis.call('SADD', bk .. ':seen', member) == 0 then return end
+  if call('SADD', bk .. ':seen', member) == 0 then return end
   if ok then
-    redis.call('HINCRBY', bk, 'done', 1)
-    redis.call('HSET', bk .. ':res', member, value)
+    call('HINCRBY', bk, 'done', 1)
+    call('HSET', bk .. ':res', member, value)
   else
-    redis.call('HINCRBY', bk, 'failed', 1)
-    redis.call('HSET', bk .. ':err', member, value)
+    call('HINCRBY', bk, 'failed', 1)
+    call('HSET', bk .. ':err', member, value)
   end
   if state == 'cancelled' then
-    expire_batch(bk, tonumber(redis.call('HGET', bk, 'ttl')) or 0)
+    expire_batch(bk, tonumber(call('HGET', bk, 'ttl')) or 0)
   else
     batch_maybe_finish(bid, now)
   end
@@ -98,7 +98,7 @@ end
 -- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any
 -- returns true when the outcome was handed over through the outbox (see batch.lua 'apply')
 batch_outcome = function(id, jk, ok, value, now)
-  local r = redis.call('HMGET', jk, 'b', 'bh', 'bm')
+  local r = call('HMGET', jk, 'b', 'bh', 'bm')
   if not r[1] then return false end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)
@@ -107,9 +107,10 @@ batch_outcome = function(id, jk, ok, value, now)
   -- the batch lives on another queue (another cluster slot): hand the outcome over, as
   -- length-prefixed fields (binary-safe: results may be pickles)
   local rec = {}
-  for _, f in ipairs({r[1], r[2], r[3], ok and '1' or '0', value}) do
+  -- (a garbled record without its member name there is named by its id)
+  for _, f in ipairs({r[1], r[2], r[3] or id, ok and '1' or '0', value}) do
     rec[#rec + 1] = #f .. ':' .. f
   end
-  redis.call('RPUSH', BASE .. 'outbox', table.concat(rec))
+  call('RPUSH', BASE .. 'outbox', table.concat(rec))
   return true
 end

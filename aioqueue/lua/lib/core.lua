@@ -17,7 +17,15 @@
   after the job leaves active, so that an ack resent after a lost reply is recognised),
   pr priority (absent = 0), g group (absent = none), o options (JSON, absent = none),
   ct created ms, due due ms, r result, e error, f finished ms, pg progress, w set while someone
-  awaits the result (the finishing script then publishes the id on the channel base.."done"). ]]
+  awaits the result (the finishing script then publishes the id on the channel base.."done").
+
+  Garbage in the keyspace (I9): every command on a key goes through call(), which repairs what
+  would make it fail, so no script stops midway after a destructive move. A key of the wrong
+  type, or a counter that is not an integer, is renamed aside to <key>..":garbled:"..<ms>; a
+  hash field that is not an integer (a count in stats or gactive) is moved to such a key and
+  dropped from its hash. Each is listed in base.."garbled" (HASH: aside key -> JSON {key,
+  reason, at}) and counted in stats (garbled); then the command runs again on the fresh key.
+  A job id that is not UTF-8 is dead-lettered (Garbled) when a claim meets it (utf8_ok). ]]
 local K_READY, K_PRIO, K_SCHED, K_ACTIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DEAD, K_WAKE, K_SEQ, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_QCONF, K_RING, K_GACTIVE, K_GCONF, K_GWAIT = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
@@ -46,6 +54,109 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- ---------------------------------------------------------------- garbage (I9), see above
+local K_GARBLED = BASE .. 'garbled'
+
+-- a free key name for what was garbled in key
+local function aside_name(key, now)
+  local to = key .. ':garbled:' .. now
+  local n = 0
+  while redis.call('EXISTS', to) == 1 do
+    n = n + 1
+    to = key .. ':garbled:' .. now .. '.' .. n
+  end
+  return to
+end
+
+-- record a quarantined key (aside: where it went) with the reason; the record itself never
+-- fails: a record hash or stats of the wrong type is set aside in turn
+local function note_garbled(aside, key, reason, now)
+  local rec = cjson.encode({key = key, reason = reason, at = now})
+  if type(redis.pcall('HSET', K_GARBLED, aside, rec)) == 'table' then
+    local to = aside_name(K_GARBLED, now)
+    redis.call('RENAME', K_GARBLED, to)
+    redis.call('HSET', K_GARBLED, aside, rec,
+      to, cjson.encode({key = K_GARBLED, reason = 'not a hash', at = now}))
+  end
+  if type(redis.pcall('HINCRBY', K_STATS, 'garbled', 1)) == 'table' then
+    local to = aside_name(K_STATS, now)
+    redis.call('RENAME', K_STATS, to)
+    redis.call('HSET', K_GARBLED, to, cjson.encode({key = K_STATS, reason = 'garbled', at = now}))
+    redis.call('HINCRBY', K_STATS, 'garbled', 2)
+  end
+end
+
+-- rename a garbled key aside, keeping what it held for inspection
+local function set_aside(key, reason)
+  local now = now_ms()
+  local to = aside_name(key, now)
+  redis.call('RENAME', key, to)
+  note_garbled(to, key, reason, now)
+end
+
+-- put things right so that cmd on key can run again, or raise err: a key of the wrong type or
+-- a counter that is not an integer is set aside; a count in a hash field that is not an
+-- integer is moved aside (as a string "field=value") and dropped
+local function repair(err, cmd, key, field)
+  local msg = err.err or tostring(err)
+  if string.find(msg, 'WRONGTYPE', 1, true) then
+    set_aside(key, 'wrong type for ' .. cmd .. ': ' .. redis.call('TYPE', key).ok)
+  elseif cmd == 'HINCRBY' and string.find(msg, 'not an integer', 1, true) then
+    local now = now_ms()
+    local to = aside_name(key .. ':' .. field, now)
+    redis.call('SET', to, field .. '=' .. tostring(redis.call('HGET', key, field)))
+    redis.call('HDEL', key, field)
+    note_garbled(to, key, 'field ' .. field .. ' is not an integer', now)
+  elseif (cmd == 'INCR' or cmd == 'INCRBY') and string.find(msg, 'not an integer', 1, true) then
+    set_aside(key, 'not an integer')
+  else
+    error(err)
+  end
+  -- lease tokens and turns keep growing past every one handed out before
+  if key == K_SEQ then redis.call('SET', K_SEQ, now_ms() * 1000) end
+  -- a ring set aside held the turns of the lanes with work: the default lane rejoins here,
+  -- a group's lane when a job of it is pushed or its slot is freed
+  if key == K_RING and (redis.pcall('LLEN', K_READY) ~= 0 or redis.pcall('ZCARD', K_PRIO) ~= 0) then
+    redis.call('ZADD', K_RING, 0, '')
+  end
+end
+
+-- redis.call on a key, repaired once if the key's type or value is garbage (see above)
+local function call(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    repair(r, cmd, key, ...)
+    return redis.call(cmd, key, ...)
+  end
+  return r
+end
+
+-- a job id that Python can read back (strict UTF-8: no overlong forms, no surrogates)
+local function utf8_ok(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, lo, hi = 1, 128, 191
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then lo = 160 elseif c == 237 then hi = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then lo = 144 elseif c == 244 then hi = 143 end
+    else return false end
+    for j = i + 1, i + len - 1 do
+      local b = string.byte(s, j)
+      if not b or b < lo or b > hi then return false end
+      lo, hi = 128, 191
+    end
+    i = i + len
+  end
+  return true
+end
+
 local function job_key(id)
   return BASE .. 'job:' .. id
 end
@@ -58,12 +169,12 @@ local function batch_key(bid) return BASE .. 'batch:' .. bid end
 
 -- leave one token in the wake list (never more), so that one blocked consumer wakes up
 local function wake()
-  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
+  if call('LLEN', K_WAKE) == 0 then call('RPUSH', K_WAKE, '1') end
 end
 
 -- announce a finished job (name: its id) or batch ('batch:'..bid) to whoever awaits it, if
 -- someone registered (w); pcall: a user without channel rights (waiters then re-check on
 -- their own) must still be able to finish jobs
 local function announce(key, name)
-  if redis.call('HDEL', key, 'w') == 1 then redis.pcall('PUBLISH', BASE .. 'done', name) end
+  if call('HDEL', key, 'w') == 1 then redis.pcall('PUBLISH', BASE .. 'done', name) end
 end

@@ -1,13 +1,14 @@
 --[[ deadletter: a job that cannot run again is kept in the dead-letter store with its reason
-  (to_dead); so is one whose record was garbled (dead_if_corrupt). Either tells whoever awaits
+  (to_dead); so is one whose record was garbled (dead_if_corrupt) and a queued one whose id a
+  consumer could not read (dead_if_garbled_id). Either tells whoever awaits
   the job, and its batch.
   Needs: core, batches (batch_outcome). ]]
 
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
-  redis.call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
-  redis.call('ZADD', K_DEAD, now, id)
-  if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+  call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
+  call('ZADD', K_DEAD, now, id)
+  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
 end
@@ -21,5 +22,15 @@ local function dead_if_corrupt(id, jk, state, now, dead_ttl)
   end
   to_dead(id, jk, now, cjson.encode({type = 'CorruptState',
     message = 'the job record had an unknown state: ' .. tostring(state)}), dead_ttl)
+  return true
+end
+
+-- a queued job whose id is not UTF-8 (written into a lane by something else than enqueue)
+-- cannot be handed to a consumer, which could not name it back: it is kept as a dead letter
+-- (Garbled) instead, and its neighbours in the claim go on; returns true if it was
+local function dead_if_garbled_id(id, jk, state, now, dead_ttl)
+  if state ~= 'queued' or utf8_ok(id) then return false end
+  to_dead(id, jk, now, cjson.encode({type = 'Garbled',
+    message = 'the job id is not UTF-8'}), dead_ttl)
   return true
 end

@@ -11,14 +11,14 @@
 local function hand_off(now)
   while true do
     -- the busy case (nobody parked) costs one command
-    local head = redis.call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
+    local head = call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
     if #head == 0 then return end
     local wid = head[1]
     if tonumber(head[2]) <= now then
-      redis.call('DEL', K_IDLE, K_IDLEW)
+      call('DEL', K_IDLE, K_IDLEW)
       return
     end
-    local reg = redis.call('HGET', K_IDLEW, wid) or ''
+    local reg = call('HGET', K_IDLEW, wid) or ''
     local want, lease, dead_ttl = string.match(reg, '^(%d+) (%d+) (%d+)$')
     local taken = 0
     if want then
@@ -27,8 +27,8 @@ local function hand_off(now)
       taken = (#out - 2) / CLAIMED_JOB_VALUES  -- after now and the next wake-up
       if taken > 0 then
         local hk = hand_key(wid)
-        redis.call('RPUSH', hk, unpack(out, 3))
-        redis.call('PEXPIRE', hk, tonumber(lease))
+        call('RPUSH', hk, unpack(out, 3))
+        call('PEXPIRE', hk, tonumber(lease))
       end
       -- nothing it may take now (a pause, a limit): neither may the others
       if taken == 0 then return end

@@ -21,24 +21,24 @@ local PRIO_SPAN = 17592186044416
 -- a lane that joins the ring takes the last turn: it waits at most one job per lane already
 -- there, and a lane that empties and refills at once cannot jump ahead of waiting backlogs
 local function join_ring(g)
-  if not redis.call('ZSCORE', K_RING, g) then
-    redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
+  if not call('ZSCORE', K_RING, g) then
+    call('ZADD', K_RING, call('INCR', K_SEQ), g)
   end
 end
 
 -- put a lane in the ring if it has runnable jobs and nothing blocks it
 local function activate(g)
   if g == '' then
-    if redis.call('LLEN', K_READY) > 0 or redis.call('ZCARD', K_PRIO) > 0 then join_ring('') end
+    if call('LLEN', K_READY) > 0 or call('ZCARD', K_PRIO) > 0 then join_ring('') end
     return
   end
-  if redis.call('ZCARD', lane_key(g)) == 0 then return end
-  if redis.call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
-  if redis.call('ZSCORE', K_GWAIT, g) then return end
+  if call('ZCARD', lane_key(g)) == 0 then return end
+  if call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
+  if call('ZSCORE', K_GWAIT, g) then return end
   -- its concurrency limit, or the queue's default one (nil: none)
-  local limit = tonumber(redis.call('HGET', K_GCONF, 'limit:' .. g)
-    or redis.call('HGET', K_QCONF, 'glimit'))
-  if limit and (tonumber(redis.call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
+  local limit = tonumber(call('HGET', K_GCONF, 'limit:' .. g)
+    or call('HGET', K_QCONF, 'glimit'))
+  if limit and (tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
   join_ring(g)
 end
 
@@ -49,15 +49,15 @@ local function push_ready(id, pr, front, g)
   local seq = 0
   if not g or g == '' then
     if pr == 0 then
-      if front then redis.call('LPUSH', K_READY, id) else redis.call('RPUSH', K_READY, id) end
+      if front then call('LPUSH', K_READY, id) else call('RPUSH', K_READY, id) end
     else
-      if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
-      redis.call('ZADD', K_PRIO, -pr * PRIO_SPAN + seq, id)
+      if not front then seq = call('INCR', K_SEQ) % PRIO_SPAN end
+      call('ZADD', K_PRIO, -pr * PRIO_SPAN + seq, id)
     end
     join_ring('')
   else
-    if not front then seq = redis.call('INCR', K_SEQ) % PRIO_SPAN end
-    redis.call('ZADD', lane_key(g), -pr * PRIO_SPAN + seq, id)
+    if not front then seq = call('INCR', K_SEQ) % PRIO_SPAN end
+    call('ZADD', lane_key(g), -pr * PRIO_SPAN + seq, id)
     activate(g)
   end
 end
@@ -65,7 +65,7 @@ end
 -- a job of group g left the active state: free its slot, and the group may run again
 local function release_slot(g)
   if g and g ~= '' then
-    if redis.call('HINCRBY', K_GACTIVE, g, -1) <= 0 then redis.call('HDEL', K_GACTIVE, g) end
+    if call('HINCRBY', K_GACTIVE, g, -1) <= 0 then call('HDEL', K_GACTIVE, g) end
     activate(g)
   end
 end
@@ -73,26 +73,26 @@ end
 -- cancel a job that has not started (waiting, scheduled or queued): it leaves its lane at
 -- once (LREM on the plain FIFO list is O(n) in its length); returns true if it was cancelled
 local function cancel_waiting(id, jk, now, ttl)
-  local r = redis.call('HMGET', jk, 's', 'g', 'pr')
+  local r = call('HMGET', jk, 's', 'g', 'pr')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
-  redis.call('HSET', jk, 's', 'cancelled', 'f', now)
-  redis.call('ZREM', K_SCHED, id)
+  call('HSET', jk, 's', 'cancelled', 'f', now)
+  call('ZREM', K_SCHED, id)
   if s == 'queued' then
     if r[2] then
-      redis.call('ZREM', lane_key(r[2]), id)
+      call('ZREM', lane_key(r[2]), id)
     elseif (tonumber(r[3]) or 0) ~= 0 then
-      redis.call('ZREM', K_PRIO, id)
+      call('ZREM', K_PRIO, id)
     else
-      redis.call('LREM', K_READY, 1, id)
+      call('LREM', K_READY, 1, id)
     end
   end
-  if ttl > 0 then redis.call('PEXPIRE', jk, ttl) end
+  if ttl > 0 then call('PEXPIRE', jk, ttl) end
   announce(jk, id)
   return true
 end
 
 -- some lane can be served now
 local function has_ready()
-  return redis.call('ZCARD', K_RING) > 0
+  return call('ZCARD', K_RING) > 0
 end

@@ -4,14 +4,15 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Needs: core, lanes (the ring, has_ready), batches (batch_outcome), deadletter
-  (dead_if_corrupt), maintenance (recover, promote, next_wake), parking (park, unpark). ]]
+  (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
+  (park, unpark). ]]
 
 -- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
 -- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
 -- (when that window ends if it is used up, else -1) and the groups' defaults (glimit, grate_n,
 -- grate_ms)
 local function queue_terms(want, now)
-  local q = redis.call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
+  local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
     'grate_ms')
   local qt = {paused = q[1], rate_wake = -1,
     glimit = num(q[4], nil), grate_n = num(q[5], nil), grate_ms = num(q[6], nil)}
@@ -20,7 +21,7 @@ local function queue_terms(want, now)
   if want > 0 and rn and rms and rms > 0 then
     local window = math.floor(now / rms)
     qt.rate_key, qt.rate_ms = BASE .. 'qrate:' .. window, rms
-    local left = rn - (tonumber(redis.call('GET', qt.rate_key)) or 0)
+    local left = rn - (tonumber(call('GET', qt.rate_key)) or 0)
     if left <= 0 then
       want = 0
       qt.rate_wake = (window + 1) * rms
@@ -37,13 +38,13 @@ end
 -- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither)
 local function group_terms(g, room, now, qt)
   -- every setting of the group in one read
-  local gc = redis.call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
+  local gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
     'rate_ms:' .. g)
   if gc[1] then return room, true, nil, nil end
   local blocked, wait_until = false, nil
   local limit = num(gc[2], qt.glimit)
   if limit then
-    local active = num(redis.call('HGET', K_GACTIVE, g), 0)
+    local active = num(call('HGET', K_GACTIVE, g), 0)
     if active >= limit then
       blocked = true
     elseif limit - active < room then
@@ -56,7 +57,7 @@ local function group_terms(g, room, now, qt)
   if rate_n and not blocked then
     local window = math.floor(now / rate_ms)
     rate_key = BASE .. 'grate:' .. g .. ':' .. window
-    local used = tonumber(redis.call('GET', rate_key)) or 0
+    local used = tonumber(call('GET', rate_key)) or 0
     if used >= rate_n then
       blocked, wait_until = true, (window + 1) * rate_ms
     elseif rate_n - used < room then
@@ -73,28 +74,28 @@ end
 local function take(g, room)
   local ids = {}
   if g ~= '' then
-    local z = redis.call('ZPOPMIN', lane_key(g), room)
+    local z = call('ZPOPMIN', lane_key(g), room)
     for i = 1, #z, 2 do ids[#ids + 1] = z[i] end
     return ids, false
   end
   -- the default lane: priority above 0 (negative scores), then the plain FIFO lane, then
   -- priority below 0
-  local prio = redis.call('EXISTS', K_PRIO) == 1
+  local prio = call('EXISTS', K_PRIO) == 1
   if prio then
-    local hi = redis.call('ZRANGEBYSCORE', K_PRIO, '-inf', '(0', 'LIMIT', 0, room)
+    local hi = call('ZRANGEBYSCORE', K_PRIO, '-inf', '(0', 'LIMIT', 0, room)
     if #hi > 0 then
-      redis.call('ZREM', K_PRIO, unpack(hi))
+      call('ZREM', K_PRIO, unpack(hi))
       for _, id in ipairs(hi) do ids[#ids + 1] = id end
     end
   end
   if #ids < room then
-    local plain = redis.call('LPOP', K_READY, room - #ids)
+    local plain = call('LPOP', K_READY, room - #ids)
     if plain then for _, id in ipairs(plain) do ids[#ids + 1] = id end end
     -- the plain lane ran dry, and there was no priority lane: empty
     if #ids < room and not prio then return ids, true end
   end
   if prio and #ids < room then
-    local lo = redis.call('ZPOPMIN', K_PRIO, room - #ids)
+    local lo = call('ZPOPMIN', K_PRIO, room - #ids)
     for i = 1, #lo, 2 do ids[#ids + 1] = lo[i] end
   end
   return ids, false
@@ -109,15 +110,15 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
   if not at then
     local after = tonumber(string.match(o, '"expires_after_ms"%s*:%s*(%d+)'))
     if not after then return false end
-    at = num(redis.call('HGET', jk, 'ct'), now) + after
+    at = num(call('HGET', jk, 'ct'), now) + after
   end
   if now < at then return false end
   local err = cjson.encode({type = 'Expired', message = 'no run started before its expiry'})
-  redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+  call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
-  redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+  call('HINCRBY', K_STATS, 'cancelled', 1)
   return true
 end
 
@@ -129,19 +130,20 @@ end
 local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
   if #got == 0 then return 0 end
   local taken = 0
-  local tok = redis.call('INCRBY', K_SEQ, #got) - #got
+  local tok = call('INCRBY', K_SEQ, #got) - #got
   for _, id in ipairs(got) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
-    if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
-      redis.call('HINCRBY', K_STATS, 'failed', 1)
+    local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
+    if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
+      dead_ttl) then
+      call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       -- expired: recorded, not leased
     elseif r[1] == 'queued' then
       tok = tok + 1
       taken = taken + 1
       local a = math.floor(num(r[2], 0)) + 1
-      redis.call('HSET', jk, 's', 'active', 'a', a, 'l', tok)
+      call('HSET', jk, 's', 'active', 'a', a, 'l', tok)
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = id
       local n = #out
@@ -165,16 +167,16 @@ end
 local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
   local empty
   if g == '' then
-    empty = drained or (redis.call('LLEN', K_READY) == 0 and redis.call('ZCARD', K_PRIO) == 0)
+    empty = drained or (call('LLEN', K_READY) == 0 and call('ZCARD', K_PRIO) == 0)
   else
     -- with nothing taken, the limit and the rate still allow more (or blocked is set)
     if taken > 0 then
-      local active = redis.call('HINCRBY', K_GACTIVE, g, taken)
+      local active = call('HINCRBY', K_GACTIVE, g, taken)
       if lim then
         local used = 0
         if lim.rate_key then
-          used = redis.call('INCRBY', lim.rate_key, taken)
-          redis.call('PEXPIRE', lim.rate_key, 2 * lim.rate_ms)
+          used = call('INCRBY', lim.rate_key, taken)
+          call('PEXPIRE', lim.rate_key, 2 * lim.rate_ms)
         end
         if lim.limit and active >= lim.limit then
           blocked = true
@@ -183,14 +185,14 @@ local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
         end
       end
     end
-    empty = redis.call('EXISTS', lane_key(g)) == 0
+    empty = call('EXISTS', lane_key(g)) == 0
   end
   if empty or blocked then
-    redis.call('ZREM', K_RING, g)
-    if wait_until and not empty then redis.call('ZADD', K_GWAIT, wait_until, g) end
+    call('ZREM', K_RING, g)
+    if wait_until and not empty then call('ZADD', K_GWAIT, wait_until, g) end
     return false
   end
-  redis.call('ZADD', K_RING, redis.call('INCR', K_SEQ), g)
+  call('ZADD', K_RING, call('INCR', K_SEQ), g)
   return true
 end
 
@@ -202,11 +204,11 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
   local taken_total = 0
   local guard = 2 * want + 100
   while taken_total < want and guard > 0 do
-    local head = redis.call('ZRANGE', K_RING, 0, 0)
+    local head = call('ZRANGE', K_RING, 0, 0)
     if #head == 0 then break end
     local g = head[1]
     local room = want - taken_total
-    if room > 1 and redis.call('ZCARD', K_RING) > 1 then room = 1 end
+    if room > 1 and call('ZCARD', K_RING) > 1 then room = 1 end
     local blocked, wait_until, lim = false, nil, nil
     if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt) end
     local got, drained = nil, false
@@ -239,13 +241,13 @@ local function do_claim(want, lease, dead_ttl, now, handing)
   if #zargs > 0 then
     -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
     -- for it (it blocked knowing only the earlier deadlines), so leave it a token
-    local first = redis.call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
-    redis.call('ZADD', K_ACTIVE, unpack(zargs))
+    local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+    call('ZADD', K_ACTIVE, unpack(zargs))
     if not first[2] or now + lease < tonumber(first[2]) then wake() end
   end
   if qt.rate_key and taken > 0 then
-    redis.call('INCRBY', qt.rate_key, taken)
-    redis.call('PEXPIRE', qt.rate_key, 2 * qt.rate_ms)
+    call('INCRBY', qt.rate_key, taken)
+    call('PEXPIRE', qt.rate_key, 2 * qt.rate_ms)
   end
   -- runnable jobs left for other consumers; not while paused or out of rate, or every
   -- consumer's blocking wait would return at once and spin

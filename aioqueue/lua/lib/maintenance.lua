@@ -8,13 +8,13 @@
 -- those that have used up their attempts; returns how many were recovered
 local function recover(now, limit, dead_ttl)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
-  local ids = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
+  local ids = call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
   local dead, cancelled = 0, 0
-  redis.call('ZREM', K_ACTIVE, unpack(ids))
+  call('ZREM', K_ACTIVE, unpack(ids))
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x')
+    local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x')
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then
       dead = dead + 1
     elseif r[1] == 'active' then
@@ -22,28 +22,28 @@ local function recover(now, limit, dead_ttl)
       if r[6] then
         -- cancelled while its holder was lost: it stays cancelled, it is not run again
         local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
-        redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-        if dead_ttl > 0 then redis.call('PEXPIRE', jk, dead_ttl) end
+        call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+        if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
         announce(jk, id)
         batch_outcome(id, jk, false, err, now)
         cancelled = cancelled + 1
       elseif a >= m then
-        redis.call('HDEL', jk, 'l')
+        call('HDEL', jk, 'l')
         to_dead(id, jk, now, cjson.encode({type = 'LeaseExpired',
           message = 'lease expired on attempt ' .. a .. ' of ' .. m .. ' (worker lost)'}), dead_ttl)
         dead = dead + 1
       else
         -- the expired holder's token no longer counts, not even as a resent ack
-        redis.call('HSET', jk, 's', 'queued')
-        redis.call('HDEL', jk, 'l')
+        call('HSET', jk, 's', 'queued')
+        call('HDEL', jk, 'l')
         push_ready(id, r[4], true, r[5])
       end
       release_slot(r[5])
     end
   end
-  redis.call('HINCRBY', K_STATS, 'expired', #ids)
-  if dead > 0 then redis.call('HINCRBY', K_STATS, 'failed', dead) end
-  if cancelled > 0 then redis.call('HINCRBY', K_STATS, 'cancelled', cancelled) end
+  call('HINCRBY', K_STATS, 'expired', #ids)
+  if dead > 0 then call('HINCRBY', K_STATS, 'failed', dead) end
+  if cancelled > 0 then call('HINCRBY', K_STATS, 'cancelled', cancelled) end
   if #ids > dead + cancelled then wake() end
   return #ids
 end
@@ -51,22 +51,22 @@ end
 -- make delayed jobs that are due runnable, and groups whose rate window passed servable again
 local function promote(now, limit)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
-  local groups = redis.call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
+  local groups = call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
   if #groups > 0 then
-    redis.call('ZREM', K_GWAIT, unpack(groups))
+    call('ZREM', K_GWAIT, unpack(groups))
     for _, g in ipairs(groups) do activate(g) end
   end
-  local ids = redis.call('ZRANGEBYSCORE', K_SCHED, '-inf', now, 'LIMIT', 0, limit)
+  local ids = call('ZRANGEBYSCORE', K_SCHED, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return #groups end
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'pr', 'g')
+    local r = call('HMGET', jk, 's', 'pr', 'g')
     if r[1] == 'scheduled' then
-      redis.call('HSET', jk, 's', 'queued')
+      call('HSET', jk, 's', 'queued')
       push_ready(id, r[2], false, r[3])
     end
   end
-  redis.call('ZREM', K_SCHED, unpack(ids))
+  call('ZREM', K_SCHED, unpack(ids))
   return #ids + #groups
 end
 
@@ -75,7 +75,7 @@ end
 local function next_wake()
   local best = -1
   for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT}) do
-    local s = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    local s = call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if s[2] and (best < 0 or tonumber(s[2]) < best) then best = tonumber(s[2]) end
   end
   return best

@@ -14,14 +14,14 @@ local function hand_key(wid) return BASE .. 'hand:' .. wid end
 -- (re)register a worker as parked until the server time `ends` (nil: its registration keeps
 -- the end it has), able to take want more jobs on these terms
 local function park(wid, ends, want, lease, dead_ttl)
-  if ends then redis.call('ZADD', K_IDLE, ends, wid) end
-  redis.call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
+  if ends then call('ZADD', K_IDLE, ends, wid) end
+  call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
 end
 
 -- drop the registrations of these workers
 local function unregister(...)
-  redis.call('ZREM', K_IDLE, ...)
-  redis.call('HDEL', K_IDLEW, ...)
+  call('ZREM', K_IDLE, ...)
+  call('HDEL', K_IDLEW, ...)
 end
 
 -- a worker's claim: take back its own registration and the jobs handed to it meanwhile
@@ -29,9 +29,15 @@ end
 local function unpark(wid, out)
   unregister(wid)
   local hk = hand_key(wid)
-  local held = redis.call('LRANGE', hk, 0, -1)
+  local held = call('LRANGE', hk, 0, -1)
   if #held == 0 then return 0 end
-  redis.call('DEL', hk)
+  if #held % CLAIMED_JOB_VALUES ~= 0 then
+    -- not what enqueue handed over: set it aside; the leases in it run out and recover
+    -- brings their jobs back
+    set_aside(hk, 'not whole leases')
+    return 0
+  end
+  call('DEL', hk)
   for _, v in ipairs(held) do out[#out + 1] = v end
   return #held / CLAIMED_JOB_VALUES
 end
