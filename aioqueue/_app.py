@@ -16,17 +16,24 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from ._batch import open_batch
-from ._checks import check_attempts, check_int
+from ._checks import (
+    check_attempts,
+    check_int,
+    check_name,
+    check_prefix,
+    check_task_name,
+    lease_ms,
+    to_ms,
+    to_seconds,
+)
 from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
-from ._keys import check_name
 from ._queue import Queue
 from ._results import ResultWaiter
 from ._scripts import load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer
 from ._task import Backoff, Task
-from ._timeutil import to_ms, to_seconds
 from ._wire import use_fast_packing
 
 if TYPE_CHECKING:
@@ -117,13 +124,11 @@ class App:
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.prefix = check_name("key prefix", prefix)
+        self.prefix = check_prefix(prefix)
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
-        self.lease = to_seconds(lease, "lease") or 0.0
-        if self.lease < 0.1:
-            raise ConfigurationError("lease must be at least 0.1 s")
+        self.lease = lease_ms(lease, minimum_ms=100) / 1000
         rt = to_seconds(result_ttl, "result_ttl")
         self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
         dt = to_seconds(dead_ttl, "dead_ttl")
@@ -299,9 +304,10 @@ class App:
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or getattr(f, "__name__", None)
+            task_name = name if name is not None else getattr(f, "__name__", None)
             if not task_name:
                 raise ConfigurationError(f"cannot name task {f!r}: pass name=")
+            check_task_name(task_name)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"a task named {task_name!r} is already registered; "
@@ -370,8 +376,13 @@ class App:
         )
 
     def queue(self, name: str | None = None) -> Queue:
-        """The queue called ``name`` (default: the App's default queue). No I/O."""
-        name = name or self.default_queue
+        """The queue called ``name`` (default: the App's default queue). No I/O.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid queue name (``""`` included).
+        """
+        if name is None:
+            name = self.default_queue
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = Queue(self, name)

@@ -8,6 +8,7 @@
     ├── ServerUnavailable         Redis could not be reached or dropped the connection
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
+    ├── CorruptRecord             a job's stored state cannot be read (garbled in Redis)
     ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
     ├── JobFailed                 awaited result of a job that was dead-lettered
     ├── JobCancelled              awaited result of a job that was cancelled
@@ -69,6 +70,17 @@ class JobNotFound(AioQueueError, LookupError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job {job_id!r} (never enqueued, or its record expired)")
         self.job_id = job_id
+
+
+class CorruptRecord(AioQueueError, ValueError):
+    """Raised by ``Job.info()``, ``Job.state()`` and ``Job.result()`` when the job's record
+    exists but its state cannot be read (something other than aioqueue wrote to it). Other
+    unreadable fields do not raise: ``JobInfo.garbled`` names them."""
+
+    def __init__(self, job_id: str, field: str, value: object) -> None:
+        super().__init__(f"job {job_id!r}: its stored {field} cannot be read: {value!r}")
+        self.job_id = job_id
+        self.field = field
 
 
 class BatchNotFound(AioQueueError, LookupError):

@@ -5,32 +5,39 @@ workers, such as people working through jobs in a web app."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._checks import (
+    at_to_ms,
     check_attempts,
     check_group,
     check_int,
     check_job_id,
+    check_name,
     check_priority,
+    check_task_name,
+    lease_ms,
     new_job_id,
+    to_ms,
+    to_seconds,
 )
-from ._codec import Unrunnable
+from ._codec import Codec, Unrunnable
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
-from ._job import Job, JobInfo, JobState, raise_for_outcome
-from ._keys import QueueKeys, check_name
+from ._job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
+from ._keys import QueueKeys
 from ._leases import Leases, forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, JobRecord, Template
 from ._scripts import FailMode, Outcome, QueueScripts
-from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -95,8 +102,7 @@ class Queue:
 
         The worker checks the name; an unknown one is dead-lettered with the reason.
         """
-        if not isinstance(task, str) or not task:
-            raise ConfigurationError(f"task name must be a non-empty string, not {task!r}")
+        check_task_name(task)
         if not isinstance(args, list | tuple):
             raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -202,39 +208,13 @@ class Queue:
         raw = await self._scripts.job_record(job_id)
         if not raw:
             raise JobNotFound(job_id)
-        h = {k.decode(): v for k, v in raw.items()}
-        codec = self.app.codec
-
-        def num(name: str) -> int | None:
-            return int(h[name]) if name in h else None
-
-        args: tuple[Any, ...] | None = None
-        kwargs: dict[str, Any] | None = None
-        task = h.get("t", b"").decode(errors="replace")
-        with contextlib.suppress(Exception):  # a corrupt payload still has an inspectable record
-            args, kwargs = codec.load_args(job_id, task, h.get("p", b""))
-        return JobInfo(
-            id=job_id,
-            queue=self.name,
-            task=task,
-            state=JobState(h["s"].decode()),
-            attempts=num("a") or 0,
-            max_attempts=num("m") or 1,
-            priority=num("pr") or 0,
-            created_ms=num("ct") or 0,
-            due_ms=num("due"),
-            finished_ms=num("f"),
-            error=codec.load_error(h["e"]) if "e" in h else None,
-            args=args,
-            kwargs=kwargs,
-            progress=codec.json.loads(h["pg"]) if "pg" in h else None,
-        )
+        return _RecordReader(self.app.codec, job_id, raw).info(self.name)
 
     async def _job_state(self, job_id: str) -> JobState:
         state, _, _ = await self._scripts.watch(job_id, register=False)
         if not state:
             raise JobNotFound(job_id)
-        return JobState(state)
+        return parse_state(job_id, state)
 
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
         codec = self.app.codec
@@ -243,6 +223,7 @@ class Queue:
             state, result, error = await self._scripts.watch(job_id, register=True)
             if not state:
                 raise JobNotFound(job_id)
+            state = parse_state(job_id, state)
             if state == JobState.COMPLETED:
                 return True, codec.load_result(result)
             if state in (JobState.FAILED, JobState.CANCELLED):
@@ -276,16 +257,14 @@ class Queue:
             dead-lettered with the reason instead of being returned.
         """
         check_int(n, 1, "n")
-        lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
-        if lease_ms < 1:
-            raise ConfigurationError("lease must be at least 1 ms")
+        lease_for = lease_ms(self.app.lease if lease is None else lease)
         wait_s = to_seconds(wait, "wait")
         loop = asyncio.get_running_loop()
         deadline = None if wait_s is None else loop.time() + wait_s
         woken = False
         leases = self._leases
         while True:
-            res = await leases.claim(min(n, MAX_JOBS_PER_CALL), lease_ms)
+            res = await leases.claim(min(n, MAX_JOBS_PER_CALL), lease_for)
             out = []
             for c in res.jobs:
                 r = await self._decode(leases, c)
@@ -380,9 +359,9 @@ class Queue:
                 and the reservation is over.
             LeaseLost, JobNotFound: as for ``complete``.
         """
-        lease_ms = to_ms(self.app.lease if lease is None else lease, "lease")
+        lease_for = lease_ms(self.app.lease if lease is None else lease)
         leases = self._leases
-        outcome = (await leases.extend([(reservation.id, reservation.token)], lease_ms))[0]
+        outcome = (await leases.extend([(reservation.id, reservation.token)], lease_for))[0]
         if outcome is Outcome.CANCEL_REQUESTED:
             why = Unrunnable("Cancelled", "cancelled while reserved")
             await leases.fail(reservation.id, reservation.token, why, FailMode.CANCELLED)
@@ -407,6 +386,60 @@ class Queue:
             "dead_trimmed": trimmed,
             "batch_outcomes_forwarded": forwarded,
         }
+
+
+class _RecordReader:
+    """Reads a job's stored hash field by field: a field that cannot be read reads as absent
+    and is named in ``garbled`` (only an unreadable state raises CorruptRecord)."""
+
+    def __init__(self, codec: Codec, job_id: str, raw: Mapping[bytes, bytes]) -> None:
+        self.codec = codec
+        self.job_id = job_id
+        self.h = {k.decode(errors="replace"): v for k, v in raw.items()}
+        self.garbled: list[str] = []
+
+    def _read(self, field: str, name: str, parse: Callable[[bytes], T]) -> T | None:
+        if field not in self.h:
+            return None
+        try:
+            return parse(self.h[field])
+        except Exception:  # anything a foreign writer left: JSON, numbers, encodings
+            self.garbled.append(name)
+            return None
+
+    def _int(self, field: str, name: str) -> int | None:
+        return self._read(field, name, int)
+
+    def info(self, queue: str) -> JobInfo:
+        codec, h = self.codec, self.h
+        state = parse_state(self.job_id, h.get("s", b""))
+        task = h.get("t", b"").decode(errors="replace")
+        args: tuple[Any, ...] | None = None
+        kwargs: dict[str, Any] | None = None
+        try:  # a corrupt or unverified payload still has an inspectable record
+            args, kwargs = codec.load_args(self.job_id, task, h.get("p", b""))
+        except Exception:
+            self.garbled += ["args", "kwargs"]
+        error: ErrorInfo | None = codec.load_error(h["e"]) if "e" in h else None
+        info = JobInfo(
+            id=self.job_id,
+            queue=queue,
+            task=task,
+            state=state,
+            attempts=self._int("a", "attempts") or 0,
+            max_attempts=self._int("m", "max_attempts") or 1,
+            priority=self._int("pr", "priority") or 0,
+            created_ms=self._int("ct", "created_ms") or 0,
+            due_ms=self._int("due", "due_ms"),
+            finished_ms=self._int("f", "finished_ms"),
+            error=error,
+            args=args,
+            kwargs=kwargs,
+            progress=self._read("pg", "progress", codec.json.loads),
+        )
+        if self.garbled:
+            info = dataclasses.replace(info, garbled=tuple(self.garbled))
+        return info
 
 
 def _group_arg(group: str | None) -> str:

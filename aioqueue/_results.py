@@ -54,6 +54,9 @@ class ResultWaiter:
         """Wait until ``check()`` says done (it registers the waiter and may raise), woken by
         a message ``key`` on ``channel``.
 
+        ``check()`` runs at least once, however short the timeout: ``timeout=0`` looks without
+        waiting.
+
         Raises:
             ResultTimeout: not done within ``timeout`` seconds.
         """
@@ -69,12 +72,13 @@ class ResultWaiter:
             return min(cap, left)
 
         cap = RECHECK_INTERVAL
-        first = remaining(RECHECK_INTERVAL)
+        first = RECHECK_INTERVAL if deadline is None else min(cap, deadline - loop.time())
         try:
             # subscribed (and confirmed) before check() marks the waiter: no finish is missed
+            if first <= 0:  # timeout=0: no time to wait, but always look once
+                raise TimeoutError
             await asyncio.wait_for(self.subscribe(channel), first)
         except TimeoutError:
-            remaining(0.0)
             cap = POLL_INTERVAL
         except rexc.ResponseError:  # NOPERM, from subscribe()
             cap = POLL_INTERVAL

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._batch import Batch
+from ._checks import to_seconds
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, Retry
-from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
     from ._app import App

@@ -11,12 +11,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from ._batch import Call
-from ._checks import check_attempts, check_group, check_job_id, check_priority, new_job_id
+from ._checks import (
+    at_to_ms,
+    check_attempts,
+    check_group,
+    check_job_id,
+    check_name,
+    check_priority,
+    new_job_id,
+    to_ms,
+    to_seconds,
+)
 from ._exceptions import ConfigurationError
 from ._job import Job
-from ._keys import check_name
 from ._record import JobOptions, JobRecord, Template
-from ._timeutil import at_to_ms, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from ._app import App
-from ._checks import check_int
+from ._checks import check_int, to_seconds
 from ._codec import Unrunnable
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
@@ -40,7 +40,6 @@ from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._scripts import FailMode, Outcome
-from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
 

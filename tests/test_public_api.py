@@ -64,6 +64,7 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
     assert not issubclass(aioqueue.ServerUnavailable, ConnectionError)  # the builtin
     assert issubclass(aioqueue.JobNotFound, LookupError)
     assert issubclass(aioqueue.BatchNotFound, LookupError)
+    assert issubclass(aioqueue.CorruptRecord, ValueError)
     assert issubclass(aioqueue.ResultTimeout, TimeoutError)
     assert issubclass(aioqueue.PayloadTooLarge, aioqueue.SerializationError)
 
