@@ -30,7 +30,8 @@ from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._scripts import load_scripts
+from ._keys import QueueKeys
+from ._scripts import check_script_access, load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer
 from ._task import Backoff, Task
@@ -201,6 +202,9 @@ class App:
             # load every script once, so that pipelines (enqueue_many, batches) run in order
             # rather than replaying the calls that met NOSCRIPT after the others
             await load_scripts(client)
+            # an ACL user that may load scripts but not run them on this app's keys would
+            # otherwise fail only later, in every call of a worker that retries forever
+            await check_script_access(client, QueueKeys(self.prefix, self.default_queue).seq)
         except BaseException as exc:
             await client.aclose()
             # refused, not unreachable (retrying cannot help): bad credentials, a DB index

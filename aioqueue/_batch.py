@@ -183,7 +183,7 @@ class Batch(Generic[R]):
         if n is None:
             raise BatchNotFound(self.id)
         for queue, ids in (await self._foreign_members()).items():
-            n += await queue.cancel_jobs(ids)
+            n += await queue._cancel(ids)
         return n
 
     async def info(self) -> BatchInfo:

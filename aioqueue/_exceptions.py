@@ -154,7 +154,8 @@ class Retry(Exception):
     Args:
         delay: seconds (or a timedelta) to wait before the next attempt; ``None`` uses the
             task's backoff. A negative delay means "now"; a non-finite one (``nan``, ``inf``)
-            fails the attempt with the reason ``InvalidRetry`` (the task's backoff applies).
+            or one over 100 years fails the attempt with the reason ``InvalidRetry`` (the
+            task's backoff applies).
 
     Raises:
         ConfigurationError: ``delay`` is neither a number, a timedelta nor None.

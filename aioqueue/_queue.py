@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: most job ids one cancel script call takes (cancel_jobs sends more in several calls)
+CANCEL_CHUNK = 500
+
 
 @dataclass(slots=True)
 class Reservation:
@@ -146,17 +149,36 @@ class Queue:
         return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:
-        """A handle on a job of this queue by id (no I/O)."""
-        return Job(self, job_id)
+        """A handle on a job of this queue by id (no I/O).
+
+        Raises:
+            ConfigurationError: ``job_id`` is not a valid job id (empty, too long, not UTF-8).
+        """
+        return Job(self, check_job_id(job_id))
 
     async def cancel_jobs(self, job_ids: Sequence[str]) -> int:
         """Cancel jobs of this queue from any process: queued and scheduled ones at once;
         running ones are stopped by their worker at its next heartbeat and recorded as
-        cancelled. Finished jobs are left alone. Returns how many were cancelled at once."""
-        if not job_ids:
-            return 0
-        now, _ = await self._scripts.cancel(list(job_ids), self.app.dead_ttl_ms)
-        return now
+        cancelled. Finished jobs are left alone. Returns how many were cancelled at once.
+
+        The ids go to the server in chunks of ``CANCEL_CHUNK`` (500), one script call each:
+        each chunk is atomic, the whole call is not, so one large call never holds the
+        server up for long (30,000 ids in one script took 0.44 s, during which the server
+        answered nobody).
+
+        Raises:
+            ConfigurationError: an id is not a valid job id (empty, too long, not UTF-8);
+                nothing was cancelled.
+        """
+        return await self._cancel([check_job_id(job_id) for job_id in job_ids])
+
+    async def _cancel(self, ids: Sequence[str]) -> int:
+        """``cancel_jobs`` without the checks of the ids (ids read back from Redis)."""
+        cancelled = 0
+        for i in range(0, len(ids), CANCEL_CHUNK):
+            now, _ = await self._scripts.cancel(ids[i : i + CANCEL_CHUNK], self.app.dead_ttl_ms)
+            cancelled += now
+        return cancelled
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""

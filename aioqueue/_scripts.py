@@ -13,6 +13,7 @@ server cannot be reached.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 from collections.abc import Awaitable, Sequence
@@ -205,6 +206,14 @@ async def load_scripts(client: aioredis.Redis) -> None:
     for script in SCRIPTS.values():
         pipe.execute_command("SCRIPT", "LOAD", script.source)
     await pipe.execute()
+
+
+async def check_script_access(client: aioredis.Redis, key: str) -> None:
+    """Fail now, with the server's NOPERM error, if this connection's ACL user may not run
+    scripts on keys like ``key``: an EVALSHA of a SHA no script has answers NOSCRIPT when it
+    is allowed, and runs nothing."""
+    with contextlib.suppress(rexc.NoScriptError):
+        await client.execute_command("EVALSHA", "0" * 40, 1, key)  # type: ignore[no-untyped-call]
 
 
 async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:

@@ -13,7 +13,7 @@ import pytest
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
     ["_version", "_exceptions"],
-    ["_limits", "_timeutil", "_keys", "_serialize", "_signing", "_checks", "_record", "_wire"],
+    ["_limits", "_keys", "_serialize", "_signing", "_checks", "_record", "_wire"],
     ["_job"],
     ["_codec"],
     ["_scripts"],
