@@ -321,7 +321,7 @@ class App:
                 self,
                 f,
                 name=task_name,
-                queue=check_name("queue name", queue or self.default_queue),
+                queue=check_name("queue name", self.default_queue if queue is None else queue),
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
                 backoff=backoff or self.backoff,

@@ -358,7 +358,7 @@ class QueueScripts:
         self, job_id: str, register: bool, kind: str = "job"
     ) -> tuple[str, bytes, bytes]:
         res = await self._run("watch", (self.base, job_id, 1 if register else 0, kind))
-        return res[0].decode(), res[1], res[2]
+        return res[0].decode(errors="replace"), res[1], res[2]  # a garbled state: CorruptRecord
 
     async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:
         """Maintenance; returns (recovered, promoted, dead_trimmed), all -1 when another
