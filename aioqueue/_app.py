@@ -28,9 +28,9 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
+from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._keys import QueueKeys
 from ._scripts import check_script_access, load_scripts
 from ._serialize import Serializer, get_serializer
 from ._signing import Signer

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from aioqueue import (
     App,
     Backoff,
+    Batch,
     ConfigurationError,
     CorruptRecord,
     JobFailed,
@@ -55,7 +56,7 @@ async def test_result_with_timeout_zero_returns_a_finished_jobs_result(app: App)
 
 async def test_batch_wait_with_timeout_zero_looks_once(app: App) -> None:
     add = app.task(_add)
-    batch = await app.batch([add.call(1, 1)])
+    batch: Batch[None] = await app.batch([add.call(1, 1)])
     with pytest.raises(ResultTimeout):
         await batch.wait(timeout=0)
     [r] = await app.queue().reserve()
@@ -294,7 +295,8 @@ async def test_cancelling_many_jobs_never_runs_one_long_script(
 
     monkeypatch.setattr(QueueScripts, "cancel", counted)
     assert await app.queue().cancel_jobs([j.id for j in jobs]) == n
-    assert max(sizes) == CANCEL_CHUNK and sum(sizes) == n
+    assert max(sizes) == CANCEL_CHUNK
+    assert sum(sizes) == n
     assert (await app.queue().counts())["queued"] == 0
     states = {(await j.info()).state for j in (jobs[0], jobs[CANCEL_CHUNK], jobs[-1])}
     assert states == {JobState.CANCELLED}
