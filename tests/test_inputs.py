@@ -19,10 +19,8 @@ from aioqueue import (
     Batch,
     ConfigurationError,
     CorruptRecord,
-    JobFailed,
     JobState,
     ResultTimeout,
-    Retry,
     Worker,
 )
 from aioqueue._checks import MAX_ATTEMPTS, MAX_SECONDS
@@ -98,18 +96,6 @@ async def test_the_longest_delay_is_stored_and_read_back_exactly(app: App) -> No
     assert info.due_ms is not None
     assert info.due_ms - info.created_ms == CENTURY * 1000
     assert info.garbled == ()
-
-
-async def test_a_retry_delay_beyond_a_century_is_a_typed_failure(app: App) -> None:
-    @app.task(max_attempts=1)
-    async def far() -> None:
-        raise Retry(delay=1e300)
-
-    async with Worker(app, concurrency=2, grace=2):
-        job = await far.enqueue()
-        with pytest.raises(JobFailed) as failed:
-            await job.result(timeout=10)
-    assert failed.value.error_type == "InvalidRetry"
 
 
 # --------------------------------------------------------------------- attempts and leases
