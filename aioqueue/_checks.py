@@ -68,7 +68,9 @@ def check_prefix(value: str) -> str:
 def check_text(value: str, what: str, max_chars: int = MAX_ID_CHARS) -> str:
     """A non-empty string of at most ``max_chars`` characters that encodes as UTF-8."""
     if not isinstance(value, str) or not 0 < len(value) <= max_chars:
-        shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:60]}... ({len(value)})"
+        shown = repr(value)
+        if isinstance(value, str) and len(value) > 60:  # never echo a huge value back
+            shown = f"{value[:40]!r}... ({len(value)} characters)"
         raise ConfigurationError(
             f"{what} must be a non-empty string of at most {max_chars} characters: {shown}"
         )
