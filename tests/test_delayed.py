@@ -203,5 +203,7 @@ async def test_many_delayed_and_immediate_jobs_mixed(redis_url: str, redis: Redi
         early = {i: due[i] - claimed[i] for i in scheduled if claimed[i] < due[i]}
         assert early == {}, f"claimed before due (ms early): {early}"
         late = max(claimed[i] - due[i] for i in scheduled)
-        assert late < 500, f"a due job waited {late} ms"
+        # no job waits for a poll (the fallback recheck is 5 s); the bound is loose because on
+        # a loaded 2-core machine four consumers' round trips alone took 778 ms (500 flaked)
+        assert late < 3000, f"a due job waited {late} ms"
         assert await check_invariants(redis, q._keys) == dict.fromkeys(claimed, "completed")
