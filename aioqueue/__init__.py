@@ -17,6 +17,7 @@ from ._exceptions import BatchFailed as BatchFailed
 from ._exceptions import BatchNotFound as BatchNotFound
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import CorruptRecord as CorruptRecord
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobFailed as JobFailed
@@ -69,6 +70,7 @@ __all__ = [
     "Chain",
     "ClosedError",
     "ConfigurationError",
+    "CorruptRecord",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",

@@ -16,21 +16,29 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from ._batch import open_batch
-from ._checks import check_attempts, check_int
+from ._checks import (
+    check_attempts,
+    check_int,
+    check_name,
+    check_prefix,
+    check_task_name,
+    lease_ms,
+    to_ms,
+    to_seconds,
+)
 from ._codec import Codec
 from ._cron import MissedPolicy
 from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
 from ._hooks import EnqueueHook, Hooks, LifecycleHook, Middleware
-from ._keys import check_name
+from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
 from ._schedules import Schedules, make_spec
-from ._scripts import load_scripts
+from ._scripts import check_script_access, load_scripts
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task
-from ._timeutil import to_ms, to_seconds
 from ._wire import use_fast_packing
 
 if TYPE_CHECKING:
@@ -132,13 +140,11 @@ class App:
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.prefix = check_name("key prefix", prefix)
+        self.prefix = check_prefix(prefix)
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
-        self.lease = to_seconds(lease, "lease") or 0.0
-        if self.lease < 0.1:
-            raise ConfigurationError("lease must be at least 0.1 s")
+        self.lease = lease_ms(lease, minimum_ms=100) / 1000
         rt = to_seconds(result_ttl, "result_ttl")
         self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
         dt = to_seconds(dead_ttl, "dead_ttl")
@@ -207,6 +213,9 @@ class App:
             # load every script once, so that pipelines (enqueue_many, batches) run in order
             # rather than replaying the calls that met NOSCRIPT after the others
             await load_scripts(client)
+            # an ACL user that may load scripts but not run them on this app's keys would
+            # otherwise fail only later, in every call of a worker that retries forever
+            await check_script_access(client, QueueKeys(self.prefix, self.default_queue).seq)
         except BaseException as exc:
             await client.aclose()
             # refused, not unreachable (retrying cannot help): bad credentials, a DB index
@@ -385,9 +394,10 @@ class App:
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or getattr(f, "__name__", None)
+            task_name = name if name is not None else getattr(f, "__name__", None)
             if not task_name:
                 raise ConfigurationError(f"cannot name task {f!r}: pass name=")
+            check_task_name(task_name)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"a task named {task_name!r} is already registered; "
@@ -397,7 +407,7 @@ class App:
                 self,
                 f,
                 name=task_name,
-                queue=check_name("queue name", queue or self.default_queue),
+                queue=check_name("queue name", self.default_queue if queue is None else queue),
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
                 backoff=_check_backoff(backoff) or self.backoff,
@@ -538,8 +548,13 @@ class App:
         )
 
     def queue(self, name: str | None = None) -> Queue:
-        """The queue called ``name`` (default: the App's default queue). No I/O."""
-        name = name or self.default_queue
+        """The queue called ``name`` (default: the App's default queue). No I/O.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid queue name (``""`` included).
+        """
+        if name is None:
+            name = self.default_queue
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = Queue(self, name)

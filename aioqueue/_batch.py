@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar
 
-from ._checks import check_int, check_priority, new_job_id
+from ._checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
 from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from ._job import ErrorInfo, Job
 from ._record import JobOptions, JobRecord, Template
 from ._scripts import ScriptCall
-from ._timeutil import to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -240,7 +239,7 @@ class Batch(Generic[R]):
         if n is None:
             raise BatchNotFound(self.id)
         for queue, ids in (await self._foreign_members()).items():
-            n += await queue.cancel_jobs(ids)
+            n += await queue._cancel(ids)
         return n
 
     async def info(self) -> BatchInfo:
@@ -448,7 +447,13 @@ async def open_batch(
             )
     if priority is not None:
         check_priority(priority)
-    home_name = queue or (on_complete.opts.queue or on_complete.task.queue if on_complete else None)
+    if group is not None:
+        check_group(group)
+    home_name = (
+        queue
+        if queue is not None
+        else (on_complete.opts.queue or on_complete.task.queue if on_complete else None)
+    )
     home = app.queue(home_name)
     bid = uuid.uuid4().hex
     own_group = f"batch:{bid}" if concurrency is not None else group

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, NoReturn
 import redis.exceptions as rexc
 
 from ._app import App
+from ._checks import check_name
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
-from ._keys import check_name
 from ._version import __version__
 
 if TYPE_CHECKING:

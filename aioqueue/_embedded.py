@@ -19,8 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Self
 
+from ._checks import to_seconds
 from ._exceptions import ConfigurationError, EmbeddedServerError
-from ._timeutil import to_seconds
 
 __all__ = ["EmbeddedServer"]
 

@@ -9,6 +9,7 @@
     ├── ServerRefused             Redis answered a call with an error (a script's, a command's)
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
+    ├── CorruptRecord             a job's stored state cannot be read (garbled in Redis)
     ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
     ├── JobFailed                 awaited result of a job that was dead-lettered
     ├── JobCancelled              awaited result of a job that was cancelled
@@ -79,6 +80,17 @@ class JobNotFound(AioQueueError, LookupError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job {job_id!r} (never enqueued, or its record expired)")
         self.job_id = job_id
+
+
+class CorruptRecord(AioQueueError, ValueError):
+    """Raised by ``Job.info()``, ``Job.state()`` and ``Job.result()`` when the job's record
+    exists but its state cannot be read (something other than aioqueue wrote to it). Other
+    unreadable fields do not raise: ``JobInfo.garbled`` names them."""
+
+    def __init__(self, job_id: str, field: str, value: object) -> None:
+        super().__init__(f"job {job_id!r}: its stored {field} cannot be read: {value!r}")
+        self.job_id = job_id
+        self.field = field
 
 
 class BatchNotFound(AioQueueError, LookupError):
@@ -165,7 +177,8 @@ class Retry(Exception):
     Args:
         delay: seconds (or a timedelta) to wait before the next attempt; ``None`` uses the
             task's backoff. A negative delay means "now"; a non-finite one (``nan``, ``inf``)
-            fails the attempt with the reason ``InvalidRetry`` (the task's backoff applies).
+            or one over 100 years fails the attempt with the reason ``InvalidRetry`` (the
+            task's backoff applies).
 
     Raises:
         ConfigurationError: ``delay`` is neither a number, a timedelta nor None.

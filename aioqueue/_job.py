@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._exceptions import JobCancelled, JobFailed, ResultTimeout
-from ._timeutil import to_seconds
+from ._checks import to_seconds
+from ._exceptions import CorruptRecord, JobCancelled, JobFailed, ResultTimeout
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -61,7 +61,13 @@ class ErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """A snapshot of a job's stored record."""
+    """A snapshot of a job's stored record.
+
+    A field that cannot be read (something other than aioqueue wrote to the record) is named
+    in ``garbled`` and reads as if it were absent: ``None``, or 0 for the counts (1 for
+    ``max_attempts``). Arguments that cannot be decoded (a corrupt or unverified payload) are
+    ``None`` and named too. Only an unreadable state raises (``CorruptRecord``).
+    """
 
     id: str
     queue: str
@@ -77,6 +83,8 @@ class JobInfo:
     args: tuple[Any, ...] | None
     kwargs: dict[str, Any] | None
     progress: Any = None
+    #: names of the fields above whose stored value could not be read
+    garbled: tuple[str, ...] = ()
 
 
 class Job(Generic[R]):
@@ -109,6 +117,7 @@ class Job(Generic[R]):
 
         Raises:
             JobNotFound: no record (never enqueued, or its retention ran out).
+            CorruptRecord: the record's state cannot be read.
         """
         return await self._queue._job_state(self.id)
 
@@ -118,7 +127,12 @@ class Job(Generic[R]):
         return await self._queue.cancel_jobs([self.id]) == 1
 
     async def info(self) -> JobInfo:
-        """The job's stored record. Raises JobNotFound when there is none."""
+        """The job's stored record; fields that cannot be read are named in ``garbled``.
+
+        Raises:
+            JobNotFound: no record (never enqueued, or its retention ran out).
+            CorruptRecord: the record's state cannot be read.
+        """
         return await self._queue.job_info(self.id)
 
     async def result(self, timeout: float | timedelta | None = None) -> R:
@@ -130,10 +144,20 @@ class Job(Generic[R]):
         Raises:
             JobFailed: the job ended in the dead-letter store (its error is attached).
             JobCancelled: the job was cancelled.
-            ResultTimeout: the job did not finish in time.
+            ResultTimeout: the job did not finish in time; ``timeout=0`` looks once, without
+                waiting, and returns the result of a job that has finished.
             JobNotFound: no record of the job.
+            CorruptRecord: the record's state cannot be read.
         """
         return await self._queue._wait_result(self.id, to_seconds(timeout))  # type: ignore[no-any-return]
+
+
+def parse_state(job_id: str, raw: str | bytes) -> JobState:
+    """A job's stored state, or CorruptRecord when it is not one of ``JobState``'s words."""
+    try:
+        return JobState(raw.decode() if isinstance(raw, bytes) else raw)
+    except ValueError:  # includes UnicodeDecodeError
+        raise CorruptRecord(job_id, "state", raw) from None
 
 
 def raise_for_outcome(job_id: str, state: str, error: ErrorInfo | None) -> None:
@@ -145,4 +169,12 @@ def raise_for_outcome(job_id: str, state: str, error: ErrorInfo | None) -> None:
         raise JobCancelled(job_id, None if error is None else error.type)
 
 
-__all__ = ["ErrorInfo", "Job", "JobInfo", "JobState", "ResultTimeout", "raise_for_outcome"]
+__all__ = [
+    "ErrorInfo",
+    "Job",
+    "JobInfo",
+    "JobState",
+    "ResultTimeout",
+    "parse_state",
+    "raise_for_outcome",
+]

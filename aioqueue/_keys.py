@@ -56,21 +56,7 @@ Reserved for later capabilities (same hash tag): ``unique:*``, ``workers``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-
-from ._exceptions import ConfigurationError
-
-_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-
-
-def check_name(kind: str, value: str) -> str:
-    """Validate a queue name or key prefix: no braces, so the hash tag stays intact."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ConfigurationError(
-            f"invalid {kind} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -"
-        )
-    return value
 
 
 @dataclass(frozen=True, slots=True)

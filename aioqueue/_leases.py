@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._keys import check_name
+from ._checks import check_name
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome
 

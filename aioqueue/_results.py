@@ -55,6 +55,9 @@ class ResultWaiter:
         """Wait until ``check()`` says done (it registers the waiter and may raise), woken by
         a message ``key`` on ``channel``.
 
+        ``check()`` runs at least once, however short the timeout: ``timeout=0`` looks without
+        waiting.
+
         Raises:
             ResultTimeout: not done within ``timeout`` seconds.
         """

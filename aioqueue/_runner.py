@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._batch import Batch
+from ._checks import MAX_SECONDS, to_seconds
 from ._codec import Unrunnable, corrupt
 from ._context import JobContext, _current
 from ._exceptions import AioQueueError, BadSignature, Retry
 from ._hooks import run_through
-from ._timeutil import to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -144,10 +144,14 @@ class Runner:
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
     """The outcome of a job that raised ``Retry``: run again after its delay (a negative one
-    means now), unless this was its last attempt; a non-finite delay fails the attempt."""
+    means now), unless this was its last attempt; a non-finite delay, or one over 100 years,
+    fails the attempt."""
     backoff = task.backoff.delay(c.attempt)
-    if r.delay is not None and not math.isfinite(r.delay):
-        why = f"Retry(delay={r.delay!r}): the delay must be a finite number of seconds"
+    if r.delay is not None and not (math.isfinite(r.delay) and r.delay <= MAX_SECONDS):
+        why = (
+            f"Retry(delay={r.delay!r}): the delay must be a finite number of seconds, "
+            f"at most {MAX_SECONDS} (100 years)"
+        )
         return Failure(Unrunnable("InvalidRetry", why), int(backoff * 1000))
     if c.attempt >= c.max_attempts:
         why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"

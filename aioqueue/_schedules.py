@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_name, to_ms
 from ._cron import DEFAULT_GRACE_MS, MissedPolicy, Spec, interval_ms, job_id_for
 from ._exceptions import ConfigurationError, ServerUnavailable
-from ._keys import check_name
 from ._record import JobRecord, Template
 from ._scripts import TickOutcome, schedule_queues
 from ._task import Task
-from ._timeutil import to_ms
 
 if TYPE_CHECKING:
     from ._app import App

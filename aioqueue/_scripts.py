@@ -13,6 +13,7 @@ server cannot be reached, ``ServerRefused`` when it answers with an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import json
@@ -263,7 +264,7 @@ def group_names(replies: Sequence[list[bytes]]) -> list[str]:
 
 def parse_watch(res: Any) -> tuple[str, bytes, bytes]:
     """watch.lua's reply: (state, or "" for no job; result; error)."""
-    return res[0].decode(errors="replace"), res[1], res[2]
+    return res[0].decode(errors="replace"), res[1], res[2]  # a garbled state: CorruptRecord
 
 
 async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | None = None) -> T:
@@ -306,6 +307,14 @@ async def load_scripts(client: aioredis.Redis) -> None:
     for script in SCRIPTS.values():
         pipe.execute_command("SCRIPT", "LOAD", script.source)
     await pipe.execute()
+
+
+async def check_script_access(client: aioredis.Redis, key: str) -> None:
+    """Fail now, with the server's NOPERM error, if this connection's ACL user may not run
+    scripts on keys like ``key``: an EVALSHA of a SHA no script has answers NOSCRIPT when it
+    is allowed, and runs nothing."""
+    with contextlib.suppress(rexc.NoScriptError):
+        await client.execute_command("EVALSHA", "0" * 40, 1, key)  # type: ignore[no-untyped-call]
 
 
 async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:

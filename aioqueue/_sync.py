@@ -22,15 +22,15 @@ import redis
 import redis.exceptions as rexc
 from redis.retry import Retry
 
-from ._checks import check_attempts, new_job_id
+from ._checks import check_attempts, check_name, new_job_id, to_seconds
 from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTimeout
 from ._job import JobInfo, JobState
-from ._keys import QueueKeys, check_name
+from ._keys import QueueKeys
 from ._queue import job_info_from, state_counts, watched_outcome
 from ._record import JobRecord, Template
 from ._syncdoor import BlockingScripts, blocking_call
 from ._task import BoundTask, Task
-from ._timeutil import Deadline, to_seconds
+from ._timeutil import Deadline
 
 if TYPE_CHECKING:
     from ._app import App

@@ -11,12 +11,21 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from ._batch import Call
-from ._checks import check_attempts, check_group, check_job_id, check_priority, new_job_id
+from ._checks import (
+    at_to_ms,
+    check_attempts,
+    check_group,
+    check_job_id,
+    check_name,
+    check_priority,
+    expiry_option,
+    new_job_id,
+    to_ms,
+    to_seconds,
+)
 from ._exceptions import ConfigurationError
 from ._job import Job
-from ._keys import check_name
 from ._record import JobOptions, JobRecord, Template
-from ._timeutil import at_to_ms, expiry_option, to_ms, to_seconds
 
 if TYPE_CHECKING:
     from ._app import App
@@ -37,20 +46,13 @@ class Backoff:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("base", "max"):
-            value = getattr(self, name)
-            if isinstance(value, timedelta):
-                object.__setattr__(self, name, value.total_seconds())
-        values = (self.base, self.factor, self.max, self.jitter)
+        for name in ("base", "max"):  # durations: finite, >= 0, at most 100 years
+            object.__setattr__(self, name, to_seconds(getattr(self, name), f"Backoff {name}"))
+        values = (self.factor, self.jitter)
         if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
             raise ConfigurationError(f"invalid {self!r}: every value must be a finite number")
-        if (
-            _secs(self.base) < 0
-            or self.factor < 1
-            or _secs(self.max) < 0
-            or not 0 <= self.jitter <= 1
-        ):
-            raise ConfigurationError(f"invalid {self!r}: base>=0, factor>=1, max>=0, 0<=jitter<=1")
+        if self.factor < 1 or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"invalid {self!r}: factor>=1, 0<=jitter<=1")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""

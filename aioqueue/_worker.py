@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from ._app import App
-from ._checks import check_int
+from ._checks import check_int, to_seconds
 from ._codec import Unrunnable, describe_error
 from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
@@ -43,7 +43,6 @@ from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._schedules import Scheduler
 from ._scripts import FailMode, Outcome
-from ._timeutil import to_seconds
 
 logger = logging.getLogger(__name__)
 

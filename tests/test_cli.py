@@ -163,6 +163,23 @@ async def test_an_acl_user_without_a_needed_command_fails_clearly(
     assert "-pw" not in line  # the password is redacted
 
 
+async def test_an_acl_user_that_may_not_run_scripts_fails_clearly(
+    app_dir: Path, redis: Redis, redis_url: str
+) -> None:
+    # issue 19: a user that could load scripts but not run them (no EVALSHA) got a worker
+    # that logged NOPERM and retried forever
+    user = f"cli-{uuid4().hex[:8]}"
+    rules = ["reset", "on", f">{user}-pw", "~*", "&*", "+@all", "-evalsha"]
+    await redis.execute_command("ACL", "SETUSER", user, *rules)  # type: ignore[no-untyped-call]
+    url = f"redis://{user}:{user}-pw@{redis_url.split('//', 1)[1]}"
+    try:
+        proc = await asyncio.to_thread(cli, app_dir, "worker", "cliapp:app", "--url", url)
+    finally:
+        await redis.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+    assert proc.returncode == 1
+    assert "no permissions to run the 'evalsha' command" in one_line_error(proc)
+
+
 async def test_bad_credentials_fail_at_once(app_dir: Path, limited_user: str) -> None:
     url = limited_user.replace("-pw@", "-wrong@")
     with pytest.raises(ConfigurationError, match="invalid username-password pair"):

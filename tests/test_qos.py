@@ -610,7 +610,9 @@ async def test_a_consumer_waiting_for_the_queue_rate_window_does_not_poll(
 ) -> None:
     work = define(app)
     await fill(work, "none", 5, group=None)
-    await app.queue().set_rate_limit(1, 30)
+    # windows are fixed (aligned to the server's clock): with 30 s ones, a run that began in
+    # a window's last second saw the next one open during its wait; an hour makes that rare
+    await app.queue().set_rate_limit(1, 3600)
     assert len(await app.queue().reserve(5)) == 1
     claims = await claims_while_waiting(redis_url, app.prefix, redis, 0.5)
     assert claims <= 5, f"about {claims:.0f} claims in 0.5 s of waiting for the rate window"

@@ -209,9 +209,12 @@ async def test_retry_with_a_negative_delay_runs_again_now(
     assert (info.state, info.attempts) == (JobState.COMPLETED, 2)
 
 
-@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf])
-async def test_retry_with_a_non_finite_delay_is_a_typed_failure(app: App, delay: float) -> None:
-    # issue 19: Retry(delay=nan) crashed the job wrapper
+@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf, 1e300])
+async def test_retry_with_a_non_finite_or_endless_delay_is_a_typed_failure(
+    app: App, delay: float
+) -> None:
+    # issue 19: Retry(delay=nan) crashed the job wrapper; a delay over 100 years (1e300) was
+    # sent to the server as milliseconds it could not count
     @app.task(max_attempts=1)
     async def broken() -> None:
         raise Retry(delay=delay)

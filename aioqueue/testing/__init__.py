@@ -20,9 +20,9 @@ from typing import Literal, cast
 from uuid import uuid4
 
 from .._app import App
+from .._checks import to_seconds
 from .._exceptions import ConfigurationError
 from .._leases import forward_outbox
-from .._timeutil import to_seconds
 from .._worker import Worker
 
 __all__ = ["Delayed", "RunSummary", "run_until_empty", "unique_prefix"]
