@@ -33,6 +33,7 @@ from ._job import JobInfo as JobInfo
 from ._job import JobState as JobState
 from ._queue import Queue as Queue
 from ._queue import Reservation as Reservation
+from ._registry import WorkerInfo as WorkerInfo
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
@@ -82,6 +83,7 @@ __all__ = [
     "ServerUnavailable",
     "Task",
     "Worker",
+    "WorkerInfo",
     "__version__",
     "current_job",
 ]

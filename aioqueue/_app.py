@@ -78,6 +78,9 @@ class App:
         max_payload_bytes: refuse arguments that serialise to more than this (0: no limit).
         lease: seconds a consumer holds a job before it is handed out again (workers renew it
             while the job runs).
+        heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
+            if that is shorter; at most half the lease). A worker that misses three in a row
+            is declared dead, and its jobs are handed back without waiting for their leases.
         result_ttl: seconds results and completed job records are kept (None: forever,
             0: not kept).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
@@ -105,6 +108,7 @@ class App:
         serializer: str | Serializer = "json",
         max_payload_bytes: int = 1_000_000,
         lease: float | timedelta = 30.0,
+        heartbeat: float | timedelta | None = None,
         result_ttl: float | timedelta | None = 86_400.0,
         dead_ttl: float | timedelta | None = 7 * 86_400.0,
         max_attempts: int = 3,
@@ -124,6 +128,13 @@ class App:
         self.lease = to_seconds(lease, "lease") or 0.0
         if self.lease < 0.1:
             raise ConfigurationError("lease must be at least 0.1 s")
+        hb = to_seconds(heartbeat, "heartbeat")
+        if hb is None:
+            hb = min(2.0, self.lease / 3)
+        elif not 0.05 <= hb <= self.lease / 2:
+            raise ConfigurationError("heartbeat must be at least 0.05 s and at most half the lease")
+        #: seconds between a worker's heartbeats
+        self.heartbeat = hb
         rt = to_seconds(result_ttl, "result_ttl")
         self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
         dt = to_seconds(dead_ttl, "dead_ttl")

@@ -142,7 +142,7 @@ def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
     return [
         Claimed(
             values[i].decode(),
-            str(int(values[i + 1])),
+            values[i + 1].decode(errors="replace"),
             int(values[i + 2]),
             values[i + 3].decode(errors="replace"),  # an unknown task name is dead-lettered
             values[i + 4],

@@ -81,7 +81,10 @@ def hostile_app(url: str, **options: Any) -> App:
 
 @contextlib.asynccontextmanager
 async def running(app: App) -> AsyncIterator[Worker]:
-    async with app, Worker(app, concurrency=4, idle_block=0.1, grace=0.5) as worker:
+    async with (
+        app,
+        Worker(app, concurrency=4, idle_block=0.1, grace=0.5, unknown_task_grace=0) as worker,
+    ):
         yield worker
 
 

@@ -9,7 +9,7 @@
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
+local r = redis.call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk')
 if not r[1] then return -1 end
 if r[2] == tok and r[1] ~= 'active' then
   -- this lease already ended the attempt: report what it did (unless the job moved on)
@@ -21,6 +21,7 @@ end
 if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
 redis.call('ZREM', K_ACTIVE, id)
+unhold(r[7], id)
 release_slot(r[6])
 if delay == -2 then
   redis.call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
