@@ -20,7 +20,8 @@
   awaits the result (the finishing script then publishes the id on the channel base.."done"),
   wk the worker that holds (or last held) its lease ('' a pull-API consumer), wn the lease's
   ordinal among that worker's leases, rf attempts refunded because a lost worker never started
-  them, rl the last lease token that released it (a later fail/complete with it is stale).
+  them, rl the last lease token that released it (a later fail/complete with it is stale), rc
+  set while a recovered job waits to go back to the front of its lane (see recover_job).
 
   The worker registry (see lib/workers): base.."workers" ZSET worker id -> registration
   deadline (server ms; a worker that misses it is dead and gets buried); base.."worker:"..wid

@@ -44,8 +44,9 @@ local function recover_job(id, now, dead_ttl, unstarted, k)
     return 'dead'
   end
   if k > 0 then
+    -- rc: when it falls due it goes to the front of its lane, as the first one does now
     local due = now + math.min(k, SPREAD_STEPS) * SPREAD_MS
-    redis.call('HSET', jk, 's', 'scheduled', 'due', due)
+    redis.call('HSET', jk, 's', 'scheduled', 'due', due, 'rc', 1)
     redis.call('ZADD', K_SCHED, due, id)
   else
     redis.call('HSET', jk, 's', 'queued')
@@ -112,10 +113,11 @@ local function promote(now, limit)
   if #ids == 0 then return #groups end
   for _, id in ipairs(ids) do
     local jk = job_key(id)
-    local r = redis.call('HMGET', jk, 's', 'pr', 'g')
+    local r = redis.call('HMGET', jk, 's', 'pr', 'g', 'rc')
     if r[1] == 'scheduled' then
       redis.call('HSET', jk, 's', 'queued')
-      push_ready(id, r[2], false, r[3])
+      if r[4] then redis.call('HDEL', jk, 'rc') end
+      push_ready(id, r[2], r[4] ~= false, r[3])
     end
   end
   redis.call('ZREM', K_SCHED, unpack(ids))
