@@ -404,7 +404,7 @@ class Worker:
             delay_ms = int(min(max(age_ms / 4, 500), 10_000, grace_ms - age_ms))
             logger.warning(
                 "job %s: no task named %r in this worker; handing it back for %.1f s "
-                "(dead-lettered once it is %.0f s old)",
+                "(dead-lettered once it is %g s old)",
                 c.id,
                 c.task,
                 delay_ms / 1000,
