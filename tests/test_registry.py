@@ -69,7 +69,8 @@ async def test_reap_buries_a_dead_worker_and_refunds_what_it_never_started(
     assert sorted(states[j.id] for j in jobs[2:]) == ["queued", "scheduled"]
     assert [(await j.info()).attempts for j in jobs[2:]] == [0, 0]
     failed = await jobs[0].info()
-    assert failed.error is not None and failed.error.type == "LeaseExpired"
+    assert failed.error is not None
+    assert failed.error.type == "LeaseExpired"
     assert await q.workers() == []
     assert await redis.exists(q._keys.worker("dead"), q._keys.worker_jobs("dead")) == 0
     assert (await q.stats())["buried"] == 1
@@ -142,8 +143,11 @@ async def test_a_running_worker_is_listed_with_what_it_is(redis_url: str) -> Non
                 ("default",),
                 3,
             )
-            assert info.alive and info.failed == 0 and info.jobs_held == 0
-            assert info.started is not None and info.last_beat is not None
+            assert info.alive
+            assert info.failed == 0
+            assert info.jobs_held == 0
+            assert info.started is not None
+            assert info.last_beat is not None
             assert info.last_beat >= info.started
         # a worker that stopped has left the registry
         assert await q.workers() == []
@@ -281,6 +285,6 @@ async def test_a_poison_job_does_not_take_its_neighbours_with_it(
     poison_runs = [r for r in await run_records(redis, prefix) if r.id == poison.id]
     assert 3 <= len(poison_runs) <= 6
     assert crashes >= 2
-    starts, done = await side_effects(redis, prefix)
+    _starts, done = await side_effects(redis, prefix)
     assert all(done[j.id] >= 1 for j in normal)
     assert await check_invariants(redis, q._keys)

@@ -15,6 +15,7 @@ from aioqueue import App, JobState, LeaseLost
 from aioqueue._scripts import FailMode, Outcome
 
 from .support.invariants import check_invariants
+from .support.server import text
 
 DEAD_TTL_MS = 3_600_000
 
@@ -55,9 +56,10 @@ async def test_tokens_handed_to_a_parked_worker_carry_its_nonce(app: App, redis:
     await scripts.claim(2, 60_000, DEAD_TTL_MS, "w1", 60_000)
     await app.queue().enqueue("t")
     values = await redis.lrange(app.queue()._keys.hand("w1"), 0, -1)
-    token = values[1].decode()
+    token = text(values[1])
     seq, nonce = token.split("-")
-    assert seq.isdigit() and len(nonce) == 16
+    assert seq.isdigit()
+    assert len(nonce) == 16
     res = await scripts.claim(2, 60_000, DEAD_TTL_MS, "w1", 0)
     assert [c.token for c in res.jobs] == [token]
 
@@ -77,6 +79,8 @@ async def test_fail_after_release_with_the_same_token_is_stale(app: App, redis: 
     # a release resent with the same token (its reply was lost) is still answered OK
     assert await q._leases.release([(r.id, r.token)]) == [Outcome.OK]
     [again] = await q.reserve(1)
-    assert again.id == job.id and again.token != r.token and again.attempt == 1
+    assert again.id == job.id
+    assert again.token != r.token
+    assert again.attempt == 1
     await q.complete(again, 7)
     assert await job.result(timeout=1) == 7
