@@ -81,7 +81,8 @@ end
 
 -- hand back jobs whose lease ran out (their worker died or hung): requeue, or dead-letter
 -- those that have used up their attempts; a job its worker is known not to have started gets
--- its attempt back. Returns how many were recovered
+-- its attempt back. Jobs of workers are spread (see recover_job); a pull-API consumer's go
+-- back to the front of their lanes at once. Returns how many were recovered
 local function recover(now, limit, dead_ttl)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
   local ids = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, limit)
@@ -93,8 +94,10 @@ local function recover(now, limit, dead_ttl)
     local w = redis.call('HMGET', job_key(id), 'wk', 'wn')
     local upto = started_upto(w[1], cache)
     local wn = num(w[2], nil)
-    local what = recover_job(id, now, dead_ttl, upto ~= nil and wn ~= nil and wn > upto, k)
-    if what == 'queued' then k = k + 1 end
+    local spread = 0
+    if w[1] and w[1] ~= '' then spread = k end
+    local what = recover_job(id, now, dead_ttl, upto ~= nil and wn ~= nil and wn > upto, spread)
+    if what == 'queued' and spread == k then k = k + 1 end
     results[#results + 1] = what or 'gone'
   end
   count_recovered(results)
