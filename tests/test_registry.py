@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 from uuid import uuid4
 
@@ -21,7 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import App, JobFailed, JobState, Worker
+from aioqueue import App, ConfigurationError, JobFailed, JobState, Worker
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
@@ -288,3 +289,12 @@ async def test_a_poison_job_does_not_take_its_neighbours_with_it(
     _starts, done = await side_effects(redis, prefix)
     assert all(done[j.id] >= 1 for j in normal)
     assert await check_invariants(redis, q._keys)
+
+
+def test_the_heartbeat_is_configurable_within_the_lease() -> None:
+    assert App(lease=30).heartbeat == 2.0
+    assert App(lease=0.3).heartbeat == pytest.approx(0.1)
+    assert App(lease=10, heartbeat=timedelta(seconds=1)).heartbeat == 1.0
+    for bad in (0.01, 6.0, -1.0, float("nan")):
+        with pytest.raises(ConfigurationError, match="heartbeat"):
+            App(lease=10, heartbeat=bad)
