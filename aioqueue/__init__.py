@@ -39,6 +39,7 @@ from ._job import JobInfo as JobInfo
 from ._job import JobState as JobState
 from ._queue import Queue as Queue
 from ._queue import Reservation as Reservation
+from ._registry import WorkerInfo as WorkerInfo
 from ._schedules import ScheduleInfo as ScheduleInfo
 from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
@@ -102,6 +103,7 @@ __all__ = [
     "SyncJob",
     "Task",
     "Worker",
+    "WorkerInfo",
     "__version__",
     "current_job",
 ]

@@ -95,6 +95,9 @@ class App:
         max_payload_bytes: refuse arguments that serialise to more than this (0: no limit).
         lease: seconds a consumer holds a job before it is handed out again (workers renew it
             while the job runs).
+        heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
+            if that is shorter; at most half the lease). A worker that misses three in a row
+            is declared dead, and its jobs are handed back without waiting for their leases.
         result_ttl: seconds results and completed job records are kept (None: forever,
             0: not kept).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
@@ -127,6 +130,7 @@ class App:
         serializer: str | Serializer = "json",
         max_payload_bytes: int = 1_000_000,
         lease: float | timedelta = 30.0,
+        heartbeat: float | timedelta | None = None,
         result_ttl: float | timedelta | None = 86_400.0,
         dead_ttl: float | timedelta | None = 7 * 86_400.0,
         max_attempts: int = 3,
@@ -145,6 +149,13 @@ class App:
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
         self.lease = lease_ms(lease, minimum_ms=100) / 1000
+        hb = to_seconds(heartbeat, "heartbeat")
+        if hb is None:
+            hb = min(2.0, self.lease / 3)
+        elif not 0.05 <= hb <= self.lease / 2:
+            raise ConfigurationError("heartbeat must be at least 0.05 s and at most half the lease")
+        #: seconds between a worker's heartbeats
+        self.heartbeat = hb
         rt = to_seconds(result_ttl, "result_ttl")
         self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
         dt = to_seconds(dead_ttl, "dead_ttl")

@@ -150,6 +150,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--grace", type=_seconds, default=30.0, help="shutdown grace in seconds (30)")
     w.add_argument(
+        "--unknown-task-grace",
+        type=_seconds,
+        default=60.0,
+        help="seconds a job of a task this worker does not know is handed back for another "
+        "worker before it is dead-lettered as UnknownTask (60; 0: at once)",
+    )
+    w.add_argument(
         "--connect-timeout",
         type=_seconds,
         default=60.0,
@@ -329,6 +336,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 grace=args.grace,
                 prefetch=args.prefetch,
                 scheduler=not args.no_scheduler,
+                unknown_task_grace=args.unknown_task_grace,
             )
         except ConfigurationError as exc:
             _error(exc)

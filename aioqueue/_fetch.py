@@ -35,7 +35,7 @@ TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "idle", "leases", "pool", "queue")
+    __slots__ = ("acks", "idle", "leases", "pool", "queue", "started")
 
     def __init__(self, pool: Worker, queue: Queue) -> None:
         self.pool = pool
@@ -43,6 +43,17 @@ class Fetcher:
         self.leases = Leases(queue)
         self.acks: list[tuple[str, str, bytes, int]] = []
         self.idle = False  # blocked waiting for work: safe to cancel
+        #: leases of this queue the pool has started or given up, in the order it got them
+        #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
+        self.started = 0
+
+    def report(self) -> tuple[int, int]:
+        """What a claim tells the server: the leases started (or given up) so far, and how
+        many of the jobs it gets start at once (free slots, none while jobs wait in the
+        buffer)."""
+        pool = self.pool
+        free = 0 if pool._buffer else max(pool.concurrency - len(pool._running), 0)
+        return self.started, free
 
     async def run(self) -> None:
         """The fetch loop: until the pool stops (or, in burst mode, the queue is drained)."""
@@ -127,10 +138,11 @@ class Fetcher:
         coro: Any
         # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
         park = 0 if pool.burst else pool._park_ms
+        report = self.report()
         if acks:
-            coro = self.leases.complete_claim(acks, want, lease, pool.id, park)
+            coro = self.leases.complete_claim(acks, want, lease, pool.id, park, report)
         else:
-            coro = _with_no_outcomes(self.leases.claim(want, lease, pool.id, park))
+            coro = _with_no_outcomes(self.leases.claim(want, lease, pool.id, park, report))
         # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = asyncio.ensure_future(coro)
         pool._shielded.add(fut)
@@ -153,11 +165,12 @@ class Fetcher:
         pool = self.pool
         try:
             async with asyncio.timeout(5.0):
-                res = await self.leases.claim(0, pool._lease_ms, pool.id, 0)
+                res = await self.leases.claim(0, pool._lease_ms, pool.id, 0, self.report())
         except (TimeoutError, *TRANSIENT) as exc:
             logger.warning("queue %s: could not leave the parking: %r", self.queue.name, exc)
             return
         pairs = [(c.id, c.token) for c in res.jobs]
+        self.started += len(pairs)
         if pairs:
             pool._shield(self.leases.release(pairs), log=True)
 
@@ -167,6 +180,7 @@ class Fetcher:
             return  # nothing reached us: any lease it took runs out and the job comes back
         res: ClaimResult = fut.result()[0]
         pairs = [(c.id, c.token) for c in res.jobs]
+        self.started += len(pairs)
         if pairs:
             pool._shield(self.leases.release(pairs), log=True)
 

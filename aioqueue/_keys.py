@@ -20,6 +20,15 @@ slot::
     <prefix>:{<queue>}:hand:<wid>   LIST   jobs leased to a parked worker by enqueue, 7 values
                                            each as in claim's reply (expires with the lease)
 
+Worker registry (see lua/lib/workers.lua and lua/beat.lua)::
+
+    <prefix>:{<queue>}:workers      ZSET   worker id -> deadline of its next heartbeat (server
+                                           ms); a worker past it is dead and gets buried
+    <prefix>:{<queue>}:worker:<wid> HASH   host, pid, ver, queues, conc, st (started ms), beat
+                                           (last beat ms), done, failed, ln and sn (lease
+                                           ordinals given and started); expires
+    <prefix>:{<queue>}:worker:<wid>:jobs  SET  the jobs leased to that worker
+
 Quality of service (see lua/lib/lanes.lua and lua/lib/leasing.lua for how claim uses them)::
 
     <prefix>:{<queue>}:qconf        HASH   queue settings: paused, rate limit, group defaults
@@ -51,7 +60,7 @@ Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
     <prefix>:{<queue>}:cron:next    ZSET   schedule name -> its next tick (epoch ms); the tick's
                                            job has the id ``cron:<name>:<tick ms>``
 
-Reserved for later capabilities (same hash tag): ``unique:*``, ``workers``.
+Reserved for later capabilities (same hash tag): ``unique:*``.
 """
 
 from __future__ import annotations
@@ -113,6 +122,16 @@ class QueueKeys:
 
     def hand(self, worker_id: str) -> str:
         return f"{self.base}hand:{worker_id}"
+
+    @property
+    def workers(self) -> str:
+        return self.base + "workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.base}worker:{worker_id}"
+
+    def worker_jobs(self, worker_id: str) -> str:
+        return f"{self.base}worker:{worker_id}:jobs"
 
     @property
     def seq(self) -> str:

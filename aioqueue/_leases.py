@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._checks import check_name
 from ._record import Claimed, ClaimResult
-from ._scripts import FailMode, Outcome
+from ._scripts import FailMode, Outcome, Started
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -45,10 +45,15 @@ class Leases:
         return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options)
 
     async def claim(
-        self, n: int, lease_ms: int, worker_id: str = "", park_ms: int = 0
+        self,
+        n: int,
+        lease_ms: int,
+        worker_id: str = "",
+        park_ms: int = 0,
+        started: Started = None,
     ) -> ClaimResult:
         """Lease up to ``n`` jobs (see ``QueueScripts.claim``)."""
-        return await self.scripts.claim(n, lease_ms, self.dead_ttl_ms, worker_id, park_ms)
+        return await self.scripts.claim(n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started)
 
     async def complete_claim(
         self,
@@ -57,11 +62,28 @@ class Leases:
         lease_ms: int,
         worker_id: str = "",
         park_ms: int = 0,
+        started: Started = None,
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Finish ``acks`` and lease up to ``n`` jobs in one round trip."""
         return await self.scripts.complete_claim(
-            acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms
+            acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started
         )
+
+    async def beat(
+        self,
+        worker_id: str,
+        period_ms: int,
+        lease_ms: int,
+        started: int,
+        info: Sequence[object],
+        pairs: Sequence[tuple[str, str]],
+    ) -> list[Outcome]:
+        """A worker's heartbeat: its registration and the renewal of its leases."""
+        return await self.scripts.beat(worker_id, period_ms, lease_ms, started, info, pairs)
+
+    async def job_age_ms(self, job_id: str) -> int | None:
+        """How long ago a job was created (server clock), None if unknown."""
+        return await self.scripts.job_age_ms(job_id)
 
     async def complete(self, acks: Sequence[tuple[str, str, bytes, int]]) -> list[Outcome]:
         """Finish jobs: (id, token, result, result_ttl_ms) each."""

@@ -34,6 +34,7 @@ from ._keys import QueueKeys
 from ._leases import Leases, forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, JobRecord, Template
+from ._registry import WorkerInfo, read_workers
 from ._scripts import FailMode, Outcome, QueueScripts
 
 logger = logging.getLogger(__name__)
@@ -414,8 +415,14 @@ class Queue:
             raise JobCancelled(reservation.id)
         outcome.check(reservation.id)
 
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers registered on this queue (at most 1,000), from their heartbeats; a
+        worker that missed three heartbeats shows ``alive=False`` until it is buried."""
+        return await read_workers(self._scripts)
+
     async def reap(self, limit: int = MAX_JOBS_PER_CALL) -> dict[str, int]:
-        """Run queue maintenance now: recover expired leases, promote due delayed jobs, trim
+        """Run queue maintenance now: bury workers that missed their heartbeats (handing
+        their jobs back at once), recover expired leases, promote due delayed jobs, trim
         old dead letters, hand over outcomes of sub-jobs whose batch lives on another queue.
         Workers do this on their own; this is for pull-API-only setups."""
         rec = pro = trimmed = 0

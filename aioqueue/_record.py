@@ -149,7 +149,7 @@ def parse_claimed(values: list[Any], first: int = 0) -> list[Claimed]:
         return [
             Claimed(
                 values[i].decode(),
-                str(int(values[i + 1])),
+                values[i + 1].decode(errors="replace"),
                 int(values[i + 2]),
                 values[i + 3].decode(errors="replace"),  # an unknown task is dead-lettered
                 values[i + 4],
@@ -173,7 +173,7 @@ def _claimed(values: list[Any], i: int) -> Claimed:
     """One leased job (the slow path's; the fast path above is the same, inlined)."""
     return Claimed(
         values[i].decode(),
-        str(int(values[i + 1])),
+        values[i + 1].decode(errors="replace"),
         int(values[i + 2]),
         values[i + 3].decode(errors="replace"),
         values[i + 4],

@@ -37,6 +37,8 @@ class Failure:
 
     error: BaseException
     retry_ms: int | None = None
+    #: no task of that name here (the pool may hand the job back for a worker that has it)
+    unknown_task: bool = False
 
 
 class Runner:
@@ -67,7 +69,9 @@ class Runner:
         if task is None:
             known = ", ".join(sorted(app.tasks)) or "none"
             msg = f"no task named {c.task!r} in this worker (known: {known})"
-            return Failure(Unrunnable("UnknownTask", msg))
+            # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
+            named = bool(c.task) and "\ufffd" not in c.task
+            return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
         batch: Batch[Any] | None = None
         try:
             # everything read from the record is checked here: garbage dead-letters the job

@@ -17,6 +17,7 @@ import contextlib
 import enum
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
@@ -72,6 +73,19 @@ class Outcome(enum.Enum):
     def lost(self) -> bool:
         """The caller no longer holds the job (no record, or another lease)."""
         return self is Outcome.NO_JOB or self is Outcome.STALE
+
+
+#: a worker's report in a claim: (leases it started or gave up, free slots), None for none
+Started = tuple[int, int] | None
+
+
+def _nonce() -> str:
+    """The random part of the lease tokens of one claim (so no token can be guessed)."""
+    return secrets.token_hex(8)
+
+
+def text_of(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 # the one table per script: Lua's return code -> Outcome (see each .lua header)
@@ -130,6 +144,7 @@ LIB: Final = (
     "acks",
     "maintenance",
     "parking",
+    "workers",
     "leasing",
     "handoff",
 )
@@ -164,15 +179,19 @@ class Script:
 SCRIPTS: Final = {
     name: Script(name, parts)
     for name, parts in (
-        ("enqueue", "core lanes batches deadletter maintenance parking leasing handoff"),
-        ("claim", "core lanes batches deadletter maintenance parking leasing"),
+        ("enqueue", "core lanes batches deadletter maintenance parking workers leasing handoff"),
+        ("claim", "core lanes batches deadletter maintenance parking workers leasing"),
         ("complete", "core lanes batches acks"),
-        ("complete_claim", "core lanes batches deadletter acks maintenance parking leasing"),
+        (
+            "complete_claim",
+            "core lanes batches deadletter acks maintenance parking workers leasing",
+        ),
         ("fail", "core lanes batches deadletter acks"),
         ("release", "core lanes batches deadletter acks"),
         ("extend", "core"),
         ("watch", "core"),
-        ("reap", "core lanes batches deadletter maintenance parking"),
+        ("reap", "core lanes batches deadletter maintenance parking workers"),
+        ("beat", "core"),
         ("configure", "core lanes"),
         ("batch", "core lanes batches"),
         ("cancel", "core lanes batches"),
@@ -380,11 +399,19 @@ class QueueScripts:
 
     # ------------------------------------------------------------------ leases
     async def claim(
-        self, n: int, lease_ms: int, dead_ttl_ms: int, worker_id: str = "", park_ms: int = 0
+        self,
+        n: int,
+        lease_ms: int,
+        dead_ttl_ms: int,
+        worker_id: str = "",
+        park_ms: int = 0,
+        started: Started = None,
     ) -> ClaimResult:
         """Lease up to ``n`` jobs; a worker (``worker_id``) also takes back what was handed to
-        it while parked, and parks for ``park_ms`` when it got fewer than ``n``."""
-        args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms)
+        it while parked, and parks for ``park_ms`` when it got fewer than ``n``. ``started``:
+        a registered worker's report (leases started or given up, free slots; see beat)."""
+        s, free = started or ("", "")
+        args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(), s, free)
         return parse_claim(await self._run("claim", args))
 
     async def complete_claim(
@@ -395,9 +422,12 @@ class QueueScripts:
         dead_ttl_ms: int,
         worker_id: str = "",
         park_ms: int = 0,
+        started: Started = None,
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Complete ``items`` and lease up to ``n`` jobs in one round trip (see ``claim``)."""
-        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, len(items)]
+        s, free = started or ("", "")
+        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce()]
+        args += (s, free, len(items))
         for item in items:
             args.extend(item)
         res = await self._run("complete_claim", args)
@@ -445,6 +475,24 @@ class QueueScripts:
         for job_id, token in pairs:
             args += (job_id, token)
         res = await self._run("extend", args)
+        return [_EXTEND[c] for c in res[1:]]
+
+    async def beat(
+        self,
+        worker_id: str,
+        period_ms: int,
+        lease_ms: int,
+        started: int,
+        info: Sequence[object],
+        pairs: Sequence[tuple[str, str]],
+    ) -> list[Outcome]:
+        """A worker's heartbeat (see beat.lua): register it until ``period_ms`` from now (0:
+        leave the registry) with ``info`` (host, pid, version, queues, concurrency, start ms,
+        done, failed) and renew the leases ``pairs``, as ``extend``."""
+        args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info, len(pairs)]
+        for job_id, token in pairs:
+            args += (job_id, token)
+        res = await self._run("beat", args)
         return [_EXTEND[c] for c in res[1:]]
 
     async def cancel(self, ids: Sequence[str], dead_ttl_ms: int) -> tuple[int, int]:
@@ -533,6 +581,40 @@ class QueueScripts:
 
     async def job_record(self, job_id: str) -> dict[bytes, bytes]:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.job(job_id))))
+
+    async def job_age_ms(self, job_id: str) -> int | None:
+        """How long ago a job was created, by the server's clock (None: no such job, or no
+        readable creation time)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.job(job_id), "ct")
+        pipe.time()
+        ct, (sec, usec) = await self.read(pipe.execute())
+        try:
+            return int(sec) * 1000 + int(usec) // 1000 - int(ct)
+        except (TypeError, ValueError):
+            return None
+
+    async def workers(
+        self, limit: int
+    ) -> tuple[int, list[tuple[str, int, dict[bytes, bytes], int]]]:
+        """The registry (see lib/workers.lua): the server time and, for up to ``limit``
+        workers, (id, registration deadline ms, description, jobs held)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(k.workers, 0, limit - 1, withscores=True)
+        (sec, usec), entries = await self.read(pipe.execute())
+        now = int(sec) * 1000 + int(usec) // 1000
+        ids = [text_of(w) for w, _ in entries]
+        pipe = self.client.pipeline(transaction=False)
+        for wid in ids:
+            pipe.hgetall(k.worker(wid))
+            pipe.scard(k.worker_jobs(wid))
+        res = await self.read(pipe.execute()) if ids else []
+        return now, [
+            (wid, int(score), res[2 * i], int(res[2 * i + 1]))
+            for i, (wid, (_, score)) in enumerate(zip(ids, entries, strict=True))
+        ]
 
     async def set_progress(self, job_id: str, data: bytes) -> None:
         """Record a running job's progress (JSON)."""

@@ -5,8 +5,11 @@ slots and, when it finds nothing, blocks on the queue's wake list (no polling) u
 adds work, a delayed job falls due or a lease runs out. Each job runs in its own task
 (``_runner.py``), whose outcome the pool settles. Around them:
 
-- a heartbeat renews the leases of every running job (and of finished jobs whose ack is still
-  in flight), so a live worker never loses a slow job to another worker;
+- a heartbeat (every ``App.heartbeat`` seconds) registers the worker in each queue's worker
+  registry and renews the leases of every running job (and of prefetched jobs, and of finished
+  jobs whose ack is still in flight), so a live worker never loses a slow job to another
+  worker, and a dead one is noticed after three missed beats (its jobs are then handed back at
+  once, those it never started without spending an attempt);
 - an acker sends completions in batches, one script call per queue, fenced by lease tokens;
 - a reaper runs queue maintenance once per period across all workers (lock in Redis).
 
@@ -22,6 +25,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -43,6 +47,7 @@ from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._schedules import Scheduler
 from ._scripts import FailMode, Outcome
+from ._version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +79,10 @@ class Worker:
         scheduler: run a scheduler for the queues' periodic schedules: it stores those
             declared in code and enqueues one job per tick (every worker may run one; they
             race safely, see docs/scheduling.md).
+        unknown_task_grace: seconds a job of a task this worker does not know may wait for a
+            worker that knows it (a rolling deploy): until then it is handed back, with a
+            growing delay and without spending an attempt; after that it is dead-lettered as
+            ``UnknownTask``. 0: dead-letter it at once.
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
     ``async with worker:`` to run it in the background of a block.
@@ -91,6 +100,7 @@ class Worker:
         idle_block: float | timedelta = 5.0,
         prefetch: int | None = None,
         scheduler: bool = True,
+        unknown_task_grace: float | timedelta = 60.0,
     ) -> None:
         check_int(concurrency, 1, "concurrency")
         self.app = app
@@ -101,6 +111,7 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.grace = to_seconds(grace, "grace") or 0.0
+        self.unknown_task_grace = to_seconds(unknown_task_grace, "unknown_task_grace") or 0.0
         if prefetch is None:
             prefetch = min(concurrency // 10, 100)
         self.prefetch = check_int(prefetch, 0, "prefetch")
@@ -134,9 +145,13 @@ class Worker:
         # a parking outlasts the longest wait by a second: a worker that died parked stops
         # getting jobs handed over that long after
         self._park_ms = int(self.idle_block * 1000) + 1000
+        self._beat_s = max(app.heartbeat, 0.05)
+        # three missed heartbeats and the worker counts as dead
+        self._period_ms = int(self._beat_s * 3000)
         self._started = False
         #: fires the queues' periodic schedules (None: scheduler=False)
         self.scheduler = Scheduler(app, names) if scheduler else None
+        self._started_ms = 0
 
     def __repr__(self) -> str:
         return f"<Worker {self.id} queues={self.queue_names} running={len(self._running)}>"
@@ -181,6 +196,11 @@ class Worker:
         _worker_state.set(self.state)  # every task started below inherits it (JobContext.state)
         await self.app.hooks.start(self.state)  # StartupFailed: nothing fetched, nothing to undo
         self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
+        self._started_ms = int(time.time() * 1000)
+        # registered before the first claim: only a registered worker is handed jobs it can
+        # get back if it dies
+        for qs in self._queues:
+            await self._renew(qs)
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
@@ -230,6 +250,7 @@ class Worker:
         await self._cancel_running()
         await self._finish_acks(acker)
         await self._stop_loops(helpers)
+        await self._leave_registry()
         self._runner.close()
         logger.info(
             "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
@@ -247,11 +268,34 @@ class Worker:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
 
+    async def _leave_registry(self) -> None:
+        """Leave each queue's worker registry (a worker that cannot is buried later)."""
+        for qs in self._queues:
+            try:
+                async with asyncio.timeout(5.0):
+                    await qs.leases.beat(self.id, 0, self._lease_ms, qs.started, self._info(), [])
+            except (TimeoutError, *TRANSIENT) as exc:
+                logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
+
+    def _info(self) -> tuple[object, ...]:
+        """What the registry shows of this worker (see beat.lua)."""
+        return (
+            socket.gethostname(),
+            os.getpid(),
+            __version__,
+            ",".join(self.queue_names),
+            self.concurrency,
+            self._started_ms,
+            self.completed,
+            self.failed,
+        )
+
     def _return_prefetched(self) -> None:
         """Prefetched jobs never started: back to their queues at once, attempt refunded."""
         buffered, self._buffer = self._buffer, deque()
         for qs in self._queues:
             pairs = [(c.id, c.token) for q, c in buffered if q is qs]
+            qs.started += len(pairs)
             if pairs:
                 self._shield(qs.leases.release(pairs), log=True)
 
@@ -324,6 +368,7 @@ class Worker:
             await qs.leave_parking()
 
     def _start_job(self, qs: Fetcher, c: Claimed) -> None:
+        qs.started += 1
         task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
         self._running[task] = _Running(qs, c)
         task.add_done_callback(self._job_done)
@@ -358,7 +403,33 @@ class Worker:
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
-            self._shield(self._fail(qs, c, outcome.error, outcome.retry_ms), log=True)
+            if outcome.unknown_task and self.unknown_task_grace > 0:
+                self._shield(self._unknown_task(qs, c, outcome), log=True)
+            else:
+                self._shield(self._fail(qs, c, outcome.error, outcome.retry_ms), log=True)
+
+    async def _unknown_task(self, qs: Fetcher, c: Claimed, outcome: Failure) -> None:
+        """A job of a task this worker does not know: while it is younger than the grace,
+        hand it back (its attempt refunded) after a delay that grows with its age, for a
+        worker that knows the task; then dead-letter it."""
+        try:
+            age_ms = await qs.leases.job_age_ms(c.id)
+        except TRANSIENT:
+            age_ms = None
+        grace_ms = self.unknown_task_grace * 1000
+        if age_ms is not None and 0 <= age_ms < grace_ms:
+            delay_ms = int(min(max(age_ms / 4, 500), 10_000, grace_ms - age_ms))
+            logger.warning(
+                "job %s: no task named %r in this worker; handing it back for %.1f s "
+                "(dead-lettered once it is %g s old)",
+                c.id,
+                c.task,
+                delay_ms / 1000,
+                self.unknown_task_grace,
+            )
+            await qs.leases.release([(c.id, c.token)], delay_ms, refund=True)
+            return
+        await self._fail(qs, c, outcome.error, outcome.retry_ms)
 
     async def _fail(
         self, qs: Fetcher, c: Claimed, exc: BaseException, retry_ms: int | None = None
@@ -458,24 +529,24 @@ class Worker:
                     logger.exception("forwarding batch outcomes failed; going on")
 
     async def _heartbeat_loop(self) -> None:
-        interval = max(self.app.lease / 3, 0.05)
         while not self._finished:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self._beat_s)
             for qs in self._queues:
                 await self._renew(qs)
 
     async def _renew(self, qs: Fetcher) -> None:
-        """Renew every lease this worker holds on ``qs``: running jobs, prefetched ones and
-        finished ones whose ack is not sent yet; then act on what the renewal found."""
+        """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
+        there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
+        then act on what the renewal found."""
         running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
         held = [c for q, c in self._buffer if q is qs]
         pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
         pairs += [(c.id, c.token) for c in held]
         pairs += [(a[0], a[1]) for a in qs.acks]
-        if not pairs:
-            return
         try:
-            outcomes = await qs.leases.extend(pairs, self._lease_ms)
+            outcomes = await qs.leases.beat(
+                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs
+            )
         except TRANSIENT as exc:
             logger.warning("heartbeat failed (%s); will retry", exc)
             return
@@ -496,6 +567,7 @@ class Worker:
         gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
         if not gone:
             return
+        qs.started += len(gone)
         for c, outcome in zip(held, outcomes, strict=True):
             if outcome is Outcome.CANCEL_REQUESTED:
                 why = Unrunnable("Cancelled", "cancelled before it ran")

@@ -256,7 +256,8 @@ async def test_stale_and_forged_tokens_are_rejected_and_change_nothing(
     job = await q.enqueue("t")
     (r,) = await q.reserve(lease=30)
     deadline = await lease_deadline(redis, q, job.id)
-    forged = dataclasses.replace(r, token=str(int(r.token) + 1000))
+    seq, nonce = r.token.split("-")
+    forged = dataclasses.replace(r, token=f"{int(seq) + 1000}-{nonce}")
     for call in (
         lambda: q.complete(forged, "x"),
         lambda: q.fail(forged, "x"),

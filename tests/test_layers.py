@@ -28,7 +28,7 @@ LAYERS: list[list[str]] = [
     ["_job"],
     ["_codec"],
     ["_scripts", "_syncdoor"],
-    ["_leases"],
+    ["_leases", "_registry"],
     ["_queue"],
     ["_results", "_context"],
     ["_batch"],

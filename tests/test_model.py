@@ -142,6 +142,7 @@ class MJob:
     due: int | None = None  # scheduled: when it becomes runnable (server ms)
     error: str | None = None  # failed: the reason's type
     expired: bool = False  # its last lease ended by running out, not by its holder
+    released: bool = False  # its last lease ended by a release (that token is spent)
 
 
 class Model:
@@ -327,10 +328,11 @@ class StoreMachine(RuleBasedStateMachine):
             self.model.take(r.id)
             job.a += 1
             assert (r.attempt, r.max_attempts) == (job.a, job.m)
-            tok = int(r.token)
+            tok = int(r.token.split("-")[0])  # <seq>-<nonce>
             assert all(tok > t for t in self.model.tokens), "a lease token was reused"
             self.model.tokens.add(tok)
             job.state, job.token, job.expired = "active", r.token, False
+            job.released = False
             self.current[r.id] = r
             job.deadline = self._deadline(r.id)
         return multiple(*got)
@@ -398,7 +400,11 @@ class StoreMachine(RuleBasedStateMachine):
         expect: Any
         if job.state == "active" and job.token == r.token:
             expect = retry and job.a < job.m
-        elif job.token == r.token and job.state in ("queued", "scheduled", "failed"):
+        elif (
+            job.token == r.token
+            and job.state in ("queued", "scheduled", "failed")
+            and not job.released  # a token that released the job cannot fail it
+        ):
             expect = job.state != "failed"  # a resent ack gets the first answer again
         else:
             expect = "LeaseLost"
@@ -413,6 +419,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         self._ended(job)
         job.deadline = None
+        job.released = False
         if not got:
             job.state, job.error = "failed", "RuntimeError"
         elif delay:
@@ -428,7 +435,7 @@ class StoreMachine(RuleBasedStateMachine):
             refund = True
         if job.state == "active" and job.token == r.token:
             expect = "ok"
-        elif job.token == r.token and job.state in ("queued", "scheduled"):
+        elif job.token == r.token and job.state in ("queued", "scheduled") and job.released:
             expect = "ok"  # a resent release
         else:
             expect = "LeaseLost"
@@ -441,6 +448,7 @@ class StoreMachine(RuleBasedStateMachine):
         if job.state != "active" or job.token != r.token:
             return
         self._ended(job)
+        job.released = True
         if refund:
             job.a -= 1
         if delay:

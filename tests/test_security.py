@@ -92,6 +92,10 @@ ACL_COMMANDS = (
     "zrangebyscore",
     "zremrangebyscore",
     "sadd",
+    # the worker registry: a worker's set of held jobs (and Queue.workers() counts it)
+    "srem",
+    "spop",
+    "scard",
     "pexpire",
     "publish",
 )

@@ -321,7 +321,7 @@ async def test_unknown_task_is_dead_lettered_and_the_worker_carries_on(app: App)
     async def fine() -> str:
         return "fine"
 
-    async with Worker(app, concurrency=2, grace=2):
+    async with Worker(app, concurrency=2, grace=2, unknown_task_grace=0):
         bad = await app.queue().enqueue("nope", args=[1])
         good = await fine.enqueue()
         with pytest.raises(JobFailed) as failed:

@@ -5,12 +5,15 @@
   ARGV[5] retry delay ms (-1: do not retry, dead-letter now; -2: the job was cancelled, record
   it as cancelled)   ARGV[6] dead_ttl_ms
   Returns 1 retry scheduled, 2 dead-lettered, 3 cancelled, -1 no such job, -2 lease token
-  mismatch; the same code again when this token already failed the job (a resent ack) ]]
+  mismatch (also when this token released the job); the same code again when this token
+  already failed the job (a resent ack) ]]
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g')
+local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl')
 if not r[1] then return -1 end
+-- this token gave the job back (release): it cannot fail it afterwards
+if r[8] == tok then return -2 end
 if r[2] == tok and r[1] ~= 'active' then
   -- this lease already ended the attempt: report what it did (unless the job moved on)
   if r[1] == 'failed' then return 2 end
@@ -21,6 +24,7 @@ end
 if r[1] ~= 'active' or r[2] ~= tok then return -2 end
 local now = now_ms()
 call('ZREM', K_ACTIVE, id)
+unhold(r[7], id)
 release_slot(r[6])
 if delay == -2 then
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)

@@ -1,19 +1,20 @@
---[[ reap: queue maintenance, safe to run from any number of processes at once: hand back
-  expired leases, promote due delayed jobs, drop dead letters older than their retention and
-  the parking of workers that died parked.
+--[[ reap: queue maintenance, safe to run from any number of processes at once: bury workers
+  that missed their heartbeats (their leases are handed back at once, see lib/workers), hand
+  back expired leases, promote due delayed jobs, drop dead letters older than their retention
+  and the parking of workers that died parked.
   With a lock period, only the first caller in each period does the work, so N workers do it
   once, not N times.
   KEYS[1..13] the shared transition keys (see lib/core)   KEYS[14] the maintenance lock
   ARGV[1] key base   ARGV[2] limit per step   ARGV[3] dead_ttl_ms (0: keep forever)
   ARGV[4] lock period ms (0: no lock, always run)
   Returns {now_ms, recovered, promoted, dead_trimmed}, or {now_ms, -1, -1, -1} when another
-  process holds the lock for this period ]]
+  process holds the lock for this period (recovered counts the leases of buried workers too) ]]
 local limit, dead_ttl, lock_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 if lock_ms > 0 and not call('SET', KEYS[14], '1', 'NX', 'PX', lock_ms) then
   return {now, -1, -1, -1}
 end
-local rec = recover(now, limit, dead_ttl)
+local rec = bury_dead(now, dead_ttl, 10) + recover(now, limit, dead_ttl)
 local pro = promote(now, limit)
 if pro > 0 then wake() end
 -- parking registrations that ran out (workers that died parked)

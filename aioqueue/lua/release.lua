@@ -6,6 +6,8 @@
   ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n
   then n pairs: id, lease token
   A job released without a refund on its last attempt is dead-lettered (AttemptsExhausted).
+  The released token is also kept as rl: a later fail or complete with it is stale; a resent
+  release answers 1 again (while nobody has leased the job since).
   Returns {code_1, ..., code_n}: 1 released (also when this token already released it: a
   resent ack), -1 no such job, -2 lease token mismatch ]]
 local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
@@ -16,16 +18,18 @@ local any = false
 for i = 0, n - 1 do
   local id, tok = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm')
+  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'rl')
   if not r[1] then
     out[#out + 1] = -1
-  elseif r[2] == tok and (r[1] == 'queued' or r[1] == 'scheduled') then
+  elseif r[8] == tok and r[2] == tok and r[1] ~= 'active' then
     out[#out + 1] = 1
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
     local a, m = num(r[5], 0), num(r[6], 1)
     call('ZREM', K_ACTIVE, id)
+    unhold(r[7], id)
+    call('HSET', jk, 'rl', tok)
     release_slot(r[4])
     if refund then
       a = math.max(a - 1, 0)

@@ -28,8 +28,10 @@ async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
     assert not summary["failures"], json.dumps(summary, indent=1)
     # the faults really happened
     assert summary["worker_kills"] >= 5
-    # each poison job killed the worker of each attempt (3), unless a chaos kill got there first
-    assert 1 <= summary["poison_deaths"] <= cfg.poison * 3
+    # each poison job killed the worker of each attempt (3), unless a chaos kill got there
+    # first; a run the server did not see start (handed over, prefetched) is refunded when its
+    # worker is buried, at most max_attempts times (I5, I10): at most twice that many deaths
+    assert 1 <= summary["poison_deaths"] <= cfg.poison * 3 * 2
     assert summary["client_kill_rounds"] >= 5
     assert summary["connections_killed"] > 0
     assert summary["server_restarts"] == 1

@@ -20,11 +20,12 @@ local function do_complete(first, n, now)
   local out = {}
   local ok = 0
   local done = {}
+  local held = {}  -- worker -> its jobs finished here
   for i = 0, n - 1 do
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -33,6 +34,11 @@ local function do_complete(first, n, now)
       out[#out + 1] = -2
     else
       done[#done + 1] = id
+      if r[6] and r[6] ~= '' then
+        local h = held[r[6]]
+        if not h then h = {}; held[r[6]] = h end
+        h[#h + 1] = id
+      end
       release_slot(r[3])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       if r[4] then announce(jk, id) end
@@ -49,6 +55,7 @@ local function do_complete(first, n, now)
   end
   if ok > 0 then
     call('ZREM', K_ACTIVE, unpack(done))
+    for wid, ids in pairs(held) do unhold(wid, unpack(ids)) end
     call('HINCRBY', K_STATS, 'completed', ok)
     -- a freed group slot may have made a parked group runnable
     if has_ready() then wake() end

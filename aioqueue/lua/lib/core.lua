@@ -17,7 +17,16 @@
   after the job leaves active, so that an ack resent after a lost reply is recognised),
   pr priority (absent = 0), g group (absent = none), o options (JSON, absent = none),
   ct created ms, due due ms, r result, e error, f finished ms, pg progress, w set while someone
-  awaits the result (the finishing script then publishes the id on the channel base.."done").
+  awaits the result (the finishing script then publishes the id on the channel base.."done"),
+  wk the worker that holds (or last held) its lease ('' a pull-API consumer), wn the lease's
+  ordinal among that worker's leases, rf attempts refunded because a lost worker never started
+  them, rl the last lease token that released it (a later fail/complete with it is stale), rc
+  set while a recovered job waits to go back to the front of its lane (see recover_job).
+
+  The worker registry (see lib/workers): base.."workers" ZSET worker id -> registration
+  deadline (server ms; a worker that misses it is dead and gets buried); base.."worker:"..wid
+  HASH its description and lease counters; base.."worker:"..wid..":jobs" SET the jobs leased
+  to it.
 
   Garbage in the keyspace (I9): every command on a key goes through call(), which repairs what
   would make it fail, so no script stops midway after a destructive move. A key of the wrong
@@ -166,6 +175,15 @@ local function lane_key(g)
 end
 
 local function batch_key(bid) return BASE .. 'batch:' .. bid end
+
+local K_WORKERS = BASE .. 'workers'
+local function worker_key(wid) return BASE .. 'worker:' .. wid end
+local function held_key(wid) return BASE .. 'worker:' .. wid .. ':jobs' end
+
+-- a job left its worker's hands (finished, failed, released, recovered)
+local function unhold(wid, ...)
+  if wid and wid ~= '' then call('SREM', held_key(wid), ...) end
+end
 
 -- leave one token in the wake list (never more), so that one blocked consumer wakes up
 local function wake()

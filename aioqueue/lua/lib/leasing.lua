@@ -5,7 +5,7 @@
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Needs: core, lanes (the ring, has_ready), batches (batch_outcome), deadletter
   (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
-  (park, unpark). ]]
+  (park, unpark), workers (bury_dead). ]]
 
 -- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
 -- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
@@ -122,15 +122,16 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
   return true
 end
 
--- lease the taken jobs that are still queued: a new token each and one more attempt; their
--- CLAIMED_JOB_VALUES values go on out (claim's reply), their lease deadlines on zargs.
--- Anything not queued (cancelled, or its record expired) is dropped from the lane here; a
--- garbled state is dead-lettered, a job past its expiry (an option) cancelled. Returns how
--- many were leased
-local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
+-- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
+-- new token each (a sequence number and the claim's random nonce, so no token can be guessed
+-- from another) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
+-- reply), their lease deadlines on zargs. Anything not queued (cancelled, or its record
+-- expired) is dropped from the lane here; a garbled state is dead-lettered, a job past its
+-- expiry (an option) cancelled. Returns how many were leased
+local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
   if #got == 0 then return 0 end
   local taken = 0
-  local tok = call('INCRBY', K_SEQ, #got) - #got
+  local seq = call('INCRBY', K_SEQ, #got) - #got
   for _, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
@@ -140,10 +141,17 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       -- expired: recorded, not leased
     elseif r[1] == 'queued' then
-      tok = tok + 1
+      seq = seq + 1
       taken = taken + 1
+      local tok = string.format('%d', seq) .. '-' .. h.nonce
       local a = math.floor(num(r[2], 0)) + 1
-      call('HSET', jk, 's', 'active', 'a', a, 'l', tok)
+      if h.ln then
+        h.ln = h.ln + 1
+        h.ids[#h.ids + 1] = id
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'wn', h.ln)
+      else
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid)
+      end
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = id
       local n = #out
@@ -200,7 +208,7 @@ end
 -- one job per turn while other lanes wait. Bounded: a turn that keeps its lane in the ring
 -- takes (or drops) jobs and counts against guard; a turn that parks or empties a lane removes
 -- it from the ring. Returns how many jobs were leased
-local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
+local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
   while taken_total < want and guard > 0 do
@@ -214,22 +222,38 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
     local got, drained = nil, false
     if not blocked then got, drained = take(g, room) end
     local taken = 0
-    if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs) end
+    if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs, h) end
     taken_total = taken_total + taken
     if end_turn(g, taken, drained, blocked, wait_until, lim, now) then guard = guard - 1 end
   end
   return taken_total
 end
 
--- lease up to want runnable jobs (see claim.lua for the order and the reply). handing: a claim
--- made by enqueue for a parked worker, which skips the maintenance (the worker's own claims and
--- reap do it) and the next wake-up time (nobody reads it)
-local function do_claim(want, lease, dead_ttl, now, handing)
+-- the holder of the leases a claim makes: worker wid ('' a pull-API consumer) and the claim's
+-- nonce; a registered worker's leases also get ordinals (ln, its last one) and are recorded in
+-- its set of held jobs (ids); save_holder writes those back
+local function holder(wid, nonce)
+  local h = {wid = wid, nonce = nonce, ids = {}}
+  if wid ~= '' then h.ln = num(call('HGET', worker_key(wid), 'ln'), nil) end
+  return h
+end
+
+local function save_holder(h)
+  if #h.ids == 0 then return end
+  call('HSET', worker_key(h.wid), 'ln', h.ln)
+  call('SADD', held_key(h.wid), unpack(h.ids))
+end
+
+-- lease up to want runnable jobs to holder h (see claim.lua for the order and the reply).
+-- handing: a claim made by enqueue for a parked worker, which skips the maintenance (the
+-- worker's own claims and reap do it) and the next wake-up time (nobody reads it)
+local function do_claim(want, lease, dead_ttl, now, handing, h)
   -- Lua's unpack() takes a few thousand values at most: callers ask for at most
   -- MAX_JOBS_PER_CALL
   want = math.min(want, MAX_JOBS_PER_CALL)
   local asked = want
   if not handing then
+    bury_dead(now, dead_ttl, 1)
     recover(now, 100, dead_ttl)
     promote(now, math.max(want, 100))
   end
@@ -237,7 +261,8 @@ local function do_claim(want, lease, dead_ttl, now, handing)
   want, qt = queue_terms(want, now)
   local out = {now, -1}
   local zargs = {}
-  local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs)
+  local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
+  save_holder(h)
   if #zargs > 0 then
     -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
     -- for it (it blocked knowing only the earlier deadlines), so leave it a token
@@ -260,16 +285,34 @@ local function do_claim(want, lease, dead_ttl, now, handing)
   return out
 end
 
--- claim for a worker (wid '' = a pull-API consumer, which never parks)
-local function claim_for(wid, want, lease, dead_ttl, park_ms, now)
+-- claim for a worker (wid '' = a pull-API consumer, which never parks). nonce: random, for
+-- the tokens. started, free: a registered worker's report ('' none): it has started (or given
+-- up) its first `started` leases, and starts the next `free` jobs it gets at once
+local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, started, free)
   local handed = {}
   local n = 0
   if wid ~= '' then n = unpark(wid, handed) end
-  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now)
+  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now, false, holder(wid, nonce))
   local taken = (#out - 2) / CLAIMED_JOB_VALUES  -- after now and the next wake-up
-  for _, v in ipairs(handed) do out[#out + 1] = v end
+  if n > 0 then
+    -- what was handed over was leased first: it comes first, so the worker starts its jobs
+    -- in the order of their ordinals
+    local all = {out[1], out[2]}
+    for _, v in ipairs(handed) do all[#all + 1] = v end
+    for i = 3, #out do all[#all + 1] = out[i] end
+    out = all
+  end
+  started = num(started, nil)
+  if wid ~= '' and started then
+    local wk = worker_key(wid)
+    local sn = num(call('HGET', wk, 'sn'), nil)
+    if sn then
+      local upto = started + math.min(num(free, 0), n + taken)
+      if upto > sn then call('HSET', wk, 'sn', upto) end
+    end
+  end
   if wid ~= '' and park_ms > 0 and n + taken < want then
-    park(wid, now + park_ms, want - n - taken, lease, dead_ttl)
+    park(wid, now + park_ms, want - n - taken, lease, dead_ttl, nonce)
   end
   return out
 end

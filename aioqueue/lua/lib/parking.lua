@@ -1,10 +1,11 @@
 --[[ parking: an idle worker's fast path, the worker's side. A worker whose claim found too
   little registers in base.."idle" (ZSET wid -> end of the registration) with what it can take
-  in base.."idlew" (HASH wid -> "want lease_ms dead_ttl_ms"); it then blocks on its hand list
+  in base.."idlew" (HASH wid -> "want lease_ms dead_ttl_ms nonce", the nonce of the tokens of
+  the jobs handed to it); it then blocks on its hand list
   base.."hand:"..wid and the wake list at once. Its next claim (claim_for) takes back its
   registration and whatever was handed to it meanwhile (see handoff). A worker that dies
-  parked holds what it was handed only until the leases run out (recover brings the jobs back)
-  and its registration ends by itself (reap drops it).
+  parked holds what it was handed until it is buried (see lib/workers) or the leases run out
+  (recover brings the jobs back), and its registration ends by itself (reap drops it).
   Needs: core. ]]
 
 local K_IDLE, K_IDLEW = BASE .. 'idle', BASE .. 'idlew'
@@ -13,9 +14,9 @@ local function hand_key(wid) return BASE .. 'hand:' .. wid end
 
 -- (re)register a worker as parked until the server time `ends` (nil: its registration keeps
 -- the end it has), able to take want more jobs on these terms
-local function park(wid, ends, want, lease, dead_ttl)
+local function park(wid, ends, want, lease, dead_ttl, nonce)
   if ends then call('ZADD', K_IDLE, ends, wid) end
-  call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl)
+  call('HSET', K_IDLEW, wid, want .. ' ' .. lease .. ' ' .. dead_ttl .. ' ' .. nonce)
 end
 
 -- drop the registrations of these workers

@@ -1,0 +1,55 @@
+--[[ beat: a worker's heartbeat on one queue: register it (or renew its registration, see
+  lib/workers) and renew the leases it holds, fenced by lease tokens, in one call; or, with a
+  registration period of 0, leave the registry (a worker that stopped).
+  KEYS[1..13] the shared transition keys (see lib/core)
+  ARGV[1] key base   ARGV[2] worker id   ARGV[3] registration period ms: its next beat comes
+  before that (0: leave)   ARGV[4] lease ms from now   ARGV[5] started: it has started (or
+  given up) its first `started` leases   ARGV[6] host   ARGV[7] pid   ARGV[8] version
+  ARGV[9] queues (comma-separated)   ARGV[10] concurrency   ARGV[11] start time ms
+  ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] n   then n pairs: id, lease token
+  Returns {now_ms, code_1, ..., code_n} as extend.lua: 1 renewed, -1 no such job, -2 lease
+  token mismatch, -3 renewed but cancellation was requested ]]
+local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = now_ms()
+local wk = worker_key(wid)
+if period <= 0 then
+  -- a worker that stopped: its leases were all returned or finished (any left run out)
+  call('ZREM', K_WORKERS, wid)
+  call('DEL', wk)
+  if call('SCARD', held_key(wid)) == 0 then call('DEL', held_key(wid)) end
+  return {now}
+end
+local started = num(ARGV[5], 0)
+call('ZADD', K_WORKERS, now + period, wid)
+if call('HEXISTS', wk, 'ln') == 0 then
+  -- a new registration (or one that was buried): its next lease ordinals follow what it
+  -- has started
+  call('HSET', wk, 'ln', started, 'sn', started)
+elseif num(call('HGET', wk, 'sn'), 0) < started then
+  call('HSET', wk, 'sn', started)
+end
+call('HSET', wk, 'host', ARGV[6], 'pid', ARGV[7], 'ver', ARGV[8], 'queues', ARGV[9],
+  'conc', ARGV[10], 'st', ARGV[11], 'beat', now, 'done', ARGV[12], 'failed', ARGV[13])
+-- the description outlives a missed deadline long enough for a live worker or reap to bury it
+local keep = math.max(10 * period, 2 * lease)
+call('PEXPIRE', wk, keep)
+call('PEXPIRE', held_key(wid), keep)
+local n = tonumber(ARGV[14])
+local out = {now}
+local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+local earliest = tonumber(first[2])
+for i = 0, n - 1 do
+  local id, tok = ARGV[15 + i * 2], ARGV[16 + i * 2]
+  local r = call('HMGET', job_key(id), 's', 'l', 'x')
+  if not r[1] then
+    out[#out + 1] = -1
+  elseif r[1] ~= 'active' or r[2] ~= tok then
+    out[#out + 1] = -2
+  else
+    call('ZADD', K_ACTIVE, 'XX', now + lease, id)
+    if r[3] then out[#out + 1] = -3 else out[#out + 1] = 1 end
+  end
+end
+-- a lease shortened below every other one: wake an idle consumer to re-arm its wake-up
+if earliest and now + lease < earliest then wake() end
+return out
