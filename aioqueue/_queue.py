@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._admin import QueueAdmin
 from ._checks import (
     check_attempts,
     check_group,
@@ -48,8 +49,11 @@ class Reservation:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class Queue:
-    """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App."""
+class Queue(QueueAdmin):
+    """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App.
+
+    The operator's methods (``jobs``, ``job_detail``, ``requeue``, ``purge``, ...) come from
+    ``QueueAdmin``."""
 
     def __init__(self, app: App, name: str) -> None:
         self.app = app

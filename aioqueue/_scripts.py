@@ -150,6 +150,9 @@ SCRIPTS: Final = {
         ("configure", "core lanes"),
         ("batch", "core lanes batches"),
         ("cancel", "core lanes batches"),
+        ("requeue", "core lanes"),
+        ("promote", "core lanes"),
+        ("purge", "core lanes batches"),
     )
 }
 
@@ -358,6 +361,29 @@ class QueueScripts:
         res = await self._run("reap", (self.base, limit, dead_ttl_ms, lock_ms), keys)
         return int(res[1]), int(res[2]), int(res[3])
 
+    # ------------------------------------------------------------------ admin (an operator's)
+    async def requeue(self, ids: Sequence[str]) -> tuple[int, int]:
+        """Dead letters back to the queue, attempts reset (requeue.lua): (requeued, skipped)."""
+        res = await self._run("requeue", (self.base, *ids))
+        return int(res[0]), int(res[1])
+
+    async def promote(self, ids: Sequence[str]) -> tuple[int, int]:
+        """Scheduled jobs runnable now (promote.lua): (promoted, skipped)."""
+        res = await self._run("promote", (self.base, *ids))
+        return int(res[0]), int(res[1])
+
+    async def purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
+        """Delete these jobs where their state is one of ``states`` (purge.lua):
+        (purged, skipped)."""
+        res = await self._run("purge", (self.base, "ids", " ".join(states), 0, *ids))
+        return int(res[0]), int(res[1])
+
+    async def purge_head(self, source: str, n: int, group: str = "") -> tuple[int, int]:
+        """Delete the first ``n`` jobs of a structure: ``ready``, ``prio``, ``scheduled``,
+        ``dead`` or ``lane`` (of ``group``) (purge.lua): (purged, skipped)."""
+        res = await self._run("purge", (self.base, source, group, n))
+        return int(res[0]), int(res[1])
+
     # ------------------------------------------------------------------ batches (batch.lua)
     def batch_open_call(
         self,
@@ -457,6 +483,67 @@ class QueueScripts:
             pipe.zcard(k.lane(g))
         sizes = await self.read(pipe.execute())
         return {g: n for g, n in zip(groups, sizes, strict=True) if n}
+
+    async def zpage(
+        self,
+        key: str,
+        start: float | str,
+        n: int,
+        offset: int,
+        reverse: bool,
+        stop: float | None = None,
+    ) -> list[tuple[bytes, float]]:
+        """Members of a ZSET from score ``start`` on (down, when ``reverse``), skipping
+        ``offset``, at most ``n``, with their scores (bounded: one ZRANGE ... LIMIT)."""
+        lo: object = "-inf" if stop is None else stop
+        hi: object = start
+        if not reverse:
+            lo, hi = start, ("+inf" if stop is None else stop)
+        if reverse:
+            call = self.client.zrevrangebyscore(key, hi, lo, offset, n, withscores=True)  # type: ignore[arg-type]
+        else:
+            call = self.client.zrangebyscore(key, lo, hi, offset, n, withscores=True)  # type: ignore[arg-type]
+        return cast(list[tuple[bytes, float]], await self.read(call))
+
+    async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        return cast(list[bytes], await self.read(self.client.lrange(key, start, stop)))
+
+    async def job_fields(
+        self, ids: Sequence[str], fields: Sequence[str]
+    ) -> list[list[bytes | None]]:
+        """The same fields of many jobs, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self.keys.job(job_id), list(fields))
+        return cast(list[list[bytes | None]], await self.read(pipe.execute()))
+
+    async def server_ms(self) -> int:
+        """The server's clock (TIME), in ms."""
+        sec, usec = await self.read(self.client.time())
+        return int(sec) * 1000 + int(usec) // 1000
+
+    async def throughput(self) -> dict[bytes, bytes]:
+        """The per-minute counters (``<kind>:<minute>``), at most about two hours of them."""
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
+
+    async def group_settings(self) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[bytes]]:
+        """gconf, gactive and the groups in gwait (bounded by configured and running groups)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(k.gconf)
+        pipe.hgetall(k.gactive)
+        pipe.zrange(k.gwait, 0, -1)
+        gconf, gactive, gwait = await self.read(pipe.execute())
+        return gconf, gactive, gwait
+
+    async def queue_settings(self) -> dict[bytes, bytes]:
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.qconf)))
+
+    async def lane_sizes(self, groups: Sequence[str]) -> list[int]:
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(self.keys.lane(g))
+        return cast(list[int], await self.read(pipe.execute()))
 
     async def wake(self) -> None:
         """Leave a wake token: one idle consumer wakes up."""
