@@ -18,7 +18,7 @@ LAYERS: list[list[str]] = [
     ["_codec"],
     ["_scripts"],
     ["_leases"],
-    ["_admin"],
+    ["_inspect", "_admin"],
     ["_queue"],
     ["_results", "_context"],
     ["_batch"],
@@ -32,7 +32,18 @@ LAYERS: list[list[str]] = [
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # the lower layers that issue 12 names: none of them may reach the App, batches or the worker
-LOWER = {"_record", "_codec", "_scripts", "_wire", "_keys", "_queue", "_job", "_leases", "_admin"}
+LOWER = {
+    "_record",
+    "_codec",
+    "_scripts",
+    "_wire",
+    "_keys",
+    "_queue",
+    "_job",
+    "_leases",
+    "_admin",
+    "_inspect",
+}
 HIGHER = {"_app", "_batch", "_fetch", "_runner", "_worker"}
 
 
