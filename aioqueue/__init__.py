@@ -27,6 +27,12 @@ from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import ServerUnavailable as ServerUnavailable
+from ._inspect import GroupInfo as GroupInfo
+from ._inspect import JobDetail as JobDetail
+from ._inspect import JobPage as JobPage
+from ._inspect import JobSummary as JobSummary
+from ._inspect import Throughput as Throughput
+from ._inspect import ThroughputMinute as ThroughputMinute
 from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
@@ -62,13 +68,17 @@ __all__ = [
     "EmbeddedServer",
     "EmbeddedServerError",
     "ErrorInfo",
+    "GroupInfo",
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobDetail",
     "JobFailed",
     "JobInfo",
     "JobNotFound",
+    "JobPage",
     "JobState",
+    "JobSummary",
     "JsonSerializer",
     "LeaseLost",
     "PayloadTooLarge",
@@ -81,6 +91,8 @@ __all__ = [
     "Serializer",
     "ServerUnavailable",
     "Task",
+    "Throughput",
+    "ThroughputMinute",
     "Worker",
     "__version__",
     "current_job",

@@ -259,8 +259,7 @@ class Lister:
             for m, sc in got:
                 mid = m.decode()
                 # ties are ordered by member: skip those at or before the cursor
-                tied = last is not None and sc == score
-                if tied and ((mid >= last) if self.rev else (mid <= last)):
+                if last is not None and sc == score and ((mid >= last) == self.rev or mid == last):
                     continue
                 out.append((mid, sc))
             offset += len(got)
