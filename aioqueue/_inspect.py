@@ -27,8 +27,6 @@ SCAN_BUDGET = 5000
 #: the states a listing can show: the ones an index holds
 LISTED = (JobState.SCHEDULED, JobState.QUEUED, JobState.ACTIVE, JobState.FAILED)
 _FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e")
-#: how far (in places) a list anchor is looked for around where it was, before LPOS
-_WINDOW = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,46 +275,19 @@ class Lister:
         """A page of the ready LIST (consumed at its head, appended at its tail): the cursor
         holds the page's last ids and where the last one was; the next page starts after
         (before, newest first) the first of them still in the list."""
-        key = self.s.keys.ready
         anchors: list[str] = cur.get("an", [])
-        at: int | None = None
-        if anchors:
-            at = await self._find(key, anchors, int(cur.get("pos", 0)))
-            if at is None and self.rev:
-                # every anchor left the list: consumed from its head, and so was all that
-                # was older
-                return [], None
-        if self.rev:
-            if at is None:
-                at = int(await self.s.read(self.s.client.llen(key)))
-            first = max(0, at - n)
-            got = await self.s.lrange(key, first, at - 1) if at > 0 else []
-            got.reverse()
-            new_pos = first
-        else:
-            first = 0 if at is None else at + 1  # no anchor left: go on from the head
-            got = await self.s.lrange(key, first, first + n - 1)
-            new_pos = first + len(got) - 1
+        first, got = await self.s.ready_page(n, self.rev, int(cur.get("pos", 0)), anchors)
+        if first < 0:
+            return [], None
         ids = [x.decode() for x in got]
+        if self.rev:
+            ids.reverse()
         if len(ids) < n:
             return ids, None
-        return ids, {"src": "ready", "an": ids[-3:][::-1], "pos": new_pos}
-
-    async def _find(self, key: str, anchors: Sequence[str], pos: int) -> int | None:
-        """Where the first of ``anchors`` still in the list is: looked for around ``pos``,
-        then (bounded by LPOS's own scan) anywhere."""
-        lo = max(0, pos - _WINDOW)
-        window = [x.decode() for x in await self.s.lrange(key, lo, pos + _WINDOW)]
-        for a in anchors:
-            if a in window:
-                return lo + window.index(a)
-        for a in anchors:
-            found = await self.s.read(
-                self.s.client.execute_command("LPOS", key, a)  # type: ignore[no-untyped-call]
-            )
-            if found is not None:
-                return int(found)
-        return None
+        # the next page starts after (before) the last of these still in the list; where the
+        # last one is now, to look for it there first
+        pos = first if self.rev else first + len(ids) - 1
+        return ids, {"src": "ready", "an": ids[-3:][::-1], "pos": pos}
 
     async def _matching(self, ids: list[str]) -> list[str]:
         if not ids or (self.task is None and (self.group is None or self.state is JobState.QUEUED)):

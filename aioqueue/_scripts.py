@@ -153,6 +153,7 @@ SCRIPTS: Final = {
         ("requeue", "core lanes"),
         ("promote", "core lanes"),
         ("purge", "core lanes batches"),
+        ("page", ""),
     )
 }
 
@@ -504,6 +505,16 @@ class QueueScripts:
         else:
             call = self.client.zrangebyscore(key, lo, hi, offset, n, withscores=True)  # type: ignore[arg-type]
         return cast(list[tuple[bytes, float]], await self.read(call))
+
+    async def ready_page(
+        self, n: int, newest_first: bool, pos: int, anchors: Sequence[str]
+    ) -> tuple[int, list[bytes]]:
+        """Up to ``n`` ids of the ready list after (before) the first of ``anchors`` still in
+        it, oldest first, with the index of the first (page.lua); (-1, []) when newest first
+        and the anchors are gone."""
+        args = (self.base, n, 1 if newest_first else 0, pos, *anchors)
+        res = await self._run("page", args, [self.keys.ready])
+        return int(res[0]), list(res[1:])
 
     async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
         return cast(list[bytes], await self.read(self.client.lrange(key, start, stop)))
