@@ -112,6 +112,10 @@ class QueueAdmin:
         check_int(minutes, 1, "minutes")
         return await throughput(self._scripts, min(minutes, 120))
 
+    async def is_paused(self) -> bool:
+        """Whether the queue is paused (``pause()`` without a group)."""
+        return b"paused" in await self._scripts.queue_settings()
+
     async def groups(self, limit: int = 100) -> list[GroupInfo]:
         """The queue's groups with queued or active jobs or settings of their own, by name."""
         check_int(limit, 1, "limit")

@@ -1,4 +1,5 @@
-"""``python -m aioqueue``: run workers from the command line.
+"""``python -m aioqueue``: run workers from the command line (the operator's commands, such as
+``info``, ``dead`` and ``retry``, are in ``_cli_admin``).
 
 Every failure ends in one line on stderr and an exit code, never a traceback: 2 for what the
 command line alone shows to be wrong (a bad option value, a bad URL), 1 for what fails at run
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, NoReturn
 import redis.exceptions as rexc
 
 from ._app import App
+from ._cli_admin import add_commands, is_admin
+from ._cli_admin import run as run_admin
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._keys import check_name
 from ._version import __version__
@@ -161,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
     )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    add_commands(sub)
     return p
 
 
@@ -169,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if is_admin(args.command):
+        return run_admin(args)
     _check_args(parser, args)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

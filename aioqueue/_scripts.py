@@ -228,6 +228,24 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
     return results
 
 
+async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) -> list[str]:
+    """The queues under ``prefix`` that have counters (every queue that was ever used), found
+    with SCAN: O(keys in the database), for an operator's ``info`` without ``-q``."""
+    head = f"{prefix}:{{"
+    names: set[str] = set()
+
+    async def scan() -> None:
+        async for key in client.scan_iter(match=f"{prefix}:{{*}}:stats", count=1000):
+            raw = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+            if raw.startswith(head) and raw.endswith("}:stats"):
+                names.add(raw[len(head) : -len("}:stats")])
+                if len(names) >= limit:
+                    return
+
+    await bounded(client, scan())
+    return sorted(names)
+
+
 class QueueScripts:
     """The door to one queue's keys on one client: a typed method per script (and per batch
     operation) and every read, each bounded by the socket timeout."""
