@@ -187,7 +187,7 @@ async def _main(app: App, args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         return _fail(exc, EXIT_USAGE)
     except JobNotFound as exc:
-        return _fail(f"no such job: {exc}", EXIT_ERROR)
+        return _fail(exc, EXIT_ERROR)
     except AioQueueError as exc:
         return _fail(f"{type(exc).__name__}: {exc}", EXIT_ERROR)
 
