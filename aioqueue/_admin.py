@@ -7,6 +7,7 @@ queued jobs, done in bounded chunks of one atomic script each (``requeue.lua``, 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_group, check_int, check_job_id
@@ -54,7 +55,7 @@ class QueueAdmin:
         task: str | None,
         group: str | None,
         newest_first: bool = False,
-        since: float | None = None,
+        since: datetime | float | None = None,
     ) -> Lister:
         st = check_state(state)
         since_ms = None
@@ -127,13 +128,13 @@ class QueueAdmin:
         *,
         task: str | None = None,
         group: str | None = None,
-        since: float | None = None,
+        since: datetime | float | None = None,
         all: bool = False,
     ) -> int:
         """Put dead letters back in the queue with their attempts reset: these ids, or every
-        dead letter matching the filters (task, group, died at or after ``since`` POSIX
-        seconds), or with ``all=True`` every one. Only those dead when the call starts are
-        requeued (a job that dies again meanwhile stays dead). Returns how many."""
+        dead letter matching the filters (task, group, died at or after ``since``: an aware
+        datetime or POSIX seconds), or with ``all=True`` every one. Only those dead when the
+        call starts are requeued (a job that dies again meanwhile stays dead). Returns how many."""
         if job_ids is not None:
             return await _chunked(self._scripts.requeue, job_ids)
         _need_selector(all, task, group, since)
@@ -169,7 +170,7 @@ class QueueAdmin:
         *,
         task: str | None = None,
         group: str | None = None,
-        since: float | None = None,
+        since: datetime | float | None = None,
     ) -> int:
         """Delete jobs that are not running, records and all: these ids (in any state but
         active and waiting), or every job in ``state`` (queued, scheduled or failed) that
@@ -240,7 +241,9 @@ class QueueAdmin:
         return total
 
 
-def _need_selector(all: bool, task: str | None, group: str | None, since: float | None) -> None:
+def _need_selector(
+    all: bool, task: str | None, group: str | None, since: datetime | float | None
+) -> None:
     if not all and task is None and group is None and since is None:
         raise ConfigurationError("give job ids, a filter (task, group, since) or all=True")
 

@@ -106,9 +106,9 @@ class GroupInfo:
     active: int
     #: its own concurrency limit (None: the queue's default, if any)
     limit: int | None
-    #: its own rate limit: jobs per ``rate_period`` seconds (None: the queue's default, if any)
+    #: its own rate limit: jobs per ``rate_seconds`` seconds (None: the queue's default, if any)
     rate: int | None
-    rate_period: float | None
+    rate_seconds: float | None
     paused: bool
 
 
@@ -422,7 +422,7 @@ async def groups(scripts: QueueScripts, limit: int) -> list[GroupInfo]:
                 active=active.get(name, 0),
                 limit=None if lim is None else _int(lim, 0),
                 rate=None if rate_n is None else _int(rate_n, 0),
-                rate_period=None if rate_ms is None else _int(rate_ms, 0) / 1000,
+                rate_seconds=None if rate_ms is None else _int(rate_ms, 0) / 1000,
                 paused=("paused:" + name) in conf,
             )
         )

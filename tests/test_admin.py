@@ -75,13 +75,15 @@ async def test_each_state_is_listed_page_by_page_once(app: App, redis: Redis) ->
     active, _ = await listing(q, "active", limit=2)
     assert sorted(active) == sorted(r.id for r in reserved)
     page = await q.jobs("queued", group="g1", limit=100)
-    assert {j.group for j in page.items} == {"g1"} and len(page.items) == 4 - sum(
+    assert {j.group for j in page.items} == {"g1"}
+    assert len(page.items) == 4 - sum(
         1 for r in reserved if r.id in grouped and int(r.args[0]) % 3 == 1
     )
     for r in reserved:
         await q.fail(r, ValueError("bad input"), retry=False)
     dead = await q.jobs("failed", limit=10)
-    assert {j.id for j in dead.items} == {r.id for r in reserved} and dead.cursor is None
+    assert {j.id for j in dead.items} == {r.id for r in reserved}
+    assert dead.cursor is None
     assert {j.error.type for j in dead.items if j.error} == {"ValueError"}
     assert all(j.state is JobState.FAILED and j.task == "t" for j in dead.items)
     await check_invariants(redis, q._keys)
@@ -121,16 +123,23 @@ async def test_job_detail_shows_args_options_result_error_and_lease(app: App) ->
     [r] = await q.reserve(1)
     d = await q.job_detail(job.id)
     assert isinstance(d, JobDetail)
-    assert d.info.state is JobState.ACTIVE and d.lease_deadline_ms is not None
-    assert d.info.args == (1, 2) and d.info.kwargs == {"k": "v"}
-    assert d.group == "g" and d.info.priority == 3 and d.options == {"timeout": 5}
+    assert d.info.state is JobState.ACTIVE
+    assert d.lease_deadline_ms is not None
+    assert d.info.args == (1, 2)
+    assert d.info.kwargs == {"k": "v"}
+    assert d.group == "g"
+    assert d.info.priority == 3
+    assert d.options == {"timeout": 5}
     await q.complete(r, {"ok": True})
     d = await q.job_detail(job.id)
-    assert d.info.state is JobState.COMPLETED and d.result == {"ok": True}
-    assert d.info.finished_ms is not None and d.lease_deadline_ms is None
+    assert d.info.state is JobState.COMPLETED
+    assert d.result == {"ok": True}
+    assert d.info.finished_ms is not None
+    assert d.lease_deadline_ms is None
     [dead] = await dead_letters(app, 1)
     d = await q.job_detail(dead)
-    assert d.info.error is not None and d.info.error.message == "boom 0"
+    assert d.info.error is not None
+    assert d.info.error.message == "boom 0"
     assert d.info.error.traceback is None or isinstance(d.info.error.traceback, str)
     with pytest.raises(JobNotFound):
         await q.job_detail("no-such-job")
@@ -143,7 +152,9 @@ async def test_requeue_by_id_and_by_filter_resets_attempts(app: App, redis: Redi
     bang = await dead_letters(app, 3, "bang", group="g")
     assert await q.requeue([boom[0], "no-such-job"]) == 1
     info = await q.job_info(boom[0])
-    assert info.state is JobState.QUEUED and info.attempts == 0 and info.error is None
+    assert info.state is JobState.QUEUED
+    assert info.attempts == 0
+    assert info.error is None
     assert await q.requeue(task="bang") == 3
     assert {(await q.job_info(i)).state for i in bang} == {JobState.QUEUED}
     assert (await q.counts())["failed"] == 4
@@ -280,7 +291,8 @@ async def test_purging_one_group_leaves_the_others_running(app: App, redis: Redi
     states = await check_invariants(redis, q._keys)
     assert set(states.values()) <= {"completed"}
     groups = {g.name: g for g in await q.groups()}
-    assert groups["b"].limit == 2 and groups["b"].queued == 0
+    assert groups["b"].limit == 2
+    assert groups["b"].queued == 0
 
 
 # ---------------------------------------------------------------------- throughput, groups
@@ -292,7 +304,8 @@ async def test_throughput_counts_completions_and_dead_letters_per_minute(app: Ap
         await q.complete(r, None)
     await dead_letters(app, 2)
     tp = await q.throughput(60)
-    assert isinstance(tp, Throughput) and len(tp.minutes) == 60
+    assert isinstance(tp, Throughput)
+    assert len(tp.minutes) == 60
     assert (tp.completed, tp.failed) == (3, 2)
     assert tp.minutes[-1].completed + tp.minutes[-2].completed == 3
     assert tp.minutes[0].start_ms < tp.minutes[-1].start_ms
@@ -309,8 +322,8 @@ async def test_groups_show_limit_rate_pause_and_counts(app: App) -> None:
     await q.reserve(1)
     groups = await q.groups()
     assert groups == [
-        GroupInfo("acme", queued=2, active=1, limit=4, rate=10, rate_period=2.0, paused=False),
-        GroupInfo("zed", queued=1, active=0, limit=None, rate=None, rate_period=None, paused=True),
+        GroupInfo("acme", queued=2, active=1, limit=4, rate=10, rate_seconds=2.0, paused=False),
+        GroupInfo("zed", queued=1, active=0, limit=None, rate=None, rate_seconds=None, paused=True),
     ]
     assert [g.name for g in await q.groups(limit=1)] == ["acme"]
 

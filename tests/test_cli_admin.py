@@ -37,7 +37,8 @@ def ok_json(url: str, prefix: str, *args: str) -> Any:
 
 def one_line_error(res: subprocess.CompletedProcess[str], code: int, text: str) -> None:
     assert res.returncode == code, (res.stdout, res.stderr)
-    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert "Traceback" not in res.stderr
     assert text in res.stderr
 
 
@@ -66,26 +67,32 @@ async def test_info_jobs_dead_and_job_print_tables_and_json(redis_url: str, dead
     assert table[1].split()[:5] == ["default", "1", "0", "0", "3"]
 
     dead = ok_json(redis_url, p, "dead")
-    assert set(dead) == {"queue", "items", "cursor"} and dead["cursor"] is None
+    assert set(dead) == {"queue", "items", "cursor"}
+    assert dead["cursor"] is None
     assert [j["error"]["message"] for j in dead["items"]] == ["broken 3", "broken 2", "broken 1"]
     item = dead["items"][0]
     assert {"id", "task", "state", "group", "attempts", "max_attempts", "error"} <= set(item)
-    assert item["state"] == "failed" and item["group"] == "acme"
+    assert item["state"] == "failed"
+    assert item["group"] == "acme"
     text = cli(redis_url, p, "dead").stdout
     assert "RuntimeError: broken 1" in text
 
     page = ok_json(redis_url, p, "jobs", "failed", "--limit", "2")
-    assert len(page["items"]) == 2 and page["cursor"]
+    assert len(page["items"]) == 2
+    assert page["cursor"]
     rest = ok_json(redis_url, p, "jobs", "failed", "--limit", "2", "--cursor", page["cursor"])
-    assert len(rest["items"]) == 1 and rest["cursor"] is None
+    assert len(rest["items"]) == 1
+    assert rest["cursor"] is None
     more = cli(redis_url, p, "jobs", "failed", "--limit", "2").stdout
     assert f"--cursor {page['cursor']}" in more
 
     detail = ok_json(redis_url, p, "job", item["id"])
-    assert detail["info"]["args"] == [3] and detail["info"]["error"]["type"] == "RuntimeError"
+    assert detail["info"]["args"] == [3]
+    assert detail["info"]["error"]["type"] == "RuntimeError"
     assert detail["group"] == "acme"
     human = cli(redis_url, p, "job", item["id"]).stdout
-    assert "state        failed" in human and "error        RuntimeError: broken 3" in human
+    assert "state        failed" in human
+    assert "error        RuntimeError: broken 3" in human
 
 
 async def test_retry_promote_cancel_and_purge_change_the_queue(
@@ -115,7 +122,8 @@ async def test_purge_asks_first_and_does_nothing_unconfirmed(redis_url: str, dea
     one_line_error(res, 1, "not confirmed")
     assert (await dead_app.queue().counts())["failed"] == 3
     out = ok_json(redis_url, p, "purge", "--all", "--yes")
-    assert out["count"] == 4 and out["by_state"] == {"queued": 0, "scheduled": 1, "failed": 3}
+    assert out["count"] == 4
+    assert out["by_state"] == {"queued": 0, "scheduled": 1, "failed": 3}
 
 
 async def test_enqueue_pause_resume_limit(redis_url: str) -> None:
@@ -166,7 +174,7 @@ async def test_enqueue_pause_resume_limit(redis_url: str) -> None:
         )
         assert res.returncode == 0, res.stderr
         [g] = await q.groups()
-        assert (g.name, g.paused, g.limit, g.rate, g.rate_period, g.queued) == (
+        assert (g.name, g.paused, g.limit, g.rate, g.rate_seconds, g.queued) == (
             "acme",
             True,
             3,
@@ -175,7 +183,8 @@ async def test_enqueue_pause_resume_limit(redis_url: str) -> None:
             1,
         )
         res = cli(redis_url, p, "limit", "-q", "mail", "--group", "acme", "--concurrency", "none")
-        assert res.returncode == 0 and (await q.groups())[0].limit is None
+        assert res.returncode == 0
+        assert (await q.groups())[0].limit is None
 
 
 @pytest.mark.parametrize(
