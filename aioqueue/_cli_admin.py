@@ -1,5 +1,6 @@
-"""The operator's commands of ``python -m aioqueue``: ``info``, ``jobs``, ``job``, ``dead``,
-``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``, ``enqueue``.
+"""The operator's commands of ``python -m aioqueue``: ``info``, ``groups``, ``jobs``, ``job``,
+``dead``, ``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``,
+``enqueue``.
 
 Each takes ``--url``/``--embedded``, ``--prefix``, ``-q/--queue`` and ``--json``, talks to the
 server through ``Queue``'s API (no App module needed), prints a table (or JSON) and exits 0; a
@@ -110,6 +111,8 @@ def add_commands(sub: Any) -> None:
 
     p = command("info", "queues: counts, throughput, groups (every queue without -q)", _info)
     p.set_defaults(queue=None)
+    p = command("groups", "a queue's groups: queued, active, limits, paused", _groups)
+    p.add_argument("--limit", type=_number(1, integer=True), default=100, help="at most (100)")
     p = command("jobs", "list the jobs in a state, a page at a time", _jobs)
     p.add_argument("state", choices=STATES)
     filters(p)
@@ -246,6 +249,27 @@ async def _info(app: App, args: argparse.Namespace) -> int:
             [[r[k] if k != "paused" else ("yes" if r[k] else "") for k in keys] for r in rows],
         )
     )
+    return EXIT_OK
+
+
+async def _groups(app: App, args: argparse.Namespace) -> int:
+    groups = await _queue(app, args).groups(limit=int(args.limit))
+    if args.json:
+        emit_json({"queue": args.queue, "groups": groups})
+        return EXIT_OK
+    rows = [
+        [
+            g.name,
+            g.queued,
+            g.active,
+            g.limit,
+            None if g.rate is None else f"{g.rate}/{g.rate_seconds:g}s",
+            "yes" if g.paused else "",
+        ]
+        for g in groups
+    ]
+    headers = ["GROUP", "QUEUED", "ACTIVE", "LIMIT", "RATE", "PAUSED"]
+    echo(table(headers, rows) if rows else "no groups")
     return EXIT_OK
 
 

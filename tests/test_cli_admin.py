@@ -182,6 +182,20 @@ async def test_enqueue_pause_resume_limit(redis_url: str) -> None:
             2.0,
             1,
         )
+        groups = ok_json(redis_url, p, "groups", "-q", "mail")["groups"]
+        assert groups == [
+            {
+                "name": "acme",
+                "queued": 1,
+                "active": 0,
+                "limit": 3,
+                "rate": 10,
+                "rate_seconds": 2.0,
+                "paused": True,
+            }
+        ]
+        table = cli(redis_url, p, "groups", "-q", "mail").stdout.splitlines()
+        assert table[1].split() == ["acme", "1", "0", "3", "10/2s", "yes"]
         res = cli(redis_url, p, "limit", "-q", "mail", "--group", "acme", "--concurrency", "none")
         assert res.returncode == 0
         assert (await q.groups())[0].limit is None
