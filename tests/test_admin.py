@@ -368,3 +368,20 @@ async def test_paging_100000_queued_jobs_while_a_worker_takes_them(app: App, red
     assert not missed, f"{len(missed)} of {len(still)} jobs stayed queued but were missed"
     assert len(seen) < 100_000 + 1
     print(f"{pages} pages of 1,000 in {took:.2f} s ({1000 * took / pages:.1f} ms a page)")
+
+
+async def test_throughput_buckets_stay_bounded(app: App, redis: Redis) -> None:
+    q = app.queue(app.default_queue)
+    tp = q._keys.throughput
+    sec, _ = await redis.time()
+    minute = int(sec) // 60
+    # counts left from long ago: 70 minutes (inside the window the next minute trims) and 5
+    await redis.hset(tp, mapping={f"c:{minute - 70}": 9, f"c:{minute - 5}": 4})
+    await q.enqueue("t")
+    [r] = await q.reserve(1)
+    await q.complete(r, None)  # the first count of this minute trims the old ones
+    fields = {k.decode() for k in await redis.hkeys(tp)}
+    assert f"c:{minute - 70}" not in fields
+    assert f"c:{minute - 5}" in fields
+    assert 0 < await redis.pttl(tp) <= 61 * 60_000
+    assert (await q.throughput(60)).completed == 5
