@@ -25,6 +25,7 @@ from aioqueue import (
 )
 
 from .support.invariants import check_invariants
+from .support.server import text
 from .support.waiting import wait_until
 
 
@@ -380,7 +381,7 @@ async def test_throughput_buckets_stay_bounded(app: App, redis: Redis) -> None:
     await q.enqueue("t")
     [r] = await q.reserve(1)
     await q.complete(r, None)  # the first count of this minute trims the old ones
-    fields = {k.decode() for k in await redis.hkeys(tp)}
+    fields = {text(k) for k in await redis.hkeys(tp)}
     assert f"c:{minute - 70}" not in fields
     assert f"c:{minute - 5}" in fields
     assert 0 < await redis.pttl(tp) <= 61 * 60_000

@@ -69,8 +69,11 @@ async def test_info_jobs_dead_and_job_print_tables_and_json(redis_url: str, dead
     dead = ok_json(redis_url, p, "dead")
     assert set(dead) == {"queue", "items", "cursor"}
     assert dead["cursor"] is None
-    assert [j["error"]["message"] for j in dead["items"]] == ["broken 3", "broken 2", "broken 1"]
-    item = dead["items"][0]
+    messages = {j["error"]["message"] for j in dead["items"]}
+    assert messages == {"broken 1", "broken 2", "broken 3"}
+    died = [j["finished_ms"] for j in dead["items"]]
+    assert died == sorted(died, reverse=True)  # newest first
+    [item] = [j for j in dead["items"] if j["group"] == "acme"]
     assert {"id", "task", "state", "group", "attempts", "max_attempts", "error"} <= set(item)
     assert item["state"] == "failed"
     assert item["group"] == "acme"
