@@ -119,7 +119,7 @@ def add_commands(sub: Any) -> None:
     _paging(p)
     p = command("dead", "list dead letters, newest first, with their errors", _dead)
     filters(p)
-    _paging(p)
+    _paging(p, order="--oldest-first")
     p = command("job", "everything stored about one job", _job)
     p.add_argument("id", metavar="ID")
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
@@ -154,10 +154,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-attempts", type=_number(1, integer=True))
 
 
-def _paging(p: argparse.ArgumentParser) -> None:
+def _paging(p: argparse.ArgumentParser, order: str = "--newest-first") -> None:
     p.add_argument("--limit", type=_number(1, integer=True), default=50, help="per page (50)")
     p.add_argument("--cursor", help="the cursor printed under the previous page")
-    p.add_argument("--newest-first", action="store_true")
+    p.add_argument(order, action="store_true", help="the other order")
 
 
 def is_admin(command: str) -> bool:
@@ -330,7 +330,7 @@ async def _dead(app: App, args: argparse.Namespace) -> int:
         group=args.group,
         limit=int(args.limit),
         cursor=args.cursor,
-        newest_first=not args.newest_first,  # newest first unless asked otherwise
+        newest_first=not args.oldest_first,
     )
     return _print_page(args, page, dead=True)
 

@@ -73,6 +73,8 @@ async def test_info_jobs_dead_and_job_print_tables_and_json(redis_url: str, dead
     assert messages == {"broken 1", "broken 2", "broken 3"}
     died = [j["finished_ms"] for j in dead["items"]]
     assert died == sorted(died, reverse=True)  # newest first
+    oldest = ok_json(redis_url, p, "dead", "--oldest-first")["items"]
+    assert [j["id"] for j in oldest] == [j["id"] for j in dead["items"]][::-1]
     [item] = [j for j in dead["items"] if j["group"] == "acme"]
     assert {"id", "task", "state", "group", "attempts", "max_attempts", "error"} <= set(item)
     assert item["state"] == "failed"
