@@ -19,11 +19,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._app import App
-from ._cli_format import clip, echo, emit_json, table, when
+from ._cli_format import echo, emit_json
+from ._cli_show import dead as show_dead
+from ._cli_show import groups as show_groups
+from ._cli_show import info as show_info
+from ._cli_show import job as show_job
+from ._cli_show import jobs as show_jobs
+from ._cli_show import queue_of
 from ._exceptions import AioQueueError, ConfigurationError, JobNotFound
 from ._keys import check_name
-from ._queue import Queue
-from ._scripts import queue_names
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 STATES = ("scheduled", "queued", "active", "failed")
@@ -109,18 +113,18 @@ def add_commands(sub: Any) -> None:
         filters(p, since)
         p.add_argument("--all", action="store_true", help=f"{verb} every matching job")
 
-    p = command("info", "queues: counts, throughput, groups (every queue without -q)", _info)
+    p = command("info", "queues: counts, throughput, groups (every queue without -q)", show_info)
     p.set_defaults(queue=None)
-    p = command("groups", "a queue's groups: queued, active, limits, paused", _groups)
+    p = command("groups", "a queue's groups: queued, active, limits, paused", show_groups)
     p.add_argument("--limit", type=_number(1, integer=True), default=100, help="at most (100)")
-    p = command("jobs", "list the jobs in a state, a page at a time", _jobs)
+    p = command("jobs", "list the jobs in a state, a page at a time", show_jobs)
     p.add_argument("state", choices=STATES)
     filters(p)
     _paging(p)
-    p = command("dead", "list dead letters, newest first, with their errors", _dead)
+    p = command("dead", "list dead letters, newest first, with their errors", show_dead)
     filters(p)
     _paging(p, order="--oldest-first")
-    p = command("job", "everything stored about one job", _job)
+    p = command("job", "everything stored about one job", show_job)
     p.add_argument("id", metavar="ID")
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
     p = command("purge", "delete jobs that are not running (asks first)", _purge)
@@ -200,174 +204,11 @@ def _fail(message: object, code: int) -> int:
     return code
 
 
-def _queue(app: App, args: argparse.Namespace) -> Queue:
-    return app.queue(args.queue)
-
-
 def _done(args: argparse.Namespace, action: str, count: int, what: str) -> int:
     if args.json:
         emit_json({"queue": args.queue, "action": action, "count": count})
     else:
         echo(f"{action}: {count} {what} ({args.queue})")
-    return EXIT_OK
-
-
-# --------------------------------------------------------------------- reading
-async def _info(app: App, args: argparse.Namespace) -> int:
-    names = [args.queue] if args.queue else await queue_names(app.redis, app.prefix)
-    rows = []
-    for name in names:
-        q = app.queue(name)
-        counts = await q.counts()
-        tp = await q.throughput(60)
-        last5 = tp.minutes[-5:]
-        rows.append(
-            {
-                "queue": name,
-                **counts,
-                "paused": await q.is_paused(),
-                "groups": len(await q.groups(limit=10_000)),
-                "completed_1h": tp.completed,
-                "failed_1h": tp.failed,
-                "completed_per_min_5m": round(sum(m.completed for m in last5) / 5, 1),
-                "stats": await q.stats(),
-            }
-        )
-    if args.json:
-        emit_json({"queues": rows})
-        return EXIT_OK
-    if not rows:
-        echo(f"no queues under prefix {app.prefix!r}")
-        return EXIT_OK
-    headers = ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED", "DONE/1H", "FAILED/1H"]
-    headers += ["DONE/MIN(5M)", "GROUPS", "PAUSED"]
-    keys = ["queue", "scheduled", "queued", "active", "failed", "completed_1h", "failed_1h"]
-    keys += ["completed_per_min_5m", "groups", "paused"]
-    echo(
-        table(
-            headers,
-            [[r[k] if k != "paused" else ("yes" if r[k] else "") for k in keys] for r in rows],
-        )
-    )
-    return EXIT_OK
-
-
-async def _groups(app: App, args: argparse.Namespace) -> int:
-    groups = await _queue(app, args).groups(limit=int(args.limit))
-    if args.json:
-        emit_json({"queue": args.queue, "groups": groups})
-        return EXIT_OK
-    rows = [
-        [
-            g.name,
-            g.queued,
-            g.active,
-            g.limit,
-            None if g.rate is None else f"{g.rate}/{g.rate_seconds:g}s",
-            "yes" if g.paused else "",
-        ]
-        for g in groups
-    ]
-    headers = ["GROUP", "QUEUED", "ACTIVE", "LIMIT", "RATE", "PAUSED"]
-    echo(table(headers, rows) if rows else "no groups")
-    return EXIT_OK
-
-
-def _print_page(args: argparse.Namespace, page: Any, dead: bool = False) -> int:
-    if args.json:
-        emit_json({"queue": args.queue, "items": page.items, "cursor": page.cursor})
-        return EXIT_OK
-    if dead:
-        headers = ["ID", "TASK", "GROUP", "ATTEMPTS", "DIED", "ERROR"]
-        rows = [
-            [
-                j.id,
-                j.task,
-                j.group,
-                f"{j.attempts}/{j.max_attempts}",
-                when(j.finished_ms),
-                clip(f"{j.error.type}: {j.error.message}" if j.error else "", 60),
-            ]
-            for j in page.items
-        ]
-    else:
-        headers = ["ID", "TASK", "STATE", "GROUP", "PRIO", "ATTEMPTS", "CREATED", "DUE"]
-        rows = [
-            [
-                j.id,
-                j.task,
-                j.state.value,
-                j.group,
-                j.priority,
-                f"{j.attempts}/{j.max_attempts}",
-                when(j.created_ms),
-                when(j.due_ms),
-            ]
-            for j in page.items
-        ]
-    echo(table(headers, rows) if rows else "no jobs")
-    if page.cursor:
-        echo(f"more: --cursor {page.cursor}")
-    return EXIT_OK
-
-
-async def _jobs(app: App, args: argparse.Namespace) -> int:
-    page = await _queue(app, args).jobs(
-        args.state,
-        task=args.task,
-        group=args.group,
-        limit=int(args.limit),
-        cursor=args.cursor,
-        newest_first=args.newest_first,
-    )
-    return _print_page(args, page)
-
-
-async def _dead(app: App, args: argparse.Namespace) -> int:
-    page = await _queue(app, args).jobs(
-        "failed",
-        task=args.task,
-        group=args.group,
-        limit=int(args.limit),
-        cursor=args.cursor,
-        newest_first=not args.oldest_first,
-    )
-    return _print_page(args, page, dead=True)
-
-
-async def _job(app: App, args: argparse.Namespace) -> int:
-    d = await _queue(app, args).job_detail(args.id)
-    if args.json:
-        emit_json(d)
-        return EXIT_OK
-    i = d.info
-    fields: list[tuple[str, object]] = [
-        ("id", i.id),
-        ("queue", i.queue),
-        ("task", i.task),
-        ("state", i.state.value + ("  (cancellation requested)" if d.cancel_requested else "")),
-        ("attempts", f"{i.attempts}/{i.max_attempts}"),
-        ("priority", i.priority),
-        ("group", d.group or "-"),
-        ("batch", d.batch or "-"),
-        ("args", json.dumps(i.args, default=repr) if i.args is not None else "(unreadable)"),
-        ("kwargs", json.dumps(i.kwargs, default=repr) if i.kwargs is not None else "-"),
-        ("options", json.dumps(d.options) if d.options else "-"),
-        ("created", when(i.created_ms)),
-        ("due", when(i.due_ms)),
-        ("lease until", when(d.lease_deadline_ms)),
-        ("finished", when(i.finished_ms)),
-        ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
-        ("result", json.dumps(d.result, default=repr) if i.state.value == "completed" else "-"),
-    ]
-    if i.error:
-        fields.append(("error", f"{i.error.type}: {i.error.message}"))
-    width = max(len(k) for k, _ in fields)
-    for k, v in fields:
-        echo(f"{k.ljust(width)}  {v}")
-    if i.error and i.error.traceback:
-        echo("traceback:")
-        echo(i.error.traceback.rstrip())
     return EXIT_OK
 
 
@@ -385,28 +226,28 @@ def _selector(args: argparse.Namespace, since: bool = False) -> dict[str, Any]:
 
 
 async def _retry(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     sel = _selector(args, since=True)
     n = await (q.requeue(args.ids) if args.ids else q.requeue(**sel))
     return _done(args, "retry", n, "dead letters requeued")
 
 
 async def _promote(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     sel = _selector(args)
     n = await (q.promote(args.ids) if args.ids else q.promote(**sel))
     return _done(args, "promote", n, "scheduled jobs made runnable now")
 
 
 async def _cancel(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     sel = _selector(args)
     n = await (q.cancel(args.ids) if args.ids else q.cancel(state=args.state, **sel))
     return _done(args, "cancel", n, "jobs cancelled or asked to stop")
 
 
 async def _purge(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     if args.ids:
         if args.all or args.task or args.group or args.since is not None:
             raise UsageError("give job ids or a selection, not both")
@@ -459,7 +300,7 @@ def _confirm(question: str) -> bool:
 
 
 async def _pause(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     if args.command == "pause":
         await q.pause(args.group)
     else:
@@ -473,7 +314,7 @@ async def _pause(app: App, args: argparse.Namespace) -> int:
 
 
 async def _limit(app: App, args: argparse.Namespace) -> int:
-    q = _queue(app, args)
+    q = queue_of(app, args)
     if not _given(args):
         raise UsageError("give --concurrency K and/or --rate N [--per SECONDS] ('none' clears)")
     if "concurrency" in _given(args):
@@ -510,7 +351,7 @@ def _given(args: argparse.Namespace) -> set[str]:
 
 
 async def _enqueue(app: App, args: argparse.Namespace) -> int:
-    job = await _queue(app, args).enqueue(
+    job = await queue_of(app, args).enqueue(
         args.task,
         args.args,
         args.kwargs,

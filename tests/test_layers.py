@@ -27,7 +27,7 @@ LAYERS: list[list[str]] = [
     ["_runner"],
     ["_fetch", "_worker"],
     ["_embedded"],
-    ["_cli_format", "_cli_admin", "_cli"],
+    ["_cli_format", "_cli_show", "_cli_admin", "_cli"],
     ["__init__", "__main__"],
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
