@@ -252,20 +252,30 @@ class Lister:
         stop: float | None = self.since_ms if self.rev else self.until_ms
         out: list[tuple[str, float]] = []
         offset = 0
+        ended = False
         while len(out) < n:
-            got = await self.s.zpage(key, score, n, offset, self.rev, stop)
+            # never an offset past ids that consumers may pop meanwhile: each fetch starts at
+            # a (score, id) cursor; an offset only steps over a run of ties before it
+            got = await self.s.zpage(key, score, n + 1, offset, self.rev, stop)
+            taken = 0
             for m, sc in got:
                 mid = m.decode()
                 # ties are ordered by member: skip those at or before the cursor
                 if last is not None and sc == score and ((mid >= last) == self.rev or mid == last):
                     continue
                 out.append((mid, sc))
-            offset += len(got)
-            if len(got) < n:
+                taken += 1
+            if len(got) < n + 1:
+                ended = True
                 break
-        out = out[:n]
-        if len(out) < n:
+            if taken:
+                last, score = out[-1]
+                offset = 0
+            else:
+                offset += len(got)
+        if ended and len(out) <= n:
             return [x for x, _ in out], None
+        out = out[:n]
         last_id, last_sc = out[-1]
         return [x for x, _ in out], {"src": cur["src"], "sc": last_sc, "id": last_id}
 
