@@ -23,6 +23,8 @@ from aioqueue import (
     Throughput,
     Worker,
 )
+from aioqueue._inspect import Lister
+from aioqueue._scripts import QueueScripts
 
 from .support.invariants import check_invariants
 from .support.server import text
@@ -386,3 +388,28 @@ async def test_throughput_buckets_stay_bounded(app: App, redis: Redis) -> None:
     assert f"c:{minute - 5}" in fields
     assert 0 < await redis.pttl(tp) <= 61 * 60_000
     assert (await q.throughput(60)).completed == 5
+
+
+async def test_a_consumer_popping_a_lane_between_reads_makes_no_page_skip_a_job(
+    app: App,
+) -> None:
+    """A consumer takes jobs off the head of the lane being listed between every two reads of
+    the listing (a real ZPOPMIN on the server, run at the worst moment, deterministically)."""
+    q = app.queue(app.default_queue)
+    ids = [(await q.enqueue("t", (i,), group="g")).id for i in range(60)]
+    popped: set[str] = set()
+
+    class Popping(QueueScripts):
+        async def zpage(self, *args: Any, **kwargs: Any) -> list[tuple[bytes, float]]:
+            got = await super().zpage(*args, **kwargs)
+            taken = await self.client.zpopmin(self.keys.lane("g"), 3)
+            popped.update(text(m) for m, _ in taken)
+            return got
+
+    lister = Lister(Popping(app.redis, q._keys), JobState.QUEUED, group="g")
+    listed = [i async for page in lister.pages(5) for i in page]
+    assert len(listed) == len(set(listed))
+    missed = set(ids) - popped - set(listed)
+    assert not missed, f"{len(missed)} jobs that stayed in the lane were not listed"
+    assert popped
+    assert set(ids) - popped
