@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -403,7 +403,7 @@ async def test_a_consumer_popping_a_lane_between_reads_makes_no_page_skip_a_job(
         async def zpage(self, *args: Any, **kwargs: Any) -> list[tuple[bytes, float]]:
             got = await super().zpage(*args, **kwargs)
             taken = await self.client.zpopmin(self.keys.lane("g"), 3)
-            popped.update(text(m) for m, _ in taken)
+            popped.update(text(pair[0]) for pair in cast(list[tuple[bytes, float]], taken))
             return got
 
     lister = Lister(Popping(app.redis, q._keys), JobState.QUEUED, group="g")
