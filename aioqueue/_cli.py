@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if is_admin(args.command):
+    if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)
     logging.basicConfig(

@@ -164,8 +164,10 @@ def _paging(p: argparse.ArgumentParser, order: str = "--newest-first") -> None:
     p.add_argument(order, action="store_true", help="the other order")
 
 
-def is_admin(command: str) -> bool:
-    return command != "worker"
+def is_admin(args: argparse.Namespace) -> bool:
+    """Whether the parsed command line is one of the commands added here (each sets its
+    handler); other commands (``worker``, and any added elsewhere) are run by their own code."""
+    return getattr(args, "handler", None) is not None
 
 
 def run(args: argparse.Namespace) -> int:
