@@ -33,6 +33,12 @@ from ._exceptions import StartupFailed as StartupFailed
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
 from ._hooks import State as State
+from ._inspect import GroupInfo as GroupInfo
+from ._inspect import JobDetail as JobDetail
+from ._inspect import JobPage as JobPage
+from ._inspect import JobSummary as JobSummary
+from ._inspect import Throughput as Throughput
+from ._inspect import ThroughputMinute as ThroughputMinute
 from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
@@ -76,13 +82,17 @@ __all__ = [
     "EmbeddedServerError",
     "EnqueueEvent",
     "ErrorInfo",
+    "GroupInfo",
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobDetail",
     "JobFailed",
     "JobInfo",
     "JobNotFound",
+    "JobPage",
     "JobState",
+    "JobSummary",
     "JsonSerializer",
     "LeaseLost",
     "PayloadTooLarge",
@@ -102,6 +112,8 @@ __all__ = [
     "SyncClient",
     "SyncJob",
     "Task",
+    "Throughput",
+    "ThroughputMinute",
     "Worker",
     "WorkerInfo",
     "__version__",

@@ -1,4 +1,5 @@
-"""``python -m aioqueue``: run workers, and list periodic schedules, from the command line.
+"""``python -m aioqueue``: run workers, and list periodic schedules, from the command line
+(the operator's commands, such as ``info``, ``dead`` and ``retry``, are in ``_cli_admin``).
 
 Every failure ends in one line on stderr and an exit code, never a traceback: 2 for what the
 command line alone shows to be wrong (a bad option value, a bad URL), 1 for what fails at run
@@ -26,6 +27,8 @@ import redis.exceptions as rexc
 
 from ._app import App
 from ._checks import check_name
+from ._cli_admin import add_commands, is_admin
+from ._cli_admin import run as run_admin
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._version import __version__
 
@@ -190,6 +193,7 @@ def _parser() -> argparse.ArgumentParser:
         help="only this queue (repeatable; default: every queue that has schedules)",
     )
     s.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    add_commands(sub)
     return p
 
 
@@ -202,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._schedules_cli import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
+    if is_admin(args):
+        return run_admin(args)
     _check_args(parser, args)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

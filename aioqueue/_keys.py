@@ -13,6 +13,8 @@ slot::
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
     <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
+    <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
+                                           "<c|f>:<minute>" (about two hours kept)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
@@ -190,6 +192,10 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return self.base + "stats"
+
+    @property
+    def throughput(self) -> str:
+        return self.base + "tp"
 
     def lanes(self) -> list[str]:
         """KEYS shared by the scripts that move jobs between states, in their fixed order."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._admin import QueueAdmin
 from ._checks import (
     at_to_ms,
     check_attempts,
@@ -63,8 +64,11 @@ class Reservation:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class Queue:
-    """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App."""
+class Queue(QueueAdmin):
+    """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App.
+
+    The operator's methods (``jobs``, ``job_detail``, ``requeue``, ``purge``, ...) come from
+    ``QueueAdmin``."""
 
     def __init__(self, app: App, name: str) -> None:
         self.app = app

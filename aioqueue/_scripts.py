@@ -197,6 +197,11 @@ SCRIPTS: Final = {
         ("cancel", "core lanes batches"),
         ("schedule", "core lanes"),
         ("schedules", ""),
+        ("requeue", "core lanes"),
+        ("promote", "core lanes"),
+        ("purge", "core lanes batches"),
+        ("page", ""),
+        ("peek", "core"),
     )
 }
 
@@ -363,6 +368,24 @@ async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
             return sorted(found)
 
 
+async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) -> list[str]:
+    """The queues under ``prefix`` that have counters (every queue that was ever used), found
+    with SCAN: O(keys in the database), for an operator's ``info`` without ``-q``."""
+    head = f"{prefix}:{{"
+    names: set[str] = set()
+
+    async def scan() -> None:
+        async for key in client.scan_iter(match=f"{prefix}:{{*}}:stats", count=1000):
+            raw = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+            if raw.startswith(head) and raw.endswith("}:stats"):
+                names.add(raw[len(head) : -len("}:stats")])
+                if len(names) >= limit:
+                    return
+
+    await bounded(client, scan())
+    return sorted(names)
+
+
 class QueueScripts:
     """The door to one queue's keys on one client: a typed method per script (and per batch
     operation) and every read, each bounded by the socket timeout."""
@@ -518,6 +541,29 @@ class QueueScripts:
         res = await self._run("reap", (self.base, limit, dead_ttl_ms, lock_ms), keys)
         return int(res[1]), int(res[2]), int(res[3])
 
+    # ------------------------------------------------------------------ admin (an operator's)
+    async def requeue(self, ids: Sequence[str]) -> tuple[int, int]:
+        """Dead letters back to the queue, attempts reset (requeue.lua): (requeued, skipped)."""
+        res = await self._run("requeue", (self.base, *ids))
+        return int(res[0]), int(res[1])
+
+    async def promote(self, ids: Sequence[str]) -> tuple[int, int]:
+        """Scheduled jobs runnable now (promote.lua): (promoted, skipped)."""
+        res = await self._run("promote", (self.base, *ids))
+        return int(res[0]), int(res[1])
+
+    async def purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
+        """Delete these jobs where their state is one of ``states`` (purge.lua):
+        (purged, skipped)."""
+        res = await self._run("purge", (self.base, "ids", " ".join(states), 0, *ids))
+        return int(res[0]), int(res[1])
+
+    async def purge_head(self, source: str, n: int, group: str = "") -> tuple[int, int]:
+        """Delete the first ``n`` jobs of a structure: ``ready``, ``prio``, ``scheduled``,
+        ``dead`` or ``lane`` (of ``group``) (purge.lua): (purged, skipped)."""
+        res = await self._run("purge", (self.base, source, group, n))
+        return int(res[0]), int(res[1])
+
     # ------------------------------------------------------------------ batches (batch.lua)
     def batch_open_call(
         self,
@@ -640,6 +686,80 @@ class QueueScripts:
             pipe.zcard(self.keys.lane(g))
         sizes = await self.read(pipe.execute())
         return {g: n for g, n in zip(groups, sizes, strict=True) if n}
+
+    async def zpage(
+        self,
+        key: str,
+        start: float | str,
+        n: int,
+        offset: int,
+        reverse: bool,
+        stop: float | None = None,
+    ) -> list[tuple[bytes, float]]:
+        """Members of a ZSET from score ``start`` on (down, when ``reverse``), skipping
+        ``offset``, at most ``n``, with their scores (bounded: one ZRANGE ... LIMIT)."""
+        lo: object = "-inf" if stop is None else stop
+        hi: object = start
+        if not reverse:
+            lo, hi = start, ("+inf" if stop is None else stop)
+        if reverse:
+            call = self.client.zrevrangebyscore(key, hi, lo, offset, n, withscores=True)  # type: ignore[arg-type]
+        else:
+            call = self.client.zrangebyscore(key, lo, hi, offset, n, withscores=True)  # type: ignore[arg-type]
+        return cast(list[tuple[bytes, float]], await self.read(call))
+
+    async def ready_page(
+        self, n: int, newest_first: bool, pos: int, anchors: Sequence[str]
+    ) -> tuple[int, list[bytes]]:
+        """Up to ``n`` ids of the ready list after (before) the first of ``anchors`` still in
+        it, oldest first, with the index of the first (page.lua); (-1, []) when newest first
+        and the anchors are gone."""
+        args = (self.base, n, 1 if newest_first else 0, pos, *anchors)
+        res = await self._run("page", args, [self.keys.ready])
+        return int(res[0]), list(res[1:])
+
+    async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        return cast(list[bytes], await self.read(self.client.lrange(key, start, stop)))
+
+    async def job_fields(
+        self, ids: Sequence[str], fields: Sequence[str]
+    ) -> list[list[bytes | None]]:
+        """The same fields of many jobs, in one call (peek.lua; at most 1,000 ids a call)."""
+        k = len(fields)
+        out: list[list[bytes | None]] = []
+        for i in range(0, len(ids), MAX_JOBS_PER_CALL):
+            chunk = ids[i : i + MAX_JOBS_PER_CALL]
+            flat = await self._run("peek", (self.base, k, *fields, *chunk))
+            out += [flat[j : j + k] for j in range(0, len(flat), k)]
+        return out
+
+    async def server_ms(self) -> int:
+        """The server's clock (TIME), in ms."""
+        sec, usec = await self.read(self.client.time())
+        return int(sec) * 1000 + int(usec) // 1000
+
+    async def throughput(self) -> dict[bytes, bytes]:
+        """The per-minute counters (``<kind>:<minute>``), at most about two hours of them."""
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
+
+    async def group_settings(self) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[bytes]]:
+        """gconf, gactive and the groups in gwait (bounded by configured and running groups)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(k.gconf)
+        pipe.hgetall(k.gactive)
+        pipe.zrange(k.gwait, 0, -1)
+        gconf, gactive, gwait = await self.read(pipe.execute())
+        return gconf, gactive, gwait
+
+    async def queue_settings(self) -> dict[bytes, bytes]:
+        return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.qconf)))
+
+    async def lane_sizes(self, groups: Sequence[str]) -> list[int]:
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(self.keys.lane(g))
+        return cast(list[int], await self.read(pipe.execute()))
 
     async def wake(self) -> None:
         """Leave a wake token: one idle consumer wakes up."""
@@ -782,10 +902,6 @@ class QueueScripts:
             return {}
         values = cast(list[bytes | None], await self.read(self.client.hmget(key, list(names))))
         return {n: v for n, v in zip(names, values, strict=True) if v is not None}
-
-    async def server_ms(self) -> int:
-        sec, usec = await self.read(self.client.time())
-        return int(sec) * 1000 + int(usec) // 1000
 
     async def outbox_remove(self, entries: Sequence[bytes]) -> None:
         pipe = self.client.pipeline(transaction=False)

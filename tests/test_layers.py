@@ -29,6 +29,7 @@ LAYERS: list[list[str]] = [
     ["_codec"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry"],
+    ["_inspect", "_admin"],
     ["_queue"],
     ["_results", "_context"],
     ["_batch"],
@@ -38,12 +39,23 @@ LAYERS: list[list[str]] = [
     ["_runner"],
     ["_fetch", "_worker"],
     ["_embedded"],
-    ["_schedules_cli", "_cli"],
+    ["_schedules_cli", "_cli_format", "_cli_show", "_cli_admin", "_cli"],
     ["__init__", "__main__"],
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # the lower layers that issue 12 names: none of them may reach the App, batches or the worker
-LOWER = {"_record", "_codec", "_scripts", "_wire", "_keys", "_queue", "_job", "_leases"}
+LOWER = {
+    "_record",
+    "_codec",
+    "_scripts",
+    "_wire",
+    "_keys",
+    "_queue",
+    "_job",
+    "_leases",
+    "_admin",
+    "_inspect",
+}
 HIGHER = {"_app", "_batch", "_fetch", "_runner", "_worker"}
 
 

@@ -146,3 +146,12 @@ def test_the_testing_kit_lists_its_public_names() -> None:
         if isinstance(value, type) or inspect.isfunction(value):
             assert value.__module__ == "aioqueue.testing", name  # defined there, not imported
     assert {"RunSummary", "run_until_empty", "unique_prefix"} <= set(testing.__all__)
+
+
+def test_the_operator_api_is_public() -> None:
+    for name in ("GroupInfo", "JobDetail", "JobPage", "JobSummary", "Throughput"):
+        assert name in aioqueue.__all__
+    for method in ("jobs", "job_detail", "requeue", "promote", "purge", "purge_queue", "cancel"):
+        assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
+    for method in ("throughput", "groups", "is_paused"):
+        assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method

@@ -44,5 +44,6 @@ if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
 end
 to_dead(id, jk, now, err, dead_ttl)
 call('HINCRBY', K_STATS, 'failed', 1)
+tally('f', 1, now)
 if has_ready() then wake() end
 return 2

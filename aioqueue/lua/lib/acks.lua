@@ -1,7 +1,24 @@
 --[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
-  Needs: core, lanes (push_ready, release_slot, has_ready), batches (batch_outcome). ]]
+  Needs: core, lanes (push_ready, release_slot, has_ready), batches (batch_outcome).
+
+  Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
+  '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
+  count of a minute deletes the fields 61 to 121 minutes old and sets the hash to expire 61
+  minutes later, so it holds at most about two hours of minutes. ]]
+
+-- count n jobs of kind ('c' completed, 'f' dead-lettered) into this minute's bucket
+local function tally(kind, n, now)
+  local tp = BASE .. 'tp'
+  local minute = math.floor(now / 60000)
+  if call('HINCRBY', tp, kind .. ':' .. minute, n) == n then
+    local old = {}
+    for m = minute - 121, minute - 61 do old[#old + 1] = kind .. ':' .. m end
+    call('HDEL', tp, unpack(old))
+    call('PEXPIRE', tp, 3660000)
+  end
+end
 
 -- a job given back (retry, release): runnable after delay ms (0: now), by the server's clock
 local function requeue(id, jk, delay, now, pr, g, front)
@@ -57,6 +74,7 @@ local function do_complete(first, n, now)
     call('ZREM', K_ACTIVE, unpack(done))
     for wid, ids in pairs(held) do unhold(wid, unpack(ids)) end
     call('HINCRBY', K_STATS, 'completed', ok)
+    tally('c', ok, now)
     -- a freed group slot may have made a parked group runnable
     if has_ready() then wake() end
   end

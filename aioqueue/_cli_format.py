@@ -1,0 +1,71 @@
+"""How the admin commands print: plain-text tables for people, JSON for scripts.
+
+Standard library only (the core takes no dependency for a CLI; docs/operations.md says why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON can hold it: records become objects, enums their values, tuples lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def emit_json(value: Any) -> None:
+    json.dump(plain(value), sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def when(ms: int | None) -> str:
+    """Epoch ms as UTC time of day (with the date when it is not today), or '-'."""
+    if ms is None:
+        return "-"
+    t = datetime.fromtimestamp(ms / 1000, UTC)
+    if t.date() == datetime.now(UTC).date():
+        return t.strftime("%H:%M:%S")
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned."""
+    cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        all(isinstance(r[i], int | float) for r in rows) and bool(rows) for i in range(len(headers))
+    ]
+    lines = []
+    for r in cells:
+        parts = [
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def echo(text: str = "") -> None:
+    sys.stdout.write(text + "\n")

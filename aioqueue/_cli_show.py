@@ -1,0 +1,177 @@
+"""The operator's read-only commands of ``python -m aioqueue``: ``info``, ``groups``, ``jobs``,
+``dead`` and ``job`` (their parsers are in ``_cli_admin``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._app import App
+from ._cli_format import clip, echo, emit_json, table, when
+from ._queue import Queue
+from ._scripts import queue_names
+
+EXIT_OK = 0
+
+
+def queue_of(app: App, args: argparse.Namespace) -> Queue:
+    return app.queue(args.queue)
+
+
+async def info(app: App, args: argparse.Namespace) -> int:
+    names = [args.queue] if args.queue else await queue_names(app.redis, app.prefix)
+    rows = []
+    for name in names:
+        q = app.queue(name)
+        counts = await q.counts()
+        tp = await q.throughput(60)
+        last5 = tp.minutes[-5:]
+        rows.append(
+            {
+                "queue": name,
+                **counts,
+                "paused": await q.is_paused(),
+                "groups": len(await q.groups(limit=10_000)),
+                "completed_1h": tp.completed,
+                "failed_1h": tp.failed,
+                "completed_per_min_5m": round(sum(m.completed for m in last5) / 5, 1),
+                "stats": await q.stats(),
+            }
+        )
+    if args.json:
+        emit_json({"queues": rows})
+        return EXIT_OK
+    if not rows:
+        echo(f"no queues under prefix {app.prefix!r}")
+        return EXIT_OK
+    headers = ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED", "DONE/1H", "FAILED/1H"]
+    headers += ["DONE/MIN(5M)", "GROUPS", "PAUSED"]
+    keys = ["queue", "scheduled", "queued", "active", "failed", "completed_1h", "failed_1h"]
+    keys += ["completed_per_min_5m", "groups", "paused"]
+    echo(
+        table(
+            headers,
+            [[r[k] if k != "paused" else ("yes" if r[k] else "") for k in keys] for r in rows],
+        )
+    )
+    return EXIT_OK
+
+
+async def groups(app: App, args: argparse.Namespace) -> int:
+    groups = await queue_of(app, args).groups(limit=int(args.limit))
+    if args.json:
+        emit_json({"queue": args.queue, "groups": groups})
+        return EXIT_OK
+    rows = [
+        [
+            g.name,
+            g.queued,
+            g.active,
+            g.limit,
+            None if g.rate is None else f"{g.rate}/{g.rate_seconds:g}s",
+            "yes" if g.paused else "",
+        ]
+        for g in groups
+    ]
+    headers = ["GROUP", "QUEUED", "ACTIVE", "LIMIT", "RATE", "PAUSED"]
+    echo(table(headers, rows) if rows else "no groups")
+    return EXIT_OK
+
+
+def _print_page(args: argparse.Namespace, page: Any, dead: bool = False) -> int:
+    if args.json:
+        emit_json({"queue": args.queue, "items": page.items, "cursor": page.cursor})
+        return EXIT_OK
+    if dead:
+        headers = ["ID", "TASK", "GROUP", "ATTEMPTS", "DIED", "ERROR"]
+        rows = [
+            [
+                j.id,
+                j.task,
+                j.group,
+                f"{j.attempts}/{j.max_attempts}",
+                when(j.finished_ms),
+                clip(f"{j.error.type}: {j.error.message}" if j.error else "", 60),
+            ]
+            for j in page.items
+        ]
+    else:
+        headers = ["ID", "TASK", "STATE", "GROUP", "PRIO", "ATTEMPTS", "CREATED", "DUE"]
+        rows = [
+            [
+                j.id,
+                j.task,
+                j.state.value,
+                j.group,
+                j.priority,
+                f"{j.attempts}/{j.max_attempts}",
+                when(j.created_ms),
+                when(j.due_ms),
+            ]
+            for j in page.items
+        ]
+    echo(table(headers, rows) if rows else "no jobs")
+    if page.cursor:
+        echo(f"more: --cursor {page.cursor}")
+    return EXIT_OK
+
+
+async def jobs(app: App, args: argparse.Namespace) -> int:
+    page = await queue_of(app, args).jobs(
+        args.state,
+        task=args.task,
+        group=args.group,
+        limit=int(args.limit),
+        cursor=args.cursor,
+        newest_first=args.newest_first,
+    )
+    return _print_page(args, page)
+
+
+async def dead(app: App, args: argparse.Namespace) -> int:
+    page = await queue_of(app, args).jobs(
+        "failed",
+        task=args.task,
+        group=args.group,
+        limit=int(args.limit),
+        cursor=args.cursor,
+        newest_first=not args.oldest_first,
+    )
+    return _print_page(args, page, dead=True)
+
+
+async def job(app: App, args: argparse.Namespace) -> int:
+    d = await queue_of(app, args).job_detail(args.id)
+    if args.json:
+        emit_json(d)
+        return EXIT_OK
+    i = d.info
+    fields: list[tuple[str, object]] = [
+        ("id", i.id),
+        ("queue", i.queue),
+        ("task", i.task),
+        ("state", i.state.value + ("  (cancellation requested)" if d.cancel_requested else "")),
+        ("attempts", f"{i.attempts}/{i.max_attempts}"),
+        ("priority", i.priority),
+        ("group", d.group or "-"),
+        ("batch", d.batch or "-"),
+        ("args", json.dumps(i.args, default=repr) if i.args is not None else "(unreadable)"),
+        ("kwargs", json.dumps(i.kwargs, default=repr) if i.kwargs is not None else "-"),
+        ("options", json.dumps(d.options) if d.options else "-"),
+        ("created", when(i.created_ms)),
+        ("due", when(i.due_ms)),
+        ("lease until", when(d.lease_deadline_ms)),
+        ("finished", when(i.finished_ms)),
+        ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
+        ("result", json.dumps(d.result, default=repr) if i.state.value == "completed" else "-"),
+    ]
+    if i.error:
+        fields.append(("error", f"{i.error.type}: {i.error.message}"))
+    width = max(len(k) for k, _ in fields)
+    for k, v in fields:
+        echo(f"{k.ljust(width)}  {v}")
+    if i.error and i.error.traceback:
+        echo("traceback:")
+        echo(i.error.traceback.rstrip())
+    return EXIT_OK

@@ -1,0 +1,238 @@
+"""The operator's commands of ``python -m aioqueue``, run as a user runs them (a subprocess)
+against the suite's server: their tables, their ``--json`` shapes, their exit codes (0 ok, 1
+failure at run time, 2 bad command line) and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from aioqueue import App, JobNotFound, JobState
+
+from .support.apps import unique_prefix
+
+
+def cli(
+    url: str, prefix: str, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aioqueue", *args, "--url", url, "--prefix", prefix],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok_json(url: str, prefix: str, *args: str) -> Any:
+    res = cli(url, prefix, *args, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def one_line_error(res: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert res.returncode == code, (res.stdout, res.stderr)
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    assert text in res.stderr
+
+
+@pytest.fixture
+async def dead_app(redis_url: str) -> Any:
+    """An App on a fresh prefix with 3 dead letters (task ``boom``; one in group ``acme``) and
+    one scheduled job, on the queue ``default``."""
+    async with App(redis_url, prefix=unique_prefix()) as app:
+        q = app.queue()
+        for i, group in ((1, None), (2, None), (3, "acme")):
+            await q.enqueue("boom", (i,), group=group, max_attempts=1)
+        for r in await q.reserve(10):
+            await q.fail(r, RuntimeError(f"broken {r.args[0]}"), retry=False)
+        await q.enqueue("later", (4,), delay=3600)
+        yield app
+
+
+async def test_info_jobs_dead_and_job_print_tables_and_json(redis_url: str, dead_app: App) -> None:
+    p = dead_app.prefix
+    info = ok_json(redis_url, p, "info")
+    [row] = info["queues"]
+    assert row["queue"] == "default"
+    assert (row["failed"], row["scheduled"], row["queued"], row["failed_1h"]) == (3, 1, 0, 3)
+    table = cli(redis_url, p, "info").stdout.splitlines()
+    assert table[0].split()[:5] == ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED"]
+    assert table[1].split()[:5] == ["default", "1", "0", "0", "3"]
+
+    dead = ok_json(redis_url, p, "dead")
+    assert set(dead) == {"queue", "items", "cursor"}
+    assert dead["cursor"] is None
+    messages = {j["error"]["message"] for j in dead["items"]}
+    assert messages == {"broken 1", "broken 2", "broken 3"}
+    died = [j["finished_ms"] for j in dead["items"]]
+    assert died == sorted(died, reverse=True)  # newest first
+    oldest = ok_json(redis_url, p, "dead", "--oldest-first")["items"]
+    assert [j["id"] for j in oldest] == [j["id"] for j in dead["items"]][::-1]
+    [item] = [j for j in dead["items"] if j["group"] == "acme"]
+    assert {"id", "task", "state", "group", "attempts", "max_attempts", "error"} <= set(item)
+    assert item["state"] == "failed"
+    assert item["group"] == "acme"
+    text = cli(redis_url, p, "dead").stdout
+    assert "RuntimeError: broken 1" in text
+
+    page = ok_json(redis_url, p, "jobs", "failed", "--limit", "2")
+    assert len(page["items"]) == 2
+    assert page["cursor"]
+    rest = ok_json(redis_url, p, "jobs", "failed", "--limit", "2", "--cursor", page["cursor"])
+    assert len(rest["items"]) == 1
+    assert rest["cursor"] is None
+    more = cli(redis_url, p, "jobs", "failed", "--limit", "2").stdout
+    assert f"--cursor {page['cursor']}" in more
+
+    detail = ok_json(redis_url, p, "job", item["id"])
+    assert detail["info"]["args"] == [3]
+    assert detail["info"]["error"]["type"] == "RuntimeError"
+    assert detail["group"] == "acme"
+    human = cli(redis_url, p, "job", item["id"]).stdout
+    assert "state        failed" in human
+    assert "error        RuntimeError: broken 3" in human
+
+
+async def test_retry_promote_cancel_and_purge_change_the_queue(
+    redis_url: str, dead_app: App
+) -> None:
+    p, q = dead_app.prefix, dead_app.queue()
+    assert ok_json(redis_url, p, "retry", "--group", "acme")["count"] == 1
+    res = ok_json(redis_url, p, "retry", "--all")
+    assert res == {"queue": "default", "action": "retry", "count": 2}
+    assert (await q.counts())["queued"] == 3
+    scheduled = (await q.jobs("scheduled")).items[0].id
+    assert ok_json(redis_url, p, "promote", scheduled)["count"] == 1
+    assert ok_json(redis_url, p, "cancel", "--task", "later")["count"] == 1
+    assert (await q.job_info(scheduled)).state is JobState.CANCELLED
+    assert (
+        ok_json(redis_url, p, "purge", "--state", "queued", "--task", "boom", "--yes")["count"] == 3
+    )
+    assert (await q.counts()) == {"scheduled": 0, "queued": 0, "active": 0, "failed": 0}
+    assert ok_json(redis_url, p, "purge", scheduled, "--yes")["count"] == 1
+    with pytest.raises(JobNotFound):
+        await q.job_info(scheduled)
+
+
+async def test_purge_asks_first_and_does_nothing_unconfirmed(redis_url: str, dead_app: App) -> None:
+    p = dead_app.prefix
+    res = cli(redis_url, p, "purge", "--all", stdin="")  # not a terminal: not confirmed
+    one_line_error(res, 1, "not confirmed")
+    assert (await dead_app.queue().counts())["failed"] == 3
+    out = ok_json(redis_url, p, "purge", "--all", "--yes")
+    assert out["count"] == 4
+    assert out["by_state"] == {"queued": 0, "scheduled": 1, "failed": 3}
+
+
+async def test_enqueue_pause_resume_limit(redis_url: str) -> None:
+    async with App(redis_url, prefix=unique_prefix()) as app:
+        p, q = app.prefix, app.queue("mail")
+        out = ok_json(
+            redis_url,
+            p,
+            "enqueue",
+            "send",
+            "-q",
+            "mail",
+            "--args",
+            '["a@b.c"]',
+            "--kwargs",
+            '{"urgent": true}',
+            "--priority",
+            "5",
+            "--group",
+            "acme",
+        )
+        info = await q.job_info(out["id"])
+        assert (info.task, info.args, info.kwargs, info.priority) == (
+            "send",
+            ("a@b.c",),
+            {"urgent": True},
+            5,
+        )
+        assert cli(redis_url, p, "pause", "-q", "mail").returncode == 0
+        assert await q.is_paused()
+        assert cli(redis_url, p, "resume", "-q", "mail").returncode == 0
+        assert not await q.is_paused()
+        assert cli(redis_url, p, "pause", "-q", "mail", "--group", "acme").returncode == 0
+        res = cli(
+            redis_url,
+            p,
+            "limit",
+            "-q",
+            "mail",
+            "--group",
+            "acme",
+            "--concurrency",
+            "3",
+            "--rate",
+            "10",
+            "--per",
+            "2",
+        )
+        assert res.returncode == 0, res.stderr
+        [g] = await q.groups()
+        assert (g.name, g.paused, g.limit, g.rate, g.rate_seconds, g.queued) == (
+            "acme",
+            True,
+            3,
+            10,
+            2.0,
+            1,
+        )
+        groups = ok_json(redis_url, p, "groups", "-q", "mail")["groups"]
+        assert groups == [
+            {
+                "name": "acme",
+                "queued": 1,
+                "active": 0,
+                "limit": 3,
+                "rate": 10,
+                "rate_seconds": 2.0,
+                "paused": True,
+            }
+        ]
+        table = cli(redis_url, p, "groups", "-q", "mail").stdout.splitlines()
+        assert table[1].split() == ["acme", "1", "0", "3", "10/2s", "yes"]
+        res = cli(redis_url, p, "limit", "-q", "mail", "--group", "acme", "--concurrency", "none")
+        assert res.returncode == 0
+        assert (await q.groups())[0].limit is None
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("jobs", "sleeping"), 2, "invalid choice"),
+        (("jobs", "failed", "--limit", "0"), 2, "must be >= 1"),
+        (("retry",), 2, "give job ids, a filter"),
+        (("purge",), 2, "give job ids, --state"),
+        (("limit", "--group", "g"), 2, "give --concurrency"),
+        (("enqueue", "t", "--args", "{"), 2, "invalid JSON"),
+        (("enqueue", "t", "--args", "{}"), 2, "expected a JSON list"),
+        (("jobs", "queued", "--cursor", "garbage"), 2, "invalid cursor"),
+        (("jobs", "failed", "-q", "bad{name}"), 2, "invalid queue name"),
+        (("job", "no-such-job"), 1, "no job 'no-such-job'"),
+    ],
+)
+def test_bad_command_lines_and_failures_exit_with_one_line(
+    redis_url: str, args: tuple[str, ...], code: int, text: str
+) -> None:
+    one_line_error(cli(redis_url, unique_prefix(), *args), code, text)
+
+
+def test_an_unreachable_server_is_a_failure_not_a_traceback(redis_url: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "aioqueue", "info", "-q", "x", "--url", "redis://127.0.0.1:1/0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    one_line_error(res, 1, "ServerUnavailable")
