@@ -27,6 +27,7 @@ from ._cli_show import info as show_info
 from ._cli_show import job as show_job
 from ._cli_show import jobs as show_jobs
 from ._cli_show import queue_of
+from ._cli_show import workers as show_workers
 from ._exceptions import AioQueueError, ConfigurationError, JobNotFound
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -117,6 +118,9 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(queue=None)
     p = command("groups", "a queue's groups: queued, active, limits, paused", show_groups)
     p.add_argument("--limit", type=_number(1, integer=True), default=100, help="at most (100)")
+    command(
+        "workers", "the workers registered on a queue: what each is, its heartbeat", show_workers
+    )
     p = command("jobs", "list the jobs in a state, a page at a time", show_jobs)
     p.add_argument("state", choices=STATES)
     filters(p)

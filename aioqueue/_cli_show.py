@@ -1,10 +1,11 @@
-"""The operator's read-only commands of ``python -m aioqueue``: ``info``, ``groups``, ``jobs``,
-``dead`` and ``job`` (their parsers are in ``_cli_admin``)."""
+"""The operator's read-only commands of ``python -m aioqueue``: ``info``, ``groups``,
+``workers``, ``jobs``, ``dead`` and ``job`` (their parsers are in ``_cli_admin``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._app import App
@@ -27,12 +28,14 @@ async def info(app: App, args: argparse.Namespace) -> int:
         counts = await q.counts()
         tp = await q.throughput(60)
         last5 = tp.minutes[-5:]
+        workers = await q.workers()
         rows.append(
             {
                 "queue": name,
                 **counts,
                 "paused": await q.is_paused(),
                 "groups": len(await q.groups(limit=10_000)),
+                "workers": sum(1 for w in workers if w.alive),
                 "completed_1h": tp.completed,
                 "failed_1h": tp.failed,
                 "completed_per_min_5m": round(sum(m.completed for m in last5) / 5, 1),
@@ -46,9 +49,9 @@ async def info(app: App, args: argparse.Namespace) -> int:
         echo(f"no queues under prefix {app.prefix!r}")
         return EXIT_OK
     headers = ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED", "DONE/1H", "FAILED/1H"]
-    headers += ["DONE/MIN(5M)", "GROUPS", "PAUSED"]
+    headers += ["DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED"]
     keys = ["queue", "scheduled", "queued", "active", "failed", "completed_1h", "failed_1h"]
-    keys += ["completed_per_min_5m", "groups", "paused"]
+    keys += ["completed_per_min_5m", "groups", "workers", "paused"]
     echo(
         table(
             headers,
@@ -77,6 +80,46 @@ async def groups(app: App, args: argparse.Namespace) -> int:
     headers = ["GROUP", "QUEUED", "ACTIVE", "LIMIT", "RATE", "PAUSED"]
     echo(table(headers, rows) if rows else "no groups")
     return EXIT_OK
+
+
+async def workers(app: App, args: argparse.Namespace) -> int:
+    """The workers registered on a queue: what each is, and its heartbeat."""
+    found = await queue_of(app, args).workers()
+    if args.json:
+        emit_json({"queue": args.queue, "workers": found})
+        return EXIT_OK
+    now = datetime.now(UTC)
+    rows = [
+        [
+            w.id,
+            w.host,
+            w.pid,
+            w.version,
+            ",".join(w.queues),
+            w.concurrency,
+            "-" if w.started is None else _ago(now - w.started),
+            "-" if w.last_beat is None else _ago(now - w.last_beat) + " ago",
+            "yes" if w.alive else "DEAD",
+            w.jobs_held,
+            w.done,
+            w.failed,
+        ]
+        for w in found
+    ]
+    headers = ["WORKER", "HOST", "PID", "VERSION", "QUEUES", "CONC", "UPTIME", "BEAT"]
+    headers += ["ALIVE", "HELD", "DONE", "FAILED"]
+    echo(table(headers, rows) if rows else f"no workers registered on queue {args.queue!r}")
+    return EXIT_OK
+
+
+def _ago(delta: timedelta) -> str:
+    """A duration as people read it: 42s, 7m03s, 2h05m."""
+    sec = max(int(delta.total_seconds()), 0)
+    if sec < 60:
+        return f"{sec}s"
+    if sec < 3600:
+        return f"{sec // 60}m{sec % 60:02d}s"
+    return f"{sec // 3600}h{sec % 3600 // 60:02d}m"
 
 
 def _print_page(args: argparse.Namespace, page: Any, dead: bool = False) -> int:

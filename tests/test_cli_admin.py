@@ -4,6 +4,7 @@ failure at run time, 2 bad command line) and one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from aioqueue import App, JobNotFound, JobState
+from aioqueue import App, JobNotFound, JobState, Worker
 
 from .support.apps import unique_prefix
+from .support.waiting import wait_until
 
 
 def cli(
@@ -236,3 +238,31 @@ def test_an_unreachable_server_is_a_failure_not_a_traceback(redis_url: str) -> N
         check=False,
     )
     one_line_error(res, 1, "ServerUnavailable")
+
+
+async def test_workers_lists_the_registry_and_info_counts_the_live_ones(redis_url: str) -> None:
+    prefix = unique_prefix()
+    async with App(redis_url, prefix=prefix) as app:
+        q = app.queue()
+        async with Worker(app, concurrency=7) as worker:
+
+            async def registered() -> bool:
+                return bool(await q.workers())
+
+            await wait_until(registered, timeout=30, what="the worker's registration")
+            # the command runs in a thread: the worker's event loop keeps beating meanwhile
+            found = await asyncio.to_thread(ok_json, redis_url, prefix, "workers")
+            assert found["queue"] == "default"
+            (w,) = found["workers"]
+            assert (w["id"], w["concurrency"], w["alive"]) == (worker.id, 7, True)
+            assert w["queues"] == ["default"]
+            res = await asyncio.to_thread(cli, redis_url, prefix, "workers")
+            assert res.returncode == 0, res.stderr
+            assert worker.id in res.stdout and "yes" in res.stdout
+            info = await asyncio.to_thread(ok_json, redis_url, prefix, "info", "-q", "default")
+            assert info["queues"][0]["workers"] == 1
+            worker.stop()
+        # a worker that stopped leaves the registry
+        assert ok_json(redis_url, prefix, "workers")["workers"] == []
+        res = cli(redis_url, prefix, "workers")
+        assert res.returncode == 0 and "no workers registered" in res.stdout
