@@ -246,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._supervisor import supervise
 
         try:
-            return supervise(_worker_parser(parser), args, app.url, args.app)
+            url = app.url if args.embedded else None
+            return supervise(_worker_parser(parser), args, url, args.app)
         finally:
             if embedded is not None:
                 embedded.detach()

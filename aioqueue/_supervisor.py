@@ -211,7 +211,7 @@ class Supervisor:
         number = slot.number + 1
         if slot.stopping:
             logger.info("worker process %d (pid %d) exited with %d", number, pid, code)
-            if code != 0:
+            if code != 0 and not self._giving_up:
                 self._exit_code = 1
             if slot.done and not self._signals and not self._giving_up:
                 self._start(slot)  # stopped for a reload
@@ -245,9 +245,9 @@ class Supervisor:
                     f"{slot.start_failures} times in a row; giving up",
                     file=sys.stderr,
                 )
-            else:
+            else:  # its own message says why
                 logger.info("worker process %d (pid %d) failed to start", number, pid)
-            self._exit_code = 1
+            self._exit_code = code if not slot.ever_ready and code > 0 else 1
             self._giving_up = True
             self._stop_all()
             return
@@ -355,7 +355,7 @@ def supervise(
     """
     base = worker_argv(worker_parser, args, _OWN)
     if embedded_url is not None:
-        base += ["--url", embedded_url]
+        base[:0] = ["--url", embedded_url]
 
     def command(slot: int) -> list[str]:
         argv = [sys.executable, "-m", "aioqueue", "worker", *base]
