@@ -72,8 +72,10 @@ class _Slot:
     start_failures: int = 0
     quick_deaths: int = 0
     restart_at: float | None = None
-    #: nothing more to run here (exited 0, or waiting for a change under --reload)
+    #: nothing more to run here (exited 0, or stopped)
     done: bool = False
+    #: under --reload: failed to start, waits for the next change
+    waiting: bool = False
     stopping: bool = False
     pids: list[int] = field(default_factory=list)
 
@@ -115,7 +117,7 @@ class Supervisor:
             logger.info("supervisor %d starting %d worker processes", os.getpid(), len(self.slots))
             for slot in self.slots:
                 self._start(slot)
-            while not all(s.done and s.popen is None for s in self.slots):
+            while not self._finished():
                 self._forward_signals()
                 if self._changed.is_set():
                     self._changed.clear()
@@ -131,6 +133,13 @@ class Supervisor:
                 watcher.join(5.0)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _finished(self) -> bool:
+        if any(s.popen is not None or not s.done for s in self.slots):
+            return False
+        # under --reload, a worker that failed to start waits for a change (or a signal)
+        waiting = any(s.waiting for s in self.slots)
+        return not waiting or bool(self._signals) or self._giving_up
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)
@@ -173,7 +182,7 @@ class Supervisor:
         finally:
             os.close(write_fd)
         slot.ready_fd = read_fd
-        slot.ready = slot.done = slot.stopping = False
+        slot.ready = slot.done = slot.stopping = slot.waiting = False
         slot.restart_at = None
         slot.started = time.monotonic()
         slot.pids.append(slot.popen.pid)
@@ -236,7 +245,7 @@ class Supervisor:
                 pid,
                 _describe(code),
             )
-            slot.done = True
+            slot.done = slot.waiting = True
             return
         if not slot.ever_ready or slot.start_failures >= MAX_START_FAILURES:
             if slot.ever_ready:
