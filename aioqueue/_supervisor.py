@@ -7,7 +7,7 @@ through the supervisor. Then:
 
 - SIGTERM/SIGINT is forwarded to every worker (each stops gracefully within its ``--grace``); a
   second one is forwarded too, and the workers stop at once. The supervisor exits when they all
-  have: 0 if every one exited 0;
+  have: 0 if every one exited 0 (or was ended by the signal it was sent), else 1;
 - a worker that dies unexpectedly (killed, crashed) is restarted after a pause that doubles
   with each quick death of its slot (0.5 s to 30 s; a worker that ran 30 s resets it). Its
   jobs come back by their leases, as for any dead worker;
@@ -220,7 +220,8 @@ class Supervisor:
         number = slot.number + 1
         if slot.stopping:
             logger.info("worker process %d (pid %d) exited with %d", number, pid, code)
-            if code != 0 and not self._giving_up:
+            # killed by the signal it was sent (it had no handler yet, or no more) is a stop
+            if code not in (0, -signal.SIGTERM, -signal.SIGINT) and not self._giving_up:
                 self._exit_code = 1
             if slot.done and not self._signals and not self._giving_up:
                 self._start(slot)  # stopped for a reload

@@ -71,11 +71,18 @@ async def live_workers(app: App, n: int, timeout: float = 30.0) -> list[WorkerIn
 
 
 def alive(pid: int) -> bool:
+    """The process runs (a zombie nobody reaped yet does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
         return False
-    return True
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return "\nState:\tZ" not in status
 
 
 async def test_a_worker_killed_with_sigkill_is_restarted_and_its_job_comes_back(
@@ -138,6 +145,38 @@ async def test_sigterm_stops_every_worker_after_its_running_job_finished(
     assert sorted((r.tag, r.attempt) for r in runs) == [("a", 1), ("b", 1)]  # none ran twice
     await wait_until(lambda: not any(alive(p) for p in pids), what="the workers to be gone")
     assert await producer.queue().workers() == []  # they left the registry
+
+
+async def test_a_second_sigterm_stops_the_workers_at_once(
+    workers: WorkerProcesses, producer: App, redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    sup = workers.start(lease=2.0, grace=600.0, extra=("--processes", "2"))
+    await live_workers(producer, 2)
+    job = await producer.queue().enqueue("wait_for_file", kwargs={"path": str(tmp_path / "x")})
+    await wait_until(lambda: _runs(redis, prefix, 1), timeout=15, what="the job to start")
+    sup.signal(signal.SIGTERM)
+    await wait_until(
+        lambda: sup.log_text().count("SIGTERM: stopping (again to force)") == 2,
+        timeout=15,
+        what="both workers to get the signal once",
+    )
+    sup.signal(signal.SIGTERM)
+    assert await sup.wait_exit(30) == 0  # not the 600 s of grace
+    assert "SIGTERM again: stopping now" in sup.log_text()
+    assert await job.state() == JobState.QUEUED  # handed back, for the next worker
+
+
+async def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
+    workers: WorkerProcesses, producer: App
+) -> None:
+    sup = workers.start(extra=("--processes", "2"))
+    pids = {w.pid for w in await live_workers(producer, 2)}
+    workers.kill(sup)
+    await wait_until(
+        lambda: not any(alive(p) for p in pids), timeout=30, what="the orphans to stop"
+    )
+    assert sup.log_text().count("is gone; stopping") == 2
+    assert await producer.queue().workers() == []  # they stopped cleanly: left the registry
 
 
 async def test_burst_workers_that_finish_are_not_restarted(
