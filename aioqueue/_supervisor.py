@@ -116,7 +116,8 @@ class Supervisor:
         try:
             logger.info("supervisor %d starting %d worker processes", os.getpid(), len(self.slots))
             for slot in self.slots:
-                self._start(slot)
+                if not self._giving_up:
+                    self._start(slot)
             while not self._finished():
                 self._forward_signals()
                 if self._changed.is_set():
@@ -179,6 +180,12 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 process_group=0,  # a Ctrl-C reaches the workers once, through us
             )
+        except OSError as exc:  # no process at all (no memory, too many processes)
+            os.close(read_fd)
+            print(f"aioqueue: error: cannot start a worker process: {exc}", file=sys.stderr)
+            slot.ready = False
+            self._startup_failed(slot, 0, 1)
+            return
         finally:
             os.close(write_fd)
         slot.ready_fd = read_fd

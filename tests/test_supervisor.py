@@ -251,3 +251,15 @@ def test_a_restarted_worker_that_keeps_failing_at_startup_is_given_up(tmp_path: 
     assert supervisor.run() == 1
     assert int(counter.read_text()) == 1 + MAX_START_FAILURES
     assert len(supervisor.slots[0].pids) == 1 + MAX_START_FAILURES
+
+
+def test_a_worker_command_that_cannot_run_is_one_line_and_exit_1(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "no-such-python")
+    supervisor = Supervisor(lambda slot: [missing], 2)
+    assert supervisor.run() == 1
+    err = capfd.readouterr().err
+    assert err.startswith("aioqueue: error: cannot start a worker process: ")
+    assert err.count("\n") == 1
+    assert [s.pids for s in supervisor.slots] == [[], []]
