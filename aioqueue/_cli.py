@@ -29,6 +29,7 @@ from ._app import App
 from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
+from ._cli_health import add_health, health
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._version import __version__
 
@@ -176,6 +177,26 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
     )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    w.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes, under a supervisor that restarts one that dies (1: no supervisor)",
+    )
+    w.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="serve GET /healthz on this port (200 while the worker is alive, else 503); "
+        "with --processes N, process i serves port+i",
+    )
+    w.add_argument("--health-host", default="0.0.0.0", help="address of --health-port (0.0.0.0)")
+    w.add_argument(
+        "--reload",
+        action="store_true",
+        help="restart the worker when a .py file under the App's directory changes "
+        "(development; needs aioqueue[reload])",
+    )
     s = sub.add_parser(
         "schedules",
         help="list periodic schedules and their next runs",
@@ -194,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     add_commands(sub)
+    add_health(sub)
     return p
 
 
@@ -206,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._schedules_cli import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
+    if args.command == "health":
+        return health(args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)
@@ -218,6 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AioQueueError as exc:
         _error(exc)
         return EXIT_ERROR if args.embedded else EXIT_USAGE  # a server that failed, or a bad URL
+    if args.processes > 1 or args.reload:
+        from ._supervisor import supervise
+
+        try:
+            url = app.url if args.embedded else None
+            return supervise(_worker_parser(parser), args, url, args.app)
+        finally:
+            if embedded is not None:
+                embedded.detach()
     try:
         runner = _run_worker(app, args)
         if not args.no_uvloop:
@@ -244,11 +277,30 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     for option, value, low in (
         ("--concurrency", args.concurrency, 1),
         ("--prefetch", args.prefetch, 0),
+        ("--processes", args.processes, 1),
+        ("--health-port", args.health_port, 0),
     ):
         if value is not None and value < low:
             parser.error(f"{option} must be >= {low}, got {value}")
     if args.queues and len(set(args.queues)) != len(args.queues):
         parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
+    if args.health_port is not None and args.health_port + args.processes - 1 > 65535:
+        parser.error(f"--health-port must be <= {65536 - args.processes}, got {args.health_port}")
+    if args.reload:
+        try:
+            import watchfiles  # noqa: F401
+        except ImportError:
+            parser.error("--reload needs watchfiles: pip install 'aioqueue[reload]'")
+
+
+def _worker_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``worker`` subcommand's parser (the supervisor rebuilds its workers' command
+    lines from its options)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            worker: argparse.ArgumentParser = action.choices["worker"]
+            return worker
+    raise AssertionError("no worker command")
 
 
 def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:
@@ -363,7 +415,26 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig.name)
-        await worker.run()
+        health = None
+        if args.health_port is not None:
+            from ._health import start_health_server
+
+            try:
+                health = await start_health_server(
+                    lambda: worker.alive, args.health_host, args.health_port
+                )
+            except OSError as exc:
+                _error(f"cannot serve --health-port {args.health_port}: {exc}")
+                return EXIT_ERROR
+        from ._supervisor import report_to_supervisor
+
+        reporter = asyncio.create_task(report_to_supervisor(worker.ready, worker.stop))
+        try:
+            await worker.run()
+        finally:
+            reporter.cancel()
+            if health is not None:
+                health.close()
         if worker.abandoned:
             # asyncio.run() would wait for those tasks forever: leave now, their leases
             # bring the jobs back

@@ -149,6 +149,10 @@ class Worker:
         # three missed heartbeats and the worker counts as dead
         self._period_ms = int(self._beat_s * 3000)
         self._started = False
+        #: set once the worker is registered on its queues and about to fetch
+        self.ready = asyncio.Event()
+        # per queue, when (monotonic) its last heartbeat succeeded
+        self._beat_ok: dict[str, float] = {}
         #: fires the queues' periodic schedules (None: scheduler=False)
         self.scheduler = Scheduler(app, names) if scheduler else None
         self._started_ms = 0
@@ -166,6 +170,16 @@ class Worker:
             for task in list(self._running):
                 task.cancel()
         self._stop.set()
+
+    @property
+    def alive(self) -> bool:
+        """The registry's rule for a live worker, seen from inside: it is registered, not
+        stopped, and its last heartbeat on every queue succeeded within three heartbeat
+        periods (what ``--health-port`` reports)."""
+        if not self.ready.is_set() or self._finished or len(self._beat_ok) < len(self._queues):
+            return False
+        oldest = min(self._beat_ok.values(), default=0.0)
+        return time.monotonic() - oldest < self._period_ms / 1000
 
     @property
     def running_jobs(self) -> int:
@@ -201,6 +215,7 @@ class Worker:
         # get back if it dies
         for qs in self._queues:
             await self._renew(qs)
+        self.ready.set()
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
@@ -550,6 +565,7 @@ class Worker:
         except TRANSIENT as exc:
             logger.warning("heartbeat failed (%s); will retry", exc)
             return
+        self._beat_ok[qs.queue.name] = time.monotonic()
         self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
         for (task, entry), outcome in zip(running, outcomes, strict=False):
             if task.done() or outcome is Outcome.OK:

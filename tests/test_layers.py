@@ -38,8 +38,16 @@ LAYERS: list[list[str]] = [
     ["_app"],
     ["_runner"],
     ["_fetch", "_worker"],
-    ["_embedded"],
-    ["_schedules_cli", "_cli_format", "_cli_show", "_cli_admin", "_cli"],
+    ["_embedded", "_health"],
+    [
+        "_schedules_cli",
+        "_cli_format",
+        "_cli_show",
+        "_cli_admin",
+        "_cli_health",
+        "_supervisor",
+        "_cli",
+    ],
     ["__init__", "__main__"],
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
