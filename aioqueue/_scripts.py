@@ -180,7 +180,10 @@ class Script:
 SCRIPTS: Final = {
     name: Script(name, parts)
     for name, parts in (
-        ("enqueue", "core lanes batches deadletter history maintenance parking workers leasing handoff"),
+        (
+            "enqueue",
+            "core lanes batches deadletter history maintenance parking workers leasing handoff",
+        ),
         ("claim", "core lanes batches deadletter history maintenance parking workers leasing"),
         ("complete", "core lanes batches acks"),
         (
