@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What the operator's API costs: a page of ``Queue.jobs(...)`` and ``requeue(all=True)``.
 
-    .venv/bin/python benchmarks/admin.py                     # 10,000 and 100,000 jobs
-    .venv/bin/python benchmarks/admin.py --sizes 10000,1000000
+    .venv/bin/python benchmarks/admin.py                     # 10,000 and 1,000,000 jobs
+    .venv/bin/python benchmarks/admin.py --sizes 10000,100000
 
 Starts a private embedded Valkey (no AOF). For each size N, on an emptied server:
 
@@ -15,7 +15,9 @@ Starts a private embedded Valkey (no AOF). For each size N, on an emptied server
                    ``failed`` and its id in the ``dead`` ZSET, as ``fail.lua`` leaves them), so
                    that 1,000,000 of them take seconds to make, not a worker's hour
 
-Prints a table; nothing is written. These are measurements, not tests.
+Between phases the store is emptied with ``FLUSHDB ASYNC`` (freed in the server's background
+thread). Each phase's time goes to stderr; 1,000,000 jobs take about 2.5 minutes on a loaded
+2-core machine. Prints a table; nothing is written. These are measurements, not tests.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ async def measure(url: str, n: int) -> dict[str, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10000,100000", help="comma-separated job counts")
+    parser.add_argument("--sizes", default="10000,1000000", help="comma-separated job counts")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with EmbeddedServer() as server:
