@@ -33,6 +33,7 @@ from ._exceptions import StartupFailed as StartupFailed
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
 from ._hooks import State as State
+from ._inspect import AttemptInfo as AttemptInfo
 from ._inspect import GroupInfo as GroupInfo
 from ._inspect import JobDetail as JobDetail
 from ._inspect import JobPage as JobPage
@@ -62,6 +63,7 @@ from ._worker import Worker as Worker
 __all__ = [
     "AioQueueError",
     "App",
+    "AttemptInfo",
     "Backoff",
     "BadSignature",
     "Batch",

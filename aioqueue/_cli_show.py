@@ -204,6 +204,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("options", json.dumps(d.options) if d.options else "-"),
         ("created", when(i.created_ms)),
         ("due", when(i.due_ms)),
+        ("started", when(d.started_ms)),
         ("lease until", when(d.lease_deadline_ms)),
         ("finished", when(i.finished_ms)),
         ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
@@ -214,7 +215,32 @@ async def job(app: App, args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
         echo(f"{k.ljust(width)}  {v}")
+    if d.history:
+        echo("history:")
+        echo(_history_table(d.history))
     if i.error and i.error.traceback:
         echo("traceback:")
         echo(i.error.traceback.rstrip())
     return EXIT_OK
+
+
+def _history_table(history: Any) -> str:
+    """A job's attempts, oldest first: number, worker, times, how each ended."""
+    rows = []
+    for a in history:
+        took = None
+        if a.started_ms is not None and a.ended_ms is not None:
+            took = f"{max(a.ended_ms - a.started_ms, 0) / 1000:.3f}s"
+        error = f"{a.error_type or ''}: {a.error_message or ''}" if a.error_type else None
+        rows.append(
+            (
+                a.number,
+                clip(a.worker, 40) if a.worker else "-",
+                when(a.started_ms),
+                when(a.ended_ms),
+                took,
+                a.outcome,
+                clip(error, 60) if error else None,
+            )
+        )
+    return table(("#", "worker", "started", "ended", "took", "outcome", "error"), rows)

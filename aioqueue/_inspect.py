@@ -27,6 +27,8 @@ SCAN_BUDGET = 5000
 #: the states a listing can show: the ones an index holds
 LISTED = (JobState.SCHEDULED, JobState.QUEUED, JobState.ACTIVE, JobState.FAILED)
 _FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e")
+#: the most ended attempts a job's record keeps (lua/lib/history.lua, HISTORY_MAX)
+HISTORY_MAX = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,31 @@ class JobPage:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """One attempt of a job (``JobDetail.history``): who ran it, when, and how it ended.
+
+    ``outcome`` is one of ``running`` (the current attempt), ``completed``, ``retried`` (it
+    failed and the job was retried), ``failed`` (it failed and the job was dead-lettered),
+    ``cancelled``, ``released`` (given back unfinished: a worker shutting down, or the pull
+    API's release), ``expired`` (its lease ran out: the worker died or hung) or ``buried``
+    (its worker missed its heartbeats and was declared dead).
+    """
+
+    #: the attempt's number (a released or never-started attempt may be given back, so a
+    #: number can repeat)
+    number: int
+    #: the worker that held it (None: a pull-API consumer, or not known)
+    worker: str | None
+    #: when it was leased and when it ended (server ms; None: not known, or still running)
+    started_ms: int | None
+    ended_ms: int | None
+    outcome: str
+    #: the error it ended with (the full traceback of the last one is in ``info.error``)
+    error_type: str | None
+    error_message: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """Everything stored about one job (``Queue.job_detail``): ``JobInfo`` and the rest."""
 
@@ -70,6 +97,11 @@ class JobDetail:
     #: when its current lease runs out (server ms), while active
     lease_deadline_ms: int | None
     cancel_requested: bool
+    #: when its current or last attempt started (server ms; None: never leased)
+    started_ms: int | None = None
+    #: its attempts, oldest first: the last ``HISTORY_MAX`` that ended other than by success,
+    #: then the running or completed one
+    history: tuple[AttemptInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +398,58 @@ def _int(v: bytes | None, default: int) -> int:
 
 
 # --------------------------------------------------------------------- detail, groups, rates
+def _opt_int(v: object) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int | float | str | bytes):
+        return None
+    try:
+        return int(v)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _opt_str(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _history(h: dict[str, bytes], info: JobInfo) -> tuple[AttemptInfo, ...]:
+    """The attempts in record ``h``: its stored history (hx; an entry or a history that cannot
+    be read is left out), then the running or completed attempt from ``a``, ``wk``, ``st``
+    and ``f``."""
+    out: list[AttemptInfo] = []
+    try:
+        stored = json.loads(h["hx"]) if "hx" in h else []
+    except ValueError:
+        stored = []
+    for e in stored if isinstance(stored, list) else []:
+        if not isinstance(e, dict) or _opt_int(e.get("n")) is None:
+            continue
+        out.append(
+            AttemptInfo(
+                number=_opt_int(e.get("n")) or 0,
+                worker=_opt_str(e.get("w")),
+                started_ms=_opt_int(e.get("s")),
+                ended_ms=_opt_int(e.get("e")),
+                outcome=_opt_str(e.get("o")) or "unknown",
+                error_type=_opt_str(e.get("t")),
+                error_message=_opt_str(e.get("m")),
+            )
+        )
+    if info.attempts > 0 and info.state in (JobState.ACTIVE, JobState.COMPLETED):
+        done = info.state is JobState.COMPLETED
+        out.append(
+            AttemptInfo(
+                number=info.attempts,
+                worker=h["wk"].decode(errors="replace") or None if "wk" in h else None,
+                started_ms=_opt_int(h.get("st")),
+                ended_ms=info.finished_ms if done else None,
+                outcome="completed" if done else "running",
+                error_type=None,
+                error_message=None,
+            )
+        )
+    return tuple(out)
+
+
 async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetail:
     raw = await scripts.job_record(info.id)
     h = {k.decode(): v for k, v in raw.items()}
@@ -393,6 +477,8 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
         batch=h["b"].decode(errors="replace") if "b" in h else None,
         lease_deadline_ms=deadline,
         cancel_requested="x" in h,
+        started_ms=_opt_int(h.get("st")),
+        history=_history(h, info),
     )
 
 

@@ -141,6 +141,7 @@ LIB: Final = (
     "lanes",
     "batches",
     "deadletter",
+    "history",
     "acks",
     "maintenance",
     "parking",
@@ -179,18 +180,21 @@ class Script:
 SCRIPTS: Final = {
     name: Script(name, parts)
     for name, parts in (
-        ("enqueue", "core lanes batches deadletter maintenance parking workers leasing handoff"),
-        ("claim", "core lanes batches deadletter maintenance parking workers leasing"),
+        (
+            "enqueue",
+            "core lanes batches deadletter history maintenance parking workers leasing handoff",
+        ),
+        ("claim", "core lanes batches deadletter history maintenance parking workers leasing"),
         ("complete", "core lanes batches acks"),
         (
             "complete_claim",
-            "core lanes batches deadletter acks maintenance parking workers leasing",
+            "core lanes batches deadletter history acks maintenance parking workers leasing",
         ),
-        ("fail", "core lanes batches deadletter acks"),
-        ("release", "core lanes batches deadletter acks"),
+        ("fail", "core lanes batches deadletter history acks"),
+        ("release", "core lanes batches deadletter history acks"),
         ("extend", "core"),
         ("watch", "core"),
-        ("reap", "core lanes batches deadletter maintenance parking workers"),
+        ("reap", "core lanes batches deadletter history maintenance parking workers"),
         ("beat", "core"),
         ("configure", "core lanes"),
         ("batch", "core lanes batches"),

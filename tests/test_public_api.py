@@ -149,7 +149,7 @@ def test_the_testing_kit_lists_its_public_names() -> None:
 
 
 def test_the_operator_api_is_public() -> None:
-    for name in ("GroupInfo", "JobDetail", "JobPage", "JobSummary", "Throughput"):
+    for name in ("AttemptInfo", "GroupInfo", "JobDetail", "JobPage", "JobSummary", "Throughput"):
         assert name in aioqueue.__all__
     for method in ("jobs", "job_detail", "requeue", "promote", "purge", "purge_queue", "cancel"):
         assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method

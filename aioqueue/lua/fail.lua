@@ -6,7 +6,8 @@
   it as cancelled)   ARGV[6] dead_ttl_ms
   Returns 1 retry scheduled, 2 dead-lettered, 3 cancelled, -1 no such job, -2 lease token
   mismatch (also when this token released the job); the same code again when this token
-  already failed the job (a resent ack) ]]
+  already failed the job (a resent ack). The attempt's end goes into the job's history (hx,
+  see lib/history) ]]
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
@@ -27,6 +28,7 @@ call('ZREM', K_ACTIVE, id)
 unhold(r[7], id)
 release_slot(r[6])
 if delay == -2 then
+  end_attempt(jk, r[3], r[7], 'cancelled', err, now)
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)
@@ -36,12 +38,14 @@ if delay == -2 then
   return 3
 end
 if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
+  end_attempt(jk, r[3], r[7], 'retried', err, now)
   call('HSET', jk, 'e', err)
   requeue(id, jk, delay, now, r[5], r[6], false)
   wake()
   call('HINCRBY', K_STATS, 'retried', 1)
   return 1
 end
+end_attempt(jk, r[3], r[7], 'failed', err, now)
 to_dead(id, jk, now, err, dead_ttl)
 call('HINCRBY', K_STATS, 'failed', 1)
 tally('f', 1, now)

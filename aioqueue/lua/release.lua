@@ -7,7 +7,8 @@
   then n pairs: id, lease token
   A job released without a refund on its last attempt is dead-lettered (AttemptsExhausted).
   The released token is also kept as rl: a later fail or complete with it is stale; a resent
-  release answers 1 again (while nobody has leased the job since).
+  release answers 1 again (while nobody has leased the job since). The attempt's end goes
+  into the job's history (hx, see lib/history).
   Returns {code_1, ..., code_n}: 1 released (also when this token already released it: a
   resent ack), -1 no such job, -2 lease token mismatch ]]
 local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
@@ -27,6 +28,7 @@ for i = 0, n - 1 do
     out[#out + 1] = -2
   else
     local a, m = num(r[5], 0), num(r[6], 1)
+    end_attempt(jk, r[5], r[7], 'released', nil, now)
     call('ZREM', K_ACTIVE, id)
     unhold(r[7], id)
     call('HSET', jk, 'rl', tok)

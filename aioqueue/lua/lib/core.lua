@@ -21,7 +21,9 @@
   wk the worker that holds (or last held) its lease ('' a pull-API consumer), wn the lease's
   ordinal among that worker's leases, rf attempts refunded because a lost worker never started
   them, rl the last lease token that released it (a later fail/complete with it is stale), rc
-  set while a recovered job waits to go back to the front of its lane (see recover_job).
+  set while a recovered job waits to go back to the front of its lane (see recover_job), st
+  when the current or last attempt was leased, hx the attempts that ended other than by
+  success (see lib/history).
 
   The worker registry (see lib/workers): base.."workers" ZSET worker id -> registration
   deadline (server ms; a worker that misses it is dead and gets buried); base.."worker:"..wid

@@ -3,6 +3,7 @@
   terms (its pause, limit and rate), taking the lane's next jobs, leasing them, and ending its
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
+  Each lease writes its start (st) next to its worker (wk), for the job's history.
   Needs: core, lanes (the ring, has_ready), batches (batch_outcome), deadletter
   (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
   (park, unpark), workers (bury_dead). ]]
@@ -148,9 +149,9 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
       if h.ln then
         h.ln = h.ln + 1
         h.ids[#h.ids + 1] = id
-        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'wn', h.ln)
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'wn', h.ln, 'st', now)
       else
-        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid)
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'st', now)
       end
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = id

@@ -2,7 +2,7 @@
   delayed jobs that fell due and groups whose rate window passed become servable (promote),
   and when a consumer that found nothing should look again (next_wake).
   Needs: core, lanes (push_ready, activate, release_slot), batches (batch_outcome),
-  deadletter (to_dead, dead_if_corrupt). ]]
+  deadletter (to_dead, dead_if_corrupt), history (end_attempt). ]]
 
 -- recovered jobs after the first are spread this far apart (and at most this many steps), so
 -- the jobs a lost worker held are not claimed again as one block beside the job that killed it
@@ -12,14 +12,17 @@ local SPREAD_MS, SPREAD_STEPS = 100, 50
 -- the caller took it out of active): requeue it, or dead-letter it when it has used up its
 -- attempts. unstarted: its holder never started it, so the attempt is refunded (at most
 -- max_attempts refunds per job, so a job that kills every worker still dies: I5). k: its place
--- among the jobs recovered together (0 runnable now, then SPREAD_MS apart). Returns 'dead',
--- 'cancelled', 'queued' or nil (it was not active)
-local function recover_job(id, now, dead_ttl, unstarted, k)
+-- among the jobs recovered together (0 runnable now, then SPREAD_MS apart). why: the
+-- outcome its history records ('expired': its lease ran out; 'buried': its worker was
+-- declared dead). Returns 'dead', 'cancelled', 'queued' or nil (it was not active)
+local function recover_job(id, now, dead_ttl, unstarted, k, why)
   local jk = job_key(id)
   local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf')
   if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then return 'dead' end
   if r[1] ~= 'active' then return nil end
   unhold(r[7], id)
+  if r[6] then why = 'cancelled' end
+  end_attempt(jk, r[2], r[7], why, nil, now)
   release_slot(r[5])
   local a, m = num(r[2], 0), num(r[3], 1)
   if r[6] then
@@ -96,7 +99,8 @@ local function recover(now, limit, dead_ttl)
     local wn = num(w[2], nil)
     local spread = 0
     if w[1] and w[1] ~= '' then spread = k end
-    local what = recover_job(id, now, dead_ttl, upto ~= nil and wn ~= nil and wn > upto, spread)
+    local what = recover_job(id, now, dead_ttl, upto ~= nil and wn ~= nil and wn > upto, spread,
+      'expired')
     if what == 'queued' and spread == k then k = k + 1 end
     results[#results + 1] = what or 'gone'
   end

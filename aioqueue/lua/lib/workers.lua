@@ -29,7 +29,8 @@ local function bury(wid, now, dead_ttl)
     local r = call('HMGET', job_key(id), 's', 'wk', 'wn')
     if r[1] == 'active' and r[2] == wid then
       call('ZREM', K_ACTIVE, id)
-      local what = recover_job(id, now, dead_ttl, unstarted[id] or num(r[3], 0) > sn, k)
+      local what = recover_job(id, now, dead_ttl, unstarted[id] or num(r[3], 0) > sn, k,
+        'buried')
       if what == 'queued' then k = k + 1 end
       results[#results + 1] = what or 'gone'
     end
