@@ -29,6 +29,7 @@ from ._checks import (
     to_seconds,
 )
 from ._codec import Codec, Unrunnable
+from ._convert import Convert
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
 from ._job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
 from ._keys import QueueKeys
@@ -149,8 +150,10 @@ class Queue(QueueAdmin):
         )
         return (await self._enqueue([JobRecord(jid, payload, template)]))[0]
 
-    async def _enqueue(self, jobs: Sequence[JobRecord]) -> list[Job[Any]]:
-        """Store prepared jobs in one round trip."""
+    async def _enqueue(
+        self, jobs: Sequence[JobRecord], convert: Convert | None = None
+    ) -> list[Job[Any]]:
+        """Store prepared jobs in one round trip (``convert``: their task's result decoder)."""
         if not jobs:
             return []
         hooks = self.app.hooks
@@ -160,9 +163,11 @@ class Queue(QueueAdmin):
             hooks.after(event)
         else:
             await self._scripts.enqueue(jobs)
-        return [Job(self, job.id) for job in jobs]
+        return [Job(self, job.id, convert) for job in jobs]
 
-    async def _enqueue_run(self, template: Template, pairs: list[Any]) -> list[Job[Any]]:
+    async def _enqueue_run(
+        self, template: Template, pairs: list[Any], convert: Convert | None = None
+    ) -> list[Job[Any]]:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ...
         (the fast path of ``enqueue_many``)."""
         if not pairs:
@@ -174,7 +179,7 @@ class Queue(QueueAdmin):
             hooks.after(event)
         else:
             await self._scripts.enqueue_run(template, pairs)
-        return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
+        return [Job(self, pairs[i], convert) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:
         """A handle on a job of this queue by id (no I/O).
@@ -328,10 +333,18 @@ class Queue(QueueAdmin):
             woken = await self._scripts.wait_for_wake(block) or woken
 
     async def _decode(self, leases: Leases, c: Claimed) -> Reservation | None:
-        """A leased job as a Reservation; one that cannot be decoded is dead-lettered with
-        the reason (``CorruptPayload`` or ``BadSignature``, as a worker would)."""
+        """A leased job as a Reservation, its arguments read by its task's type hints if this
+        App has the task; one that cannot be decoded is dead-lettered with the reason
+        (``CorruptPayload``, ``InvalidArguments`` or ``BadSignature``, as a worker would)."""
         try:
             args, kwargs, options = leases.decode(c)
+            task = self.app.tasks.get(c.task)  # its hints, when this App has the task
+            decode = None if task is None else task.args_decoder
+            if decode is not None:
+                try:
+                    args, kwargs = decode(args, kwargs)
+                except Exception as exc:
+                    raise Unrunnable("InvalidArguments", str(exc)) from exc
         except Exception as exc:
             await leases.fail(c.id, c.token, exc, FailMode.DEAD)
             return None

@@ -19,6 +19,7 @@ LAYERS: list[list[str]] = [
         "_timeutil",
         "_keys",
         "_serialize",
+        "_convert",
         "_signing",
         "_checks",
         "_record",
