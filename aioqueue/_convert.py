@@ -241,7 +241,7 @@ class _Dataclass:
         kwargs = {}
         for key, value in data.items():
             if key not in fields:
-                continue  # a field with init=False (written out, not passed back in)
+                continue  # a key the class does not take (an older version's field)
             c = fields[key]
             kwargs[key] = value if c is None else c(value)
         return self.cls(**kwargs)

@@ -79,7 +79,8 @@ def _encode_stdlib(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        # as orjson does: the fields passed to the class (not those with init=False)
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
     return encode_extra(value)
 
 
