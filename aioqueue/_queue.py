@@ -31,6 +31,7 @@ from ._checks import (
 from ._codec import Codec, Unrunnable
 from ._convert import Convert
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
+from ._handle import HandleFields, dump_handle, load_handle
 from ._job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
 from ._keys import QueueKeys
 from ._leases import Leases, forward_outbox
@@ -63,6 +64,34 @@ class Reservation:
     max_attempts: int
     queue: str
     options: dict[str, Any] = field(default_factory=dict)
+    #: the Queue that made it (``reserve``, ``reservation_from``), for ``handle()``
+    _queue: Queue | None = field(default=None, init=False, repr=False, compare=False)
+
+    def handle(self) -> str:
+        """This reservation as a short string, for a later request in any process:
+        ``app.queue(name).reservation_from(handle)`` gives it back (without its arguments).
+        Signed with the App's ``signing_key`` when there is one; it holds the lease token,
+        so keep it as secret as the lease (see docs/pull-api.md).
+
+        Raises:
+            ConfigurationError: the reservation was built by hand, not by ``reserve`` or
+                ``reservation_from``.
+        """
+        if self._queue is None:
+            raise ConfigurationError(
+                "this Reservation was built by hand; only those from reserve() or "
+                "reservation_from() have a handle"
+            )
+        fields = HandleFields(
+            self.queue,
+            self.id,
+            self.token,
+            self.task,
+            self.attempt,
+            self.max_attempts,
+            self.options,
+        )
+        return dump_handle(self._queue.app.codec.signer, fields)
 
 
 class Queue(QueueAdmin):
@@ -348,9 +377,38 @@ class Queue(QueueAdmin):
         except Exception as exc:
             await leases.fail(c.id, c.token, exc, FailMode.DEAD)
             return None
-        return Reservation(
-            c.id, c.token, c.task, args, kwargs, c.attempt, c.max_attempts, self.name, options
+        r = Reservation(
+            c.id,
+            c.token,
+            c.task,
+            args,
+            kwargs,
+            c.attempt,
+            c.max_attempts,
+            self.name,
+            options,
         )
+        r._queue = self
+        return r
+
+    def reservation_from(self, handle: str) -> Reservation:
+        """The reservation a handle (``Reservation.handle()``) stands for, to ``complete``,
+        ``fail``, ``release`` or ``extend`` in a later request, in any process. No I/O: a
+        lease that is over is found out by those calls (``LeaseLost``), as with the
+        reservation itself. Its ``args`` and ``kwargs`` are empty (a handle does not carry
+        them; ``queue.job(r.id).info()`` reads them) and its ``options`` hold only what
+        completing needs.
+
+        Raises:
+            InvalidHandle: not a handle of this queue: garbled, another queue's, or (with a
+                ``signing_key``) tampered, unsigned or signed with a key not accepted here.
+        """
+        f = load_handle(self.app.codec.signer, self.name, handle)
+        r = Reservation(
+            f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.name, f.options
+        )
+        r._queue = self
+        return r
 
     async def complete(self, reservation: Reservation, result: Any = None) -> None:
         """Finish a reserved job with its result.

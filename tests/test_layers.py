@@ -27,7 +27,7 @@ LAYERS: list[list[str]] = [
         "_cron",
     ],
     ["_job"],
-    ["_codec"],
+    ["_codec", "_handle"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry"],
     ["_inspect", "_admin"],
