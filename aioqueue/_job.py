@@ -163,14 +163,23 @@ class Job(Generic[R]):
                 its Task enqueued reads the result by that annotation; others as JSON gives it).
         """
         value = await self._queue._wait_result(self.id, to_seconds(timeout))
-        if self._convert is None or value is None:
-            return value  # type: ignore[no-any-return]
-        try:
-            return self._convert(value)  # type: ignore[no-any-return]
-        except Exception as exc:
-            raise SerializationError(
-                f"the result of job {self.id!r} does not fit its task's return annotation: {exc}"
-            ) from exc
+        return typed_result(self.id, self._convert, value)  # type: ignore[no-any-return]
+
+
+def typed_result(job_id: str, convert: Callable[[Any], Any] | None, value: Any) -> Any:
+    """A job's result read by its task's return annotation (``convert``), if there is one.
+
+    Raises:
+        SerializationError: the result does not fit the annotation.
+    """
+    if convert is None or value is None:
+        return value
+    try:
+        return convert(value)
+    except Exception as exc:
+        raise SerializationError(
+            f"the result of job {job_id!r} does not fit its task's return annotation: {exc}"
+        ) from exc
 
 
 def parse_state(job_id: str, raw: str | bytes) -> JobState:
@@ -198,4 +207,5 @@ __all__ = [
     "ResultTimeout",
     "parse_state",
     "raise_for_outcome",
+    "typed_result",
 ]

@@ -4,6 +4,7 @@ hints ask, in a real worker, through the pull API, with signing and beside pickl
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import json
@@ -345,3 +346,18 @@ def test_unions_take_the_first_member_that_fits() -> None:
     assert c("hello") == "hello"
     with pytest.raises(ValueError, match="fits none"):
         converter_of(datetime | Colour)("green")
+
+
+async def test_the_blocking_producer_sends_and_reads_typed_values(app: App) -> None:
+    seen: list[Any] = []
+    echo = echo_task(app, list[Point], seen)
+    value = [Point(1, 2), Point(3, 4)]
+    sync = app.sync()
+    one = await asyncio.to_thread(sync.enqueue, echo, value)
+    (many,) = await asyncio.to_thread(sync.enqueue_many, echo, [((value,), {})])
+    by_name = await asyncio.to_thread(sync.enqueue_by_name, "default", "echo", [[{"x": 5, "y": 6}]])
+    await drain(app)
+    assert seen == [value, value, [Point(5, 6)]]
+    assert await asyncio.to_thread(one.result, 10) == value
+    assert await asyncio.to_thread(many.result, 10) == value
+    assert await asyncio.to_thread(by_name.result, 10) == [{"x": 5, "y": 6}]  # no task known
