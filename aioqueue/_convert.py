@@ -64,7 +64,12 @@ def converter(tp: Any) -> Convert | None:
 
 
 def _build(tp: Any) -> Convert | None:
-    if tp in _PLAIN or isinstance(tp, typing.TypeVar | str):
+    try:
+        if tp in _PLAIN:
+            return None
+    except TypeError:  # unhashable: not one of them
+        pass
+    if isinstance(tp, typing.TypeVar | str):
         return None
     if isinstance(tp, typing.NewType):
         return converter(tp.__supertype__)

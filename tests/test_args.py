@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import orjson
 import pydantic
@@ -53,6 +53,12 @@ class Order:
     where: Point
     note: str | None = None
     lines: int = dataclasses.field(default=0, init=False)  # not written out
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    children: list[Node] = dataclasses.field(default_factory=list)
 
 
 class Customer(pydantic.BaseModel):
@@ -361,3 +367,11 @@ async def test_the_blocking_producer_sends_and_reads_typed_values(app: App) -> N
     assert await asyncio.to_thread(one.result, 10) == value
     assert await asyncio.to_thread(many.result, 10) == value
     assert await asyncio.to_thread(by_name.result, 10) == [{"x": 5, "y": 6}]  # no task known
+
+
+def test_a_dataclass_may_hold_itself_and_annotations_may_be_unhashable() -> None:
+    tree = Node("root", [Node("a", [Node("a1")]), Node("b")])
+    c = converter_of(Node)
+    assert c(orjson.loads(JsonSerializer().dumps(tree))) == tree
+    odd = Annotated[date, ["unhashable metadata"]]
+    assert converter_of(odd)("2030-01-01") == date(2030, 1, 1)
