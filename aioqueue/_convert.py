@@ -118,22 +118,26 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _checked(value: Any, kind: type, tp: Any) -> Any:
+def _checked(value: Any, kind: type | tuple[type, ...], tp: Any) -> Any:
     if not isinstance(value, kind):
-        raise ConversionError(f"expected a JSON {kind.__name__} for {_name(tp)}, got {value!r:.80}")
+        what = "list" if kind == _ARRAY else getattr(kind, "__name__", "value")
+        raise ConversionError(f"expected a JSON {what} for {_name(tp)}, got {value!r:.80}")
     return value
+
+
+_ARRAY = (list, tuple)  # a JSON array (a tuple when a caller passes Python values)
 
 
 def _tuple(args: tuple[Any, ...]) -> Convert:
     if len(args) == 2 and args[1] is Ellipsis:
         item = converter(args[0]) or _same
-        return lambda v: tuple(item(x) for x in _checked(v, list | tuple, tuple))  # type: ignore[arg-type]
+        return lambda v: tuple(item(x) for x in _checked(v, _ARRAY, tuple))
     if args == ((),):  # tuple[()]
-        return lambda v: tuple(_checked(v, list | tuple, tuple))  # type: ignore[arg-type]
+        return lambda v: tuple(_checked(v, _ARRAY, tuple))
     items = [converter(a) or _same for a in args] if args else None
 
     def convert(v: Any) -> tuple[Any, ...]:
-        _checked(v, list | tuple, tuple)  # type: ignore[arg-type]
+        _checked(v, _ARRAY, tuple)
         if items is None:
             return tuple(v)
         if len(v) != len(items):

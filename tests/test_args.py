@@ -375,3 +375,12 @@ def test_a_dataclass_may_hold_itself_and_annotations_may_be_unhashable() -> None
     assert c(orjson.loads(JsonSerializer().dumps(tree))) == tree
     odd = Annotated[date, ["unhashable metadata"]]
     assert converter_of(odd)("2030-01-01") == date(2030, 1, 1)
+
+
+def test_a_value_of_the_wrong_json_kind_is_named() -> None:
+    with pytest.raises(ValueError, match="expected a JSON list for tuple"):
+        converter_of(tuple[int, date])("2030-01-01")
+    with pytest.raises(ValueError, match="expected a JSON dict for Point"):
+        converter_of(Point)([1, 2])
+    with pytest.raises(ValueError, match="expected 2 items"):
+        converter_of(tuple[int, date])([1])
