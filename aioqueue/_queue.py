@@ -51,8 +51,19 @@ T = TypeVar("T")
 CANCEL_CHUNK = 500
 
 
+class _MadeBy:
+    """The Queue that made a reservation, in a slot outside its dataclass fields: not
+    compared, shown, copied by ``replace`` or deep-copied by ``asdict``."""
+
+    __slots__ = ("_queue",)
+    _queue: Queue | None
+
+    def _made_by(self, queue: Queue) -> None:
+        self._queue = queue
+
+
 @dataclass(slots=True)
-class Reservation:
+class Reservation(_MadeBy):
     """A job leased through the pull API; pass it back to complete/fail/release/extend."""
 
     id: str
@@ -64,8 +75,6 @@ class Reservation:
     max_attempts: int
     queue: str
     options: dict[str, Any] = field(default_factory=dict)
-    #: the Queue that made it (``reserve``, ``reservation_from``), for ``handle()``
-    _queue: Queue | None = field(default=None, init=False, repr=False, compare=False)
 
     def handle(self) -> str:
         """This reservation as a short string, for a later request in any process:
@@ -77,7 +86,8 @@ class Reservation:
             ConfigurationError: the reservation was built by hand, not by ``reserve`` or
                 ``reservation_from``.
         """
-        if self._queue is None:
+        queue: Queue | None = getattr(self, "_queue", None)  # set by reserve, reservation_from
+        if queue is None:
             raise ConfigurationError(
                 "this Reservation was built by hand; only those from reserve() or "
                 "reservation_from() have a handle"
@@ -91,7 +101,7 @@ class Reservation:
             self.max_attempts,
             self.options,
         )
-        return dump_handle(self._queue.app.codec.signer, fields)
+        return dump_handle(queue.app.codec.signer, fields)
 
 
 class Queue(QueueAdmin):
@@ -388,7 +398,7 @@ class Queue(QueueAdmin):
             self.name,
             options,
         )
-        r._queue = self
+        r._made_by(self)
         return r
 
     def reservation_from(self, handle: str) -> Reservation:
@@ -407,7 +417,7 @@ class Queue(QueueAdmin):
         r = Reservation(
             f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.name, f.options
         )
-        r._queue = self
+        r._made_by(self)
         return r
 
     async def complete(self, reservation: Reservation, result: Any = None) -> None:
