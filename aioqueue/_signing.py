@@ -9,6 +9,9 @@ With ``App(signing_key=...)`` two kinds of value are signed, and checked before 
 - a job's **result** (field ``r``, copied into its batch's results): it names the task that made
   it and the batch it was made for, so a batch reader takes only results made for that batch.
 
+A third kind is never stored in Redis: a pull-API **reservation handle** (``_handle.py``),
+a string a web app hands to a page; its MAC binds it to the prefix and queue.
+
 Every MAC is HMAC-SHA256 over a context (format version, key prefix, queue, task, field, job id)
 and the value, each part length-prefixed: a value verifies only where it was written for, not
 in another job, task, field, queue or app prefix. Stored values start with ``MARKER`` (format
