@@ -19,6 +19,7 @@ from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import CorruptRecord as CorruptRecord
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
+from ._exceptions import InvalidHandle as InvalidHandle
 from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
@@ -85,6 +86,7 @@ __all__ = [
     "EnqueueEvent",
     "ErrorInfo",
     "GroupInfo",
+    "InvalidHandle",
     "Job",
     "JobCancelled",
     "JobContext",

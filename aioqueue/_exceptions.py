@@ -17,6 +17,7 @@
     ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
     ├── BatchCancelled            awaited batch was cancelled
     ├── BadSignature              a signing App met an unsigned or tampered payload or result
+    ├── InvalidHandle             a reservation handle that is garbled, forged or another queue's
     ├── StartupFailed             a worker's startup hook raised: the worker did not start
     └── EmbeddedServerError       the embedded Valkey server could not start
 
@@ -159,6 +160,14 @@ class BadSignature(AioQueueError):
     result (``Job.result()``, ``Batch.results()``: another job's, or one not made for that
     batch, does not match either). An App without a key raises it when it meets a signed
     result."""
+
+
+class InvalidHandle(AioQueueError, ValueError):
+    """Raised by ``Queue.reservation_from`` for a handle it cannot take: not a handle (cut,
+    garbled, made up), another queue's, tampered with or signed with a key not accepted here
+    (when the App has a ``signing_key``), or signed when the App has none, or the reverse.
+    A well-formed handle whose lease is over is not refused here: ``complete`` and the other
+    calls answer ``LeaseLost``, as for the reservation itself."""
 
 
 class StartupFailed(AioQueueError):

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._checks import to_seconds
-from ._exceptions import CorruptRecord, JobCancelled, JobFailed, ResultTimeout
+from ._exceptions import (
+    CorruptRecord,
+    JobCancelled,
+    JobFailed,
+    ResultTimeout,
+    SerializationError,
+)
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -93,11 +100,15 @@ class Job(Generic[R]):
     Cheap to create (no I/O): ``app.queue(name).job(job_id)`` gives one for any id.
     """
 
-    __slots__ = ("_queue", "id")
+    __slots__ = ("_convert", "_queue", "id")
 
-    def __init__(self, queue: Queue, job_id: str) -> None:
+    def __init__(
+        self, queue: Queue, job_id: str, convert: Callable[[Any], Any] | None = None
+    ) -> None:
         self._queue = queue
         self.id = job_id
+        # the task's result decoder (its return annotation), for jobs its Task enqueued
+        self._convert = convert
 
     @property
     def queue(self) -> str:
@@ -148,8 +159,27 @@ class Job(Generic[R]):
                 waiting, and returns the result of a job that has finished.
             JobNotFound: no record of the job.
             CorruptRecord: the record's state cannot be read.
+            SerializationError: the result does not fit the task's return annotation (a Job
+                its Task enqueued reads the result by that annotation; others as JSON gives it).
         """
-        return await self._queue._wait_result(self.id, to_seconds(timeout))  # type: ignore[no-any-return]
+        value = await self._queue._wait_result(self.id, to_seconds(timeout))
+        return typed_result(self.id, self._convert, value)  # type: ignore[no-any-return]
+
+
+def typed_result(job_id: str, convert: Callable[[Any], Any] | None, value: Any) -> Any:
+    """A job's result read by its task's return annotation (``convert``), if there is one.
+
+    Raises:
+        SerializationError: the result does not fit the annotation.
+    """
+    if convert is None or value is None:
+        return value
+    try:
+        return convert(value)
+    except Exception as exc:
+        raise SerializationError(
+            f"the result of job {job_id!r} does not fit its task's return annotation: {exc}"
+        ) from exc
 
 
 def parse_state(job_id: str, raw: str | bytes) -> JobState:
@@ -177,4 +207,5 @@ __all__ = [
     "ResultTimeout",
     "parse_state",
     "raise_for_outcome",
+    "typed_result",
 ]

@@ -29,7 +29,9 @@ from ._checks import (
     to_seconds,
 )
 from ._codec import Codec, Unrunnable
+from ._convert import Convert
 from ._exceptions import ConfigurationError, JobCancelled, JobNotFound
+from ._handle import HandleFields, dump_handle, load_handle
 from ._job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
 from ._keys import QueueKeys
 from ._leases import Leases, forward_outbox
@@ -49,8 +51,19 @@ T = TypeVar("T")
 CANCEL_CHUNK = 500
 
 
+class _MadeBy:
+    """The Queue that made a reservation, in a slot outside its dataclass fields: not
+    compared, shown, copied by ``replace`` or deep-copied by ``asdict``."""
+
+    __slots__ = ("_queue",)
+    _queue: Queue | None
+
+    def _made_by(self, queue: Queue) -> None:
+        self._queue = queue
+
+
 @dataclass(slots=True)
-class Reservation:
+class Reservation(_MadeBy):
     """A job leased through the pull API; pass it back to complete/fail/release/extend."""
 
     id: str
@@ -62,6 +75,33 @@ class Reservation:
     max_attempts: int
     queue: str
     options: dict[str, Any] = field(default_factory=dict)
+
+    def handle(self) -> str:
+        """This reservation as a short string, for a later request in any process:
+        ``app.queue(name).reservation_from(handle)`` gives it back (without its arguments).
+        Signed with the App's ``signing_key`` when there is one; it holds the lease token,
+        so keep it as secret as the lease (see docs/pull-api.md).
+
+        Raises:
+            ConfigurationError: the reservation was built by hand, not by ``reserve`` or
+                ``reservation_from``.
+        """
+        queue: Queue | None = getattr(self, "_queue", None)  # set by reserve, reservation_from
+        if queue is None:
+            raise ConfigurationError(
+                "this Reservation was built by hand; only those from reserve() or "
+                "reservation_from() have a handle"
+            )
+        fields = HandleFields(
+            self.queue,
+            self.id,
+            self.token,
+            self.task,
+            self.attempt,
+            self.max_attempts,
+            self.options,
+        )
+        return dump_handle(queue.app.codec.signer, fields)
 
 
 class Queue(QueueAdmin):
@@ -149,8 +189,10 @@ class Queue(QueueAdmin):
         )
         return (await self._enqueue([JobRecord(jid, payload, template)]))[0]
 
-    async def _enqueue(self, jobs: Sequence[JobRecord]) -> list[Job[Any]]:
-        """Store prepared jobs in one round trip."""
+    async def _enqueue(
+        self, jobs: Sequence[JobRecord], convert: Convert | None = None
+    ) -> list[Job[Any]]:
+        """Store prepared jobs in one round trip (``convert``: their task's result decoder)."""
         if not jobs:
             return []
         hooks = self.app.hooks
@@ -160,9 +202,11 @@ class Queue(QueueAdmin):
             hooks.after(event)
         else:
             await self._scripts.enqueue(jobs)
-        return [Job(self, job.id) for job in jobs]
+        return [Job(self, job.id, convert) for job in jobs]
 
-    async def _enqueue_run(self, template: Template, pairs: list[Any]) -> list[Job[Any]]:
+    async def _enqueue_run(
+        self, template: Template, pairs: list[Any], convert: Convert | None = None
+    ) -> list[Job[Any]]:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ...
         (the fast path of ``enqueue_many``)."""
         if not pairs:
@@ -174,7 +218,7 @@ class Queue(QueueAdmin):
             hooks.after(event)
         else:
             await self._scripts.enqueue_run(template, pairs)
-        return [Job(self, pairs[i]) for i in range(0, len(pairs), 2)]
+        return [Job(self, pairs[i], convert) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:
         """A handle on a job of this queue by id (no I/O).
@@ -328,16 +372,53 @@ class Queue(QueueAdmin):
             woken = await self._scripts.wait_for_wake(block) or woken
 
     async def _decode(self, leases: Leases, c: Claimed) -> Reservation | None:
-        """A leased job as a Reservation; one that cannot be decoded is dead-lettered with
-        the reason (``CorruptPayload`` or ``BadSignature``, as a worker would)."""
+        """A leased job as a Reservation, its arguments read by its task's type hints if this
+        App has the task; one that cannot be decoded is dead-lettered with the reason
+        (``CorruptPayload``, ``InvalidArguments`` or ``BadSignature``, as a worker would)."""
         try:
             args, kwargs, options = leases.decode(c)
+            task = self.app.tasks.get(c.task)  # its hints, when this App has the task
+            decode = None if task is None else task.args_decoder
+            if decode is not None:
+                try:
+                    args, kwargs = decode(args, kwargs)
+                except Exception as exc:
+                    raise Unrunnable("InvalidArguments", str(exc)) from exc
         except Exception as exc:
             await leases.fail(c.id, c.token, exc, FailMode.DEAD)
             return None
-        return Reservation(
-            c.id, c.token, c.task, args, kwargs, c.attempt, c.max_attempts, self.name, options
+        r = Reservation(
+            c.id,
+            c.token,
+            c.task,
+            args,
+            kwargs,
+            c.attempt,
+            c.max_attempts,
+            self.name,
+            options,
         )
+        r._made_by(self)
+        return r
+
+    def reservation_from(self, handle: str) -> Reservation:
+        """The reservation a handle (``Reservation.handle()``) stands for, to ``complete``,
+        ``fail``, ``release`` or ``extend`` in a later request, in any process. No I/O: a
+        lease that is over is found out by those calls (``LeaseLost``), as with the
+        reservation itself. Its ``args`` and ``kwargs`` are empty (a handle does not carry
+        them; ``queue.job(r.id).info()`` reads them) and its ``options`` hold only what
+        completing needs.
+
+        Raises:
+            InvalidHandle: not a handle of this queue: garbled, another queue's, or (with a
+                ``signing_key``) tampered, unsigned or signed with a key not accepted here.
+        """
+        f = load_handle(self.app.codec.signer, self.name, handle)
+        r = Reservation(
+            f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.name, f.options
+        )
+        r._made_by(self)
+        return r
 
     async def complete(self, reservation: Reservation, result: Any = None) -> None:
         """Finish a reserved job with its result.

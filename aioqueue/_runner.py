@@ -97,6 +97,12 @@ class Runner:
                     why = f"chain step: batch {batch.id!r} holds no result of the first step"
                     return Failure(Unrunnable("MissingInput", why))
                 args = (items[0].result, *args[1:])
+            decode = task.args_decoder  # None for tasks whose hints JSON already answers
+            if decode is not None:
+                try:
+                    args, kwargs = decode(args, kwargs)
+                except Exception as exc:  # arguments that cannot fit do not fit on retry
+                    return Failure(Unrunnable("InvalidArguments", str(exc)))
             if self._middleware:  # around the body, within the run's timeout (_hooks.py)
                 scope = asyncio.timeout(timeout)
                 async with scope:

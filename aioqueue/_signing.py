@@ -9,6 +9,9 @@ With ``App(signing_key=...)`` two kinds of value are signed, and checked before 
 - a job's **result** (field ``r``, copied into its batch's results): it names the task that made
   it and the batch it was made for, so a batch reader takes only results made for that batch.
 
+A third kind is never stored in Redis: a pull-API **reservation handle** (``_handle.py``),
+a string a web app hands to a page; its MAC binds it to the prefix and queue.
+
 Every MAC is HMAC-SHA256 over a context (format version, key prefix, queue, task, field, job id)
 and the value, each part length-prefixed: a value verifies only where it was written for, not
 in another job, task, field, queue or app prefix. Stored values start with ``MARKER`` (format
@@ -38,6 +41,10 @@ _PLACES_KEPT = 1024
 #: the record fields a MAC can be bound to (length-prefixed, as the context's last part)
 PAYLOAD_FIELD = b"1:p"
 RESULT_FIELD = b"1:r"
+#: not a record field: the place of a reservation handle's MAC (``_handle.py``)
+HANDLE_FIELD = b"1:h"
+#: a handle's MAC is cut to 128 bits, which keeps the handle short and is still beyond guessing
+HANDLE_MAC_LEN = 16
 
 
 def _key(value: str | bytes) -> bytes:
@@ -229,3 +236,16 @@ class Signer:
             bid.decode(errors="replace"),
             rest[pos:],
         )
+
+    # ------------------------------------------------------------------ reservation handles
+    def sign_handle(self, queue: str, body: bytes) -> bytes:
+        """The MAC of a reservation handle's ``body`` for ``queue`` (and this prefix)."""
+        msg = self._context(queue, "", HANDLE_FIELD, "") + body
+        return self._mac.digest(msg)[:HANDLE_MAC_LEN]
+
+    def verify_handle(self, queue: str, body: bytes, mac: bytes) -> bool:
+        """Whether ``mac`` is a handle MAC of ``body`` for ``queue`` by an accepted key."""
+        msg = self._context(queue, "", HANDLE_FIELD, "") + body
+        if hmac.compare_digest(mac, self._mac.digest(msg)[:HANDLE_MAC_LEN]):
+            return True
+        return any(hmac.compare_digest(mac, k.digest(msg)[:HANDLE_MAC_LEN]) for k in self._older)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
 from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTimeout
-from ._job import JobInfo, JobState
+from ._job import JobInfo, JobState, typed_result
 from ._keys import QueueKeys
 from ._queue import job_info_from, state_counts, watched_outcome
 from ._record import JobRecord, Template
@@ -113,7 +113,7 @@ class SyncClient:
         queue = opts.queue or t.queue
         record = t._record(opts, args, kwargs, queue)
         self._store(queue, t.name, (record.id,), lambda door: door.enqueue([record]))
-        return SyncJob(self, queue, record.id)
+        return SyncJob(self, queue, record.id, t.result_converter)
 
     def enqueue_many(
         self,
@@ -136,7 +136,8 @@ class SyncClient:
             return []
         ids = tuple(pairs[::2])
         self._store(queue, t.name, ids, lambda door: door.enqueue_run(template, pairs))
-        return [SyncJob(self, queue, job_id) for job_id in ids]
+        convert = t.result_converter
+        return [SyncJob(self, queue, job_id, convert) for job_id in ids]
 
     def enqueue_by_name(
         self,
@@ -192,12 +193,19 @@ class SyncClient:
 class SyncJob(Generic[R]):
     """A handle on an enqueued job for blocking code; ``R`` is the task's return type."""
 
-    __slots__ = ("_client", "id", "queue")
+    __slots__ = ("_client", "_convert", "id", "queue")
 
-    def __init__(self, client: SyncClient, queue: str, job_id: str) -> None:
+    def __init__(
+        self,
+        client: SyncClient,
+        queue: str,
+        job_id: str,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
         self._client = client
         self.queue = queue
         self.id = job_id
+        self._convert = convert  # the task's result decoder, for jobs its Task enqueued
 
     def __repr__(self) -> str:
         return f"SyncJob(id={self.id!r}, queue={self.queue!r})"
@@ -232,6 +240,8 @@ class SyncJob(Generic[R]):
             JobFailed / JobCancelled: the job was dead-lettered or cancelled.
             ResultTimeout: it did not finish in time.
             JobNotFound: no record of the job.
+            SerializationError: the result does not fit the task's return annotation (read
+                by it for a job its Task enqueued).
         """
         remaining = Deadline(to_seconds(timeout, "timeout"), f"job {self.id!r}").remaining
         client = self._client
@@ -248,7 +258,7 @@ class SyncJob(Generic[R]):
                     codec, self.queue, self.id, door.watch(self.id, register=True)
                 )
                 if done:
-                    return value  # type: ignore[no-any-return]
+                    return typed_result(self.id, self._convert, value)  # type: ignore[no-any-return]
                 until = time.monotonic() + remaining(cap)
                 while (left := until - time.monotonic()) > 0:
                     if cap == POLL_INTERVAL:

@@ -23,6 +23,7 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
+from ._convert import ArgsDecoder, Convert, task_types
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._record import JobOptions, JobRecord, Template
@@ -147,6 +148,9 @@ class Task(Generic[P, R]):
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
         self._sig = _Signature(fn, name)
+        # the decoders of its typed arguments and result (_convert.py), found on first use so
+        # a hint may name a class defined after the task; None: JSON gives the right values
+        self._types: tuple[ArgsDecoder | None, Convert | None] | None = None
         self._defaults = JobOptions()
         self._templates: dict[JobOptions, Template] = {}
         self._default_template: Template | None = None
@@ -156,6 +160,27 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
         return self.fn(*args, **kwargs)
+
+    def _resolve_types(self) -> tuple[ArgsDecoder | None, Convert | None]:
+        types = self._types
+        if types is None:
+            if self.app.serializer.name != "json":  # pickle and custom serializers keep types
+                types = (None, None)
+            else:
+                types = task_types(self.fn, f"task {self.name!r}")
+            self._types = types
+        return types
+
+    @property
+    def args_decoder(self) -> ArgsDecoder | None:
+        """Turns a job's JSON arguments into the types its parameters' annotations ask for
+        (None: JSON already gives them, or the serializer is not JSON)."""
+        return (self._types or self._resolve_types())[0]
+
+    @property
+    def result_converter(self) -> Convert | None:
+        """Turns a job's JSON result into its return annotation's type (None: nothing to do)."""
+        return (self._types or self._resolve_types())[1]
 
     def options(
         self,
@@ -236,7 +261,8 @@ class Task(Generic[P, R]):
     ) -> Job[R]:
         self._sig.check(args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
-        jobs = await queue._enqueue([self._record(opts, args, kwargs, queue.name)])
+        record = self._record(opts, args, kwargs, queue.name)
+        jobs = await queue._enqueue([record], self.result_converter)
         return jobs[0]
 
     async def _enqueue_many(
@@ -246,7 +272,8 @@ class Task(Generic[P, R]):
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
         template = self._template(opts)
-        return await queue._enqueue_run(template, self._pairs(queue.name, template.options, calls))
+        pairs = self._pairs(queue.name, template.options, calls)
+        return await queue._enqueue_run(template, pairs, self.result_converter)
 
     def _pairs(
         self,

@@ -64,6 +64,7 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
     assert not issubclass(aioqueue.ServerUnavailable, ConnectionError)  # the builtin
     assert not issubclass(aioqueue.ServerRefused, OSError)  # an answer, not a lost connection
     assert issubclass(aioqueue.JobNotFound, LookupError)
+    assert issubclass(aioqueue.InvalidHandle, ValueError)  # a bad string, like int("x")
     assert issubclass(aioqueue.BatchNotFound, LookupError)
     assert issubclass(aioqueue.CorruptRecord, ValueError)
     assert issubclass(aioqueue.ResultTimeout, TimeoutError)
