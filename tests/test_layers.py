@@ -28,6 +28,8 @@ LAYERS: list[list[str]] = [
     ],
     ["_job"],
     ["_codec", "_handle"],
+    ["_lua"],
+    ["_scriptreads"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry"],
     ["_inspect", "_admin"],
