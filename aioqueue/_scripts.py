@@ -119,6 +119,24 @@ _TICK: Final = {
 }
 
 
+class ReplaceOutcome(enum.Enum):
+    """What ``replace.lua`` did to the job that holds a unique lock."""
+
+    #: its arguments (and, debouncing, its due time) were replaced
+    REPLACED = "replaced"
+    #: it no longer waits (it started or finished): nothing changed
+    STARTED = "started"
+    #: the lock no longer names it: enqueue again
+    LOCK_MOVED = "lock_moved"
+
+
+_REPLACE: Final = {
+    1: ReplaceOutcome.REPLACED,
+    0: ReplaceOutcome.STARTED,
+    -1: ReplaceOutcome.LOCK_MOVED,
+}
+
+
 class FailMode(enum.Enum):
     """What ``fail`` does with a failed attempt."""
 
@@ -200,6 +218,7 @@ SCRIPTS: Final = {
         ("requeue", "core lanes"),
         ("promote", "core lanes"),
         ("purge", "core lanes batches"),
+        ("replace", "core lanes"),
         ("page", ""),
         ("peek", "core"),
     )
@@ -413,6 +432,32 @@ class QueueScripts:
     async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
         await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
+
+    async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:
+        """Store unique jobs in order (each job after the ones before it, so a conflict
+        between two of them names the first): per job None when stored (or its id existed),
+        else the id of the job that holds its lock."""
+        out: list[str | None] = []
+        for i in range(0, len(jobs), 500):
+            res = await self._run("enqueue", enqueue_args(self.base, jobs[i : i + 500]))
+            out += [text_of(c) if isinstance(c, bytes) else None for c in res[1:]]
+        return out
+
+    async def replace(
+        self,
+        key: str,
+        holder: str,
+        job: JobRecord,
+        debounce: tuple[int, int] | None,
+        ttl_ms: int,
+    ) -> ReplaceOutcome:
+        """Give the job ``holder``, which holds the unique lock ``key``, the payload and
+        options of ``job`` (made for the holder's id) while it waits; ``debounce`` (delay
+        ms, at ms; -1 none) also moves its due time and restarts the lock's TTL."""
+        delay_ms, at_ms = debounce or (-1, -1)
+        t = job.template
+        args = (self.base, key, holder, job.payload, t.options, delay_ms, at_ms, ttl_ms)
+        return _REPLACE[int(await self._run("replace", args))]
 
     async def _enqueue_calls(self, calls: Sequence[ScriptCall]) -> None:
         if len(calls) == 1:

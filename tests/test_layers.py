@@ -30,7 +30,7 @@ LAYERS: list[list[str]] = [
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry"],
     ["_inspect", "_admin"],
-    ["_queue"],
+    ["_queue", "_unique"],
     ["_results", "_context"],
     ["_batch"],
     ["_task"],
