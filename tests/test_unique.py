@@ -21,13 +21,14 @@ from aioqueue import App, ConfigurationError, JobState, Worker
 from aioqueue._unique import derived_key
 
 from .support.processes import WorkerProcesses, run_records
+from .support.server import text
 from .support.waiting import wait_until
 
 
 async def holder(redis: Redis, app: App, key: str, queue: str = "default") -> str | None:
     """The job id the lock of ``key`` names, or None when it is free."""
     value = await redis.get(app.queue(queue)._keys.unique(key))
-    return None if value is None else value.decode()
+    return None if value is None else text(value)
 
 
 async def job_count(app: App, queue: str = "default") -> int:
@@ -127,9 +128,7 @@ async def test_scope_queued_frees_the_key_when_the_job_starts(app: App, redis: R
     assert (await opts.enqueue()).id == second.id
 
 
-async def test_scope_ttl_holds_after_the_job_finished_until_the_ttl(
-    app: App, redis: Redis
-) -> None:
+async def test_scope_ttl_holds_after_the_job_finished_until_the_ttl(app: App, redis: Redis) -> None:
     @app.task
     async def work() -> None:
         pass
@@ -278,7 +277,8 @@ async def test_debounce_pushes_the_due_time_back_and_replaces_the_arguments(app:
     info = await first.info()
     assert info.state is JobState.SCHEDULED
     assert info.args == (2,)
-    assert info.due_ms is not None and info.due_ms >= due + 50_000
+    assert info.due_ms is not None
+    assert info.due_ms >= due + 50_000
     assert await app.queue().reserve(1, lease=30) == []
 
 
