@@ -440,3 +440,16 @@ async def test_a_killed_worker_never_leaks_the_lock(
 async def _not_active(app: App, job_id: str) -> bool:
     await app.queue().reap()
     return (await app.queue().job_info(job_id)).state is not JobState.ACTIVE
+
+
+async def test_the_blocking_producer_refuses_unique_jobs(app: App) -> None:
+    @app.task
+    async def work(x: int) -> None:
+        pass
+
+    with app.sync() as sync:
+        with pytest.raises(ConfigurationError, match="unique"):
+            sync.enqueue(work.options(unique=True), 1)
+        with pytest.raises(ConfigurationError, match="unique"):
+            sync.enqueue_many(work.options(unique_key="k"), [{"x": 1}])
+    assert await job_count(app) == 0
