@@ -457,3 +457,17 @@ async def test_the_blocking_producer_refuses_unique_jobs(app: App) -> None:
         with pytest.raises(ConfigurationError, match="unique"):
             sync.enqueue_many(work.options(unique_key="k"), [{"x": 1}])
     assert await job_count(app) == 0
+
+
+async def test_enqueue_by_name_takes_the_unique_options(app: App, redis: Redis) -> None:
+    q = app.queue()
+    first = await q.enqueue("remote.sync", [7], unique=True)
+    assert (await q.enqueue("remote.sync", [7], unique=True)).id == first.id
+    assert (await q.enqueue("remote.sync", [8], unique=True)).id != first.id
+    assert await holder(redis, app, derived_key("remote.sync", [7], {})) == first.id
+    again = await q.enqueue("remote.sync", [9], unique_key="k", on_conflict="replace")
+    replaced = await q.enqueue("remote.sync", [10], unique_key="k", on_conflict="replace")
+    assert replaced.id == again.id
+    assert (await again.info()).args == (10,)
+    with pytest.raises(ConfigurationError, match="needs delay="):
+        await q.enqueue("remote.sync", unique=True, on_conflict="debounce")
