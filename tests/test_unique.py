@@ -471,3 +471,17 @@ async def test_enqueue_by_name_takes_the_unique_options(app: App, redis: Redis) 
     assert (await again.info()).args == (10,)
     with pytest.raises(ConfigurationError, match="needs delay="):
         await q.enqueue("remote.sync", unique=True, on_conflict="debounce")
+
+
+async def test_a_lock_key_of_the_wrong_type_is_set_aside_and_taken(app: App, redis: Redis) -> None:
+    @app.task
+    async def work() -> None:
+        pass
+
+    lock = app.queue()._keys.unique("k")
+    await redis.hset(lock, "garbage", "1")
+    job = await work.options(unique_key="k").enqueue()
+    assert await holder(redis, app, "k") == job.id
+    assert (await app.queue().stats())["garbled"] == 1
+    await Worker(app, burst=True).run()
+    assert await holder(redis, app, "k") is None
