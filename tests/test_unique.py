@@ -485,3 +485,15 @@ async def test_a_lock_key_of_the_wrong_type_is_set_aside_and_taken(app: App, red
     assert (await app.queue().stats())["garbled"] == 1
     await Worker(app, burst=True).run()
     assert await holder(redis, app, "k") is None
+
+
+async def test_a_lock_without_a_ttl_is_garbage_and_taken(app: App, redis: Redis) -> None:
+    @app.task
+    async def work() -> None:
+        pass
+
+    lock = app.queue()._keys.unique("k")
+    await redis.set(lock, "nobody")  # not written by enqueue: it would hold the key for ever
+    job = await work.options(unique_key="k", unique_for=60).enqueue()
+    assert await holder(redis, app, "k") == job.id
+    assert 0 < await redis.pttl(lock) <= 60_000

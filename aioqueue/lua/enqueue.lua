@@ -11,7 +11,7 @@
   Returns {now_ms, code_1, ..., code_n}, one code per job in order: 1 queued, 2 scheduled, 0 a job
   with this id exists, or (a string) the id of the job that holds its unique lock: nothing was
   stored. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
-  TTL; a lock of the wrong type is set aside and taken ]]
+  TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
 local pos = 3
@@ -20,11 +20,12 @@ local runnable = 0
 local plain = {}
 local scheduled = false
 
--- take the unique lock key for job id, or return the id of the job that holds it
+-- take the unique lock key for job id, or return the id of the job that holds it; a lock
+-- without a TTL was not written by enqueue (garbage that would hold the key for ever): taken
 local function take_lock(key, id, ttl)
   if call('SET', key, id, 'NX', 'PX', ttl) then return nil end
   local holder = call('GET', key)
-  if holder then return holder end
+  if holder and call('PTTL', key) >= 0 then return holder end
   call('SET', key, id, 'PX', ttl)
   return nil
 end
