@@ -102,6 +102,12 @@ class Call(Generic[R]):
         self.args = args
         self.kwargs = kwargs
         self.opts = opts
+        if opts.unique is not None:
+            # a batch's members and a chain's steps are stored with the batch, all or none:
+            # a lock held elsewhere would leave a hole in it
+            raise ConfigurationError(
+                "unique jobs cannot be batch members or chain steps: enqueue them on their own"
+            )
 
     def __repr__(self) -> str:
         return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"

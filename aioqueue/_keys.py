@@ -62,7 +62,11 @@ Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
     <prefix>:{<queue>}:cron:next    ZSET   schedule name -> its next tick (epoch ms); the tick's
                                            job has the id ``cron:<name>:<tick ms>``
 
-Reserved for later capabilities (same hash tag): ``unique:*``.
+Unique jobs (see lua/enqueue.lua, lua/replace.lua and ``unlock`` in lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:unique:<key> STRING the id of the job that holds unique key <key>; its
+                                           TTL is ``unique_for``; freed by the script that
+                                           ends the job's scope (its record's field ``uk``)
 """
 
 from __future__ import annotations
@@ -184,6 +188,10 @@ class QueueKeys:
     @property
     def cron_next(self) -> str:
         return self.base + "cron:next"
+
+    def unique(self, key: str) -> str:
+        """The lock of unique key ``key`` (built by the scripts as base.."unique:"..key)."""
+        return self.base + "unique:" + key
 
     @property
     def reap_lock(self) -> str:

@@ -109,6 +109,24 @@ _TICK: Final = {
 }
 
 
+class ReplaceOutcome(enum.Enum):
+    """What ``replace.lua`` did to the job that holds a unique lock."""
+
+    #: its arguments (and, debouncing, its due time) were replaced
+    REPLACED = "replaced"
+    #: it no longer waits (it started or finished): nothing changed
+    STARTED = "started"
+    #: the lock no longer names it: enqueue again
+    LOCK_MOVED = "lock_moved"
+
+
+_REPLACE: Final = {
+    1: ReplaceOutcome.REPLACED,
+    0: ReplaceOutcome.STARTED,
+    -1: ReplaceOutcome.LOCK_MOVED,
+}
+
+
 class FailMode(enum.Enum):
     """What ``fail`` does with a failed attempt."""
 
@@ -194,6 +212,7 @@ SCRIPTS: Final = {
         ("requeue", "core lanes"),
         ("promote", "core lanes"),
         ("purge", "core lanes batches"),
+        ("replace", "core lanes"),
         ("page", ""),
         ("peek", "core"),
     )

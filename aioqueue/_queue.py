@@ -39,6 +39,7 @@ from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, JobRecord, Template
 from ._registry import WorkerInfo, read_workers
 from ._scripts import FailMode, Outcome, QueueScripts
+from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 logger = logging.getLogger(__name__)
 
@@ -150,12 +151,25 @@ class Queue(QueueAdmin):
         timeout: float | timedelta | None = None,
         result_ttl: float | timedelta | None = None,
         expires: datetime | float | timedelta | None = None,
+        unique: bool = False,
+        unique_key: str | None = None,
+        unique_for: float | timedelta | None = None,
+        unique_scope: UniqueScope | None = None,
+        on_conflict: OnConflict | None = None,
     ) -> Job[Any]:
         """Enqueue a job by task name, for producers that do not import the task's code.
 
         The worker checks the name; an unknown one is dead-lettered with the reason. The
         options are those of ``Task.options``.
         """
+        spec = unique_options(
+            unique,
+            unique_key,
+            unique_for,
+            unique_scope,
+            on_conflict,
+            delay is not None or at is not None,
+        )
         check_task_name(task)
         if not isinstance(args, list | tuple):
             raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
@@ -182,12 +196,21 @@ class Queue(QueueAdmin):
             check_priority(priority),
             "" if group is None else check_group(group),
             options=codec.dump_options(extra) if extra else b"",
+            unique="" if spec is None else spec.template_value,
         )
         jid = new_job_id() if job_id is None else check_job_id(job_id)
-        payload = codec.dump_args(
-            self.name, jid, task, tuple(args), dict(kwargs or {}), template.options
-        )
-        return (await self._enqueue([JobRecord(jid, payload, template)]))[0]
+        ukey = "" if spec is None else spec.key or derived_key(task, args, kwargs or {})
+
+        def record(_: int = 0, holder: str | None = None) -> JobRecord:
+            job_id = holder or jid
+            payload = codec.dump_args(
+                self.name, job_id, task, tuple(args), dict(kwargs or {}), template.options
+            )
+            return JobRecord(job_id, payload, template, ukey)
+
+        if spec is not None:
+            return (await enqueue_unique(self, [record()], spec, record))[0]
+        return (await self._enqueue([record()]))[0]
 
     async def _enqueue(
         self, jobs: Sequence[JobRecord], convert: Convert | None = None

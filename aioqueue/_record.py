@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """The part of a job record that many jobs can share (enqueue.lua's 9 template values)."""
+    """The part of a job record that many jobs can share (enqueue.lua's 10 template values)."""
 
     task: str
     max_attempts: int
@@ -40,9 +40,12 @@ class Template:
     batch_queue: str = ""
     #: per-job options as JSON (timeout, result_ttl, ...); empty: none
     options: bytes = b""
+    #: a unique job's lock: its scope letter (q, r, t) and TTL ms, e.g. ``r3600000``; '' none
+    #: (then each job of the run also carries its unique key, ``JobRecord.unique_key``)
+    unique: str = ""
 
-    def values(self) -> tuple[str, int, int, int, int, str, str, str, bytes]:
-        """The 9 values in enqueue.lua's order."""
+    def values(self) -> tuple[str, int, int, int, int, str, str, str, bytes, str]:
+        """The 10 values in enqueue.lua's order."""
         return (
             self.task,
             self.max_attempts,
@@ -53,6 +56,7 @@ class Template:
             self.batch,
             self.batch_queue,
             self.options,
+            self.unique,
         )
 
 
@@ -63,6 +67,8 @@ class JobRecord:
     id: str
     payload: bytes
     template: Template
+    #: the key of its unique lock (when ``template.unique``)
+    unique_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,27 @@ class JobOptions:
     group: str | None = None
     #: discard the job if no run has started by then (see ``Task.options``)
     expires: datetime | float | None = None
+    #: unique jobs (see ``Task.options``): its lock's key ('' derived from the arguments)
+    unique: UniqueOptions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueOptions:
+    """How a unique job's lock is keyed, how long it lives and what a conflict does."""
+
+    #: the lock's key; '' derives it from the task name and the arguments
+    key: str
+    #: the lock's TTL, ms
+    ttl_ms: int
+    #: while the lock is held: "queued", "running" or "ttl"
+    scope: str
+    #: on a conflict: "existing", "replace" or "debounce"
+    on_conflict: str
+
+    @property
+    def template_value(self) -> str:
+        """enqueue.lua's template value: the scope's letter and the TTL."""
+        return f"{self.scope[0]}{self.ttl_ms}"
 
 
 @dataclass(slots=True)
@@ -119,6 +146,8 @@ def enqueue_args(base: str, jobs: Sequence[JobRecord]) -> list[Any]:
             args[1] += 1
         args.append(job.id)
         args.append(job.payload)
+        if t.unique:
+            args.append(job.unique_key)
         n += 1
     if last is not None:
         args[count_at] = n

@@ -31,6 +31,9 @@ from ._lua import (
     _RELEASE as _RELEASE,
 )
 from ._lua import (
+    _REPLACE as _REPLACE,
+)
+from ._lua import (
     _TICK as _TICK,
 )
 from ._lua import (
@@ -44,6 +47,9 @@ from ._lua import (
 )
 from ._lua import (
     Outcome as Outcome,
+)
+from ._lua import (
+    ReplaceOutcome as ReplaceOutcome,
 )
 from ._lua import (
     Script as Script,
@@ -112,6 +118,7 @@ from ._record import (
     ClaimResult,
     JobRecord,
     Template,
+    enqueue_args,
     parse_claim,
 )
 from ._scriptreads import QueueReads as QueueReads
@@ -135,6 +142,32 @@ class QueueScripts(QueueReads):
     async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
         await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
+
+    async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:
+        """Store unique jobs in order (each job after the ones before it, so a conflict
+        between two of them names the first): per job None when stored (or its id existed),
+        else the id of the job that holds its lock."""
+        out: list[str | None] = []
+        for i in range(0, len(jobs), 500):
+            res = await self._run("enqueue", enqueue_args(self.base, jobs[i : i + 500]))
+            out += [text_of(c) if isinstance(c, bytes) else None for c in res[1:]]
+        return out
+
+    async def replace(
+        self,
+        key: str,
+        holder: str,
+        job: JobRecord,
+        debounce: tuple[int, int] | None,
+        ttl_ms: int,
+    ) -> ReplaceOutcome:
+        """Give the job ``holder``, which holds the unique lock ``key``, the payload and
+        options of ``job`` (made for the holder's id) while it waits; ``debounce`` (delay
+        ms, at ms; -1 none) also moves its due time and restarts the lock's TTL."""
+        delay_ms, at_ms = debounce or (-1, -1)
+        t = job.template
+        args = (self.base, key, holder, job.payload, t.options, delay_ms, at_ms, ttl_ms)
+        return _REPLACE[int(await self._run("replace", args))]
 
     async def _enqueue_calls(self, calls: Sequence[ScriptCall]) -> None:
         if len(calls) == 1:

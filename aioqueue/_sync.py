@@ -27,7 +27,7 @@ from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTim
 from ._job import JobInfo, JobState, typed_result
 from ._keys import QueueKeys
 from ._queue import job_info_from, state_counts, watched_outcome
-from ._record import JobRecord, Template
+from ._record import JobOptions, JobRecord, Template
 from ._syncdoor import BlockingScripts, blocking_call
 from ._task import BoundTask, Task
 from ._timeutil import Deadline
@@ -109,6 +109,7 @@ class SyncClient:
             ServerUnavailable: Redis could not be reached.
         """
         t, opts = (task.task, task.opts) if isinstance(task, BoundTask) else (task, task._defaults)
+        _no_unique(opts)
         t._sig.check(args, kwargs)
         queue = opts.queue or t.queue
         record = t._record(opts, args, kwargs, queue)
@@ -129,6 +130,7 @@ class SyncClient:
             t, opts = task.task, task.opts
         else:
             t, opts = task, task._defaults
+        _no_unique(opts)
         queue = opts.queue or t.queue
         template = t._template(opts)
         pairs = t._pairs(queue, template.options, calls)
@@ -287,3 +289,11 @@ def _subscribe(pubsub: Any, channel: str, remaining: Any) -> float:
         return POLL_INTERVAL
     except rexc.ResponseError:  # NOPERM: waiters re-check on their own instead
         return POLL_INTERVAL
+
+
+def _no_unique(opts: JobOptions) -> None:
+    """The blocking producer does not resolve unique jobs' conflicts: refuse them clearly."""
+    if opts.unique is not None:
+        raise ConfigurationError(
+            "unique jobs are enqueued with await task.options(...).enqueue(...), not app.sync()"
+        )

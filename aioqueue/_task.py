@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -27,6 +27,7 @@ from ._convert import ArgsDecoder, Convert, task_types
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._record import JobOptions, JobRecord, Template
+from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
     from ._app import App
@@ -195,6 +196,11 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         group: str | None = None,
         expires: datetime | float | timedelta | None = None,
+        unique: bool = False,
+        unique_key: str | None = None,
+        unique_for: float | timedelta | None = None,
+        unique_scope: UniqueScope | None = None,
+        on_conflict: OnConflict | None = None,
     ) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
 
@@ -210,6 +216,16 @@ class Task(Generic[P, R]):
                 no run of it has started by then: seconds (or a timedelta) from its enqueue,
                 by the server's clock, or an aware datetime. A retry due after it is
                 discarded too.
+            unique: at most one job of this task with these arguments at a time (its key: the
+                task name and a hash of the arguments' canonical JSON); see docs/unique.md.
+            unique_key: at most one job with this key at a time (implies ``unique``).
+            unique_for: the lock's TTL (default one hour), independent of result retention.
+            unique_scope: how long the lock is held: ``"queued"`` while the job waits,
+                ``"running"`` (default) while it waits or runs, ``"ttl"`` until the TTL ends.
+            on_conflict: when the key is held by another job: ``"existing"`` (default)
+                returns that job; ``"replace"`` gives it this call's arguments while it
+                still waits; ``"debounce"`` also pushes its due time to this call's delay
+                from now (needs ``delay=`` or ``at=``).
         """
         opts = JobOptions(
             delay=to_seconds(delay, "delay"),
@@ -222,6 +238,14 @@ class Task(Generic[P, R]):
             queue=None if queue is None else check_name("queue name", queue),
             group=None if group is None else check_group(group),
             expires=_expires(expires),
+            unique=unique_options(
+                unique,
+                unique_key,
+                unique_for,
+                unique_scope,
+                on_conflict,
+                delay is not None or at is not None,
+            ),
         )
         if opts.delay is not None and opts.at is not None:
             raise ConfigurationError("give delay= or at=, not both")
@@ -261,9 +285,32 @@ class Task(Generic[P, R]):
     ) -> Job[R]:
         self._sig.check(args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
+        if opts.unique is not None:
+            return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)
         jobs = await queue._enqueue([record], self.result_converter)
         return jobs[0]
+
+    async def _enqueue_unique(
+        self,
+        opts: JobOptions,
+        calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
+        queue_name: str,
+    ) -> list[Job[R]]:
+        """Enqueue unique jobs in order (see ``_unique.enqueue_unique``)."""
+        spec = opts.unique
+        assert spec is not None
+        keys = [spec.key or derived_key(self.name, a, kw) for a, kw in calls]
+
+        def record(i: int, job_id: str | None = None) -> JobRecord:
+            args, kwargs = calls[i]
+            r = self._record(opts, args, kwargs, queue_name, job_id=job_id)
+            return JobRecord(r.id, r.payload, r.template, keys[i])
+
+        records = [record(i) for i in range(len(calls))]
+        return await enqueue_unique(
+            self.app.queue(queue_name), records, spec, record, self.result_converter
+        )
 
     async def _enqueue_many(
         self,
@@ -271,6 +318,11 @@ class Task(Generic[P, R]):
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
         queue = self.app.queue(opts.queue or self.queue)
+        if opts.unique is not None:
+            pairs = [_split(call) for call in calls]
+            for args, kwargs in pairs:
+                self._sig.check(args, kwargs)
+            return await self._enqueue_unique(opts, pairs, queue.name)
         template = self._template(opts)
         pairs = self._pairs(queue.name, template.options, calls)
         return await queue._enqueue_run(template, pairs, self.result_converter)
@@ -287,7 +339,7 @@ class Task(Generic[P, R]):
         dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
         pairs: list[Any] = []
         for call in calls:
-            if isinstance(call, tuple):
+            if isinstance(call, tuple):  # inline (the hot path of enqueue_many), as _split
                 args, kwargs = call
             else:
                 args, kwargs = (), call
@@ -346,7 +398,17 @@ class Task(Generic[P, R]):
             self.priority if opts.priority is None else opts.priority,
             opts.group or "",
             options=self.app.codec.dump_options(extra) if extra else b"",
+            unique="" if opts.unique is None else opts.unique.template_value,
         )
+
+
+def _split(
+    call: Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]],
+) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
+    """One call of ``enqueue_many``: its positional and keyword arguments."""
+    if isinstance(call, tuple):
+        return call
+    return (), call
 
 
 def _expires(value: datetime | float | timedelta | None) -> datetime | float | None:

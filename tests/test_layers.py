@@ -33,7 +33,7 @@ LAYERS: list[list[str]] = [
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry"],
     ["_inspect", "_admin"],
-    ["_queue"],
+    ["_unique", "_queue"],
     ["_results", "_context"],
     ["_batch"],
     ["_task"],

@@ -1,12 +1,17 @@
---[[ enqueue: add jobs, immediate or delayed; idempotent on the job id.
+--[[ enqueue: add jobs, immediate or delayed; idempotent on the job id; a unique job takes its
+  lock or names the job that holds it.
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] r, the number of runs: jobs that share everything but id and payload
-  then per run: 9 template values: task, max_attempts, delay_ms (-1 none), at_ms (-1 none),
+  then per run: 10 template values: task, max_attempts, delay_ms (-1 none), at_ms (-1 none),
   priority, group ('' none), batch id ('' none), the batch's queue when it is another one ('' =
-  this queue; the caller then has counted the job into its batch there), options JSON ('' none);
-  then k, the number of jobs in the run, and k pairs: id, payload
+  this queue; the caller then has counted the job into its batch there), options JSON ('' none),
+  unique ('' none, else the scope letter q queued, r running or t ttl, then the lock's TTL ms);
+  then k, the number of jobs in the run, and k pairs: id, payload (triples id, payload, unique
+  key when the run is unique)
   Returns {now_ms, code_1, ..., code_n}, one code per job in order: 1 queued, 2 scheduled, 0 a job
-  with this id exists ]]
+  with this id exists, or (a string) the id of the job that holds its unique lock: nothing was
+  stored. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
 local pos = 3
@@ -14,11 +19,23 @@ local added = 0
 local runnable = 0
 local plain = {}
 local scheduled = false
+
+-- take the unique lock key for job id, or return the id of the job that holds it; a lock
+-- without a TTL was not written by enqueue (garbage that would hold the key for ever): taken
+local function take_lock(key, id, ttl)
+  if call('SET', key, id, 'NX', 'PX', ttl) then return nil end
+  local holder = call('GET', key)
+  if holder and call('PTTL', key) >= 0 then return holder end
+  call('SET', key, id, 'PX', ttl)
+  return nil
+end
+
 for _ = 1, tonumber(ARGV[2]) do
   local task, m, delay, at = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
   local pr, g, bid, bhome, opts = ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8]
-  local k = tonumber(ARGV[pos + 9])
-  pos = pos + 10
+  local u = ARGV[pos + 9]
+  local k = tonumber(ARGV[pos + 10])
+  pos = pos + 11
   local due = -1
   if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
   local state = 'queued'
@@ -34,13 +51,29 @@ for _ = 1, tonumber(ARGV[2]) do
     fields[#fields + 1] = 'bm'; fields[#fields + 1] = ''
   end
   local bm = #fields
+  -- a unique run: each job has its key; the record names its lock (uk) unless only the TTL
+  -- ends it (scope t)
+  local step, uttl, uscope, uk = 2, nil, nil, nil
+  if u ~= '' then
+    step, uscope, uttl = 3, string.sub(u, 1, 1), string.sub(u, 2)
+    if uscope ~= 't' then
+      fields[#fields + 1] = 'uk'; fields[#fields + 1] = ''
+      uk = #fields
+    end
+  end
   for _ = 1, k do
     local id = ARGV[pos]
     local jk = job_key(id)
     fields[4] = ARGV[pos + 1]
-    pos = pos + 2
-    if call('EXISTS', jk) == 1 then
-      out[#out + 1] = 0
+    local ukey = uttl and ARGV[pos + 2]
+    pos = pos + step
+    local holder = call('EXISTS', jk) == 1 and 0
+    if not holder and ukey then
+      holder = take_lock(BASE .. 'unique:' .. ukey, id, uttl)
+      if uk then fields[uk] = uscope .. ':' .. ukey end
+    end
+    if holder then
+      out[#out + 1] = holder
     else
       if bid ~= '' and bhome ~= '' then fields[bm] = ARGV[1] .. id end
       call('HSET', jk, unpack(fields))

@@ -11,7 +11,7 @@
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl')
+local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl', 'uk')
 if not r[1] then return -1 end
 -- this token gave the job back (release): it cannot fail it afterwards
 if r[8] == tok then return -2 end
@@ -29,6 +29,7 @@ unhold(r[7], id)
 release_slot(r[6])
 if delay == -2 then
   end_attempt(jk, r[3], r[7], 'cancelled', err, now)
+  unlock(id, r[9])
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)

@@ -47,7 +47,7 @@ end
 local done, skipped = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'b')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk')
   local s = r[1]
   if s and allowed[s] then
     if s == 'queued' then
@@ -67,6 +67,7 @@ for _, id in ipairs(ids) do
       call('ZREM', K_DEAD, id)
     end
     announce(jk, id)
+    unlock(id, r[5])
     call('DEL', jk)
     done = done + 1
   else

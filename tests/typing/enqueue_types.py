@@ -32,6 +32,10 @@ async def check(app: App, queue: Queue) -> None:
     s: str = await (await greet.enqueue("ann", loud=True)).result()
     b: bytes = await (await blocking.enqueue("/tmp/a")).result()
     delayed: Job[int] = await add.options(delay=5, priority=3).enqueue(1)
+    unique: Job[int] = await add.options(unique=True, unique_scope="queued").enqueue(1)
+    debounced: Job[int] = await add.options(
+        unique_key="k", on_conflict="debounce", delay=5, unique_for=timedelta(minutes=5)
+    ).enqueue(1)
     many: list[Job[str]] = await greet.enqueue_many([{"name": "a"}, (("b",), {"loud": True})])
     anything: Job[object] = await queue.enqueue("by.name", [1], {"k": 2})
     soon: int = await (await add.options(delay=timedelta(seconds=5)).enqueue(1)).result(
@@ -51,6 +55,8 @@ async def check(app: App, queue: Queue) -> None:
     await add.options(delay=5).enqueue("1")  # type: ignore[arg-type]
     await add.options(delay=5).enqueue(1, q=1)  # type: ignore[call-arg]
     await add.options(dealy=5).enqueue(1)  # type: ignore[call-arg]
+    await add.options(unique=True, unique_scope="forever").enqueue(1)  # type: ignore[arg-type]
+    await add.options(unique=True, on_conflict="merge").enqueue(1)  # type: ignore[arg-type]
     await add.enqueue(1, delay=5)  # type: ignore[call-arg]
     wrong: Job[str] = await add.enqueue(1)  # type: ignore[assignment]
     bad: str = await x.result()  # type: ignore[assignment]

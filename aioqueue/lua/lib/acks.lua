@@ -42,7 +42,7 @@ local function do_complete(first, n, now)
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -57,6 +57,7 @@ local function do_complete(first, n, now)
         h[#h + 1] = id
       end
       release_slot(r[3])
+      unlock(id, r[7])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       if r[4] then announce(jk, id) end
       local code = 1

@@ -198,3 +198,12 @@ end
 local function announce(key, name)
   if call('HDEL', key, 'w') == 1 then redis.pcall('PUBLISH', BASE .. 'done', name) end
 end
+
+-- a unique job's lock (uk: its scope letter, ':', its key; absent for none and for scope ttl,
+-- which only its TTL ends) is freed when the job leaves the states the scope covers; only if
+-- the lock still names this job (it may have run out and been taken by another since)
+local function unlock(id, uk)
+  if not uk then return end
+  local key = BASE .. 'unique:' .. string.sub(uk, 3)
+  if call('GET', key) == id then call('DEL', key) end
+end

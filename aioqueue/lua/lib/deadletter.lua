@@ -6,6 +6,7 @@
 
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
+  unlock(id, call('HGET', jk, 'uk'))
   call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
   call('ZADD', K_DEAD, now, id)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end

@@ -1,6 +1,6 @@
 --[[ lanes: where runnable jobs wait, and the ring that serves their lanes in turn; a job
-  entering its lane (push_ready) or leaving it before it started (cancel_waiting), a group's
-  slot freed (release_slot), a lane let back into the ring (activate).
+  entering its lane (push_ready) or leaving it before it started (leave_lane, cancel_waiting),
+  a group's slot freed (release_slot), a lane let back into the ring (activate).
   Needs: core.
 
   Runnable jobs without a group wait in the default lane (ready LIST for priority 0, prio ZSET
@@ -70,23 +70,28 @@ local function release_slot(g)
   end
 end
 
+-- take a queued job (of group g, priority pr) out of its lane (LREM on the plain FIFO list is
+-- O(n) in its length)
+local function leave_lane(id, g, pr)
+  if g then
+    call('ZREM', lane_key(g), id)
+  elseif (tonumber(pr) or 0) ~= 0 then
+    call('ZREM', K_PRIO, id)
+  else
+    call('LREM', K_READY, 1, id)
+  end
+end
+
 -- cancel a job that has not started (waiting, scheduled or queued): it leaves its lane at
 -- once (LREM on the plain FIFO list is O(n) in its length); returns true if it was cancelled
 local function cancel_waiting(id, jk, now, ttl)
-  local r = call('HMGET', jk, 's', 'g', 'pr')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'uk')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
+  unlock(id, r[4])
   call('HSET', jk, 's', 'cancelled', 'f', now)
   call('ZREM', K_SCHED, id)
-  if s == 'queued' then
-    if r[2] then
-      call('ZREM', lane_key(r[2]), id)
-    elseif (tonumber(r[3]) or 0) ~= 0 then
-      call('ZREM', K_PRIO, id)
-    else
-      call('LREM', K_READY, 1, id)
-    end
-  end
+  if s == 'queued' then leave_lane(id, r[2], r[3]) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
   announce(jk, id)
   return true

@@ -135,17 +135,22 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
   local seq = call('INCRBY', K_SEQ, #got) - #got
   for _, id in ipairs(got) do
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm')
+    local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
-      -- expired: recorded, not leased
+      unlock(id, r[7])  -- expired: recorded, not leased
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
       local tok = string.format('%d', seq) .. '-' .. h.nonce
       local a = math.floor(num(r[2], 0)) + 1
+      -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
+      if r[7] and string.byte(r[7], 1) == 113 then
+        unlock(id, r[7])
+        call('HDEL', jk, 'uk')
+      end
       if h.ln then
         h.ln = h.ln + 1
         h.ids[#h.ids + 1] = id

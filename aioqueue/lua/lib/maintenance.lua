@@ -17,7 +17,7 @@ local SPREAD_MS, SPREAD_STEPS = 100, 50
 -- declared dead). Returns 'dead', 'cancelled', 'queued' or nil (it was not active)
 local function recover_job(id, now, dead_ttl, unstarted, k, why)
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf')
+  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf', 'uk')
   if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then return 'dead' end
   if r[1] ~= 'active' then return nil end
   unhold(r[7], id)
@@ -27,6 +27,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
   local a, m = num(r[2], 0), num(r[3], 1)
   if r[6] then
     -- cancelled while its holder was lost: it stays cancelled, it is not run again
+    unlock(id, r[9])
     local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
     call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
     if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
