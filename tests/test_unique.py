@@ -7,8 +7,8 @@ by its TTL; enqueue_many; signing with replace."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import signal
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -329,8 +329,8 @@ async def test_enqueue_many_resolves_conflicts_in_order(app: App, redis: Redis) 
 
 
 # ---------------------------------------------------------------------- two processes racing
-def _race(url: str, prefix: str, mode: str, tag: str, ready: threading.Barrier) -> list[str]:
-    """200 enqueues of one key from a thread with its own event loop and App."""
+def _race(url: str, prefix: str, mode: str, tag: str, ready: Any) -> list[str]:
+    """200 enqueues of one key from a process with its own event loop and App."""
 
     async def main() -> list[str]:
         async with App(url, prefix=prefix) as app:
@@ -348,21 +348,33 @@ def _race(url: str, prefix: str, mode: str, tag: str, ready: threading.Barrier) 
     return asyncio.run(main())
 
 
+def _race_process(url: str, prefix: str, mode: str, tag: str, ready: Any, out: Any) -> None:
+    out.put((tag, _race(url, prefix, mode, tag, ready)))
+
+
 @pytest.mark.parametrize("mode", ["existing", "replace", "debounce"])
-async def test_racing_enqueues_from_two_apps_store_one_job(
+async def test_racing_enqueues_from_two_processes_store_one_job(
     redis_url: str, redis: Redis, mode: str
 ) -> None:
     prefix = f"t{uuid4().hex[:12]}"
-    ready = threading.Barrier(2)
-    results: dict[str, list[str]] = {}
-
-    def run(tag: str) -> None:
-        results[tag] = _race(redis_url, prefix, mode, tag, ready)
-
-    threads = [threading.Thread(target=run, args=(tag,)) for tag in ("a", "b")]
-    for t in threads:
-        t.start()
-    await asyncio.gather(*(asyncio.to_thread(t.join, 120) for t in threads))
+    # two processes (spawned: nothing shared but the server), released together
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(2)
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_race_process, args=(redis_url, prefix, mode, tag, ready, out))
+        for tag in ("a", "b")
+    ]
+    for p in procs:
+        p.start()
+    try:
+        results = dict([await asyncio.to_thread(out.get, True, 120) for _ in procs])
+    finally:
+        for p in procs:
+            await asyncio.to_thread(p.join, 30)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
     assert set(results) == {"a", "b"}
     ids = {i for r in results.values() for i in r}
     assert len(ids) == 1, ids
