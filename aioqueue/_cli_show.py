@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._app import App
 from ._cli_format import clip, echo, emit_json, table, when
 from ._queue import Queue
+from ._schedules_cli import as_record
+from ._schedules_cli import table as schedule_table
 from ._scripts import queue_names
 
 EXIT_OK = 0
@@ -42,8 +45,10 @@ async def info(app: App, args: argparse.Namespace) -> int:
                 "stats": await q.stats(),
             }
         )
+    # the periodic schedules of these queues, with their next runs
+    schedules = await app.schedules.list(queues=names) if names else []
     if args.json:
-        emit_json({"queues": rows})
+        emit_json({"queues": rows, "schedules": [as_record(i) for i in schedules]})
         return EXIT_OK
     if not rows:
         echo(f"no queues under prefix {app.prefix!r}")
@@ -58,6 +63,9 @@ async def info(app: App, args: argparse.Namespace) -> int:
             [[r[k] if k != "paused" else ("yes" if r[k] else "") for k in keys] for r in rows],
         )
     )
+    if schedules:
+        echo("")
+        echo(schedule_table(schedules, time.time()))
     return EXIT_OK
 
 
