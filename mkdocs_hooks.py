@@ -1,7 +1,7 @@
 """MkDocs hooks for the documentation site (mkdocs.yml, ``hooks:``).
 
 The API reference (docs/api.md) is generated from the public API, ``aioqueue.__all__`` and
-``aioqueue.testing.__all__``: the marker line ``<!-- api-reference -->`` becomes one
+``aioqueue.testing.__all__``: the line ``<!-- api-reference -->`` (alone on its line) becomes one
 mkdocstrings entry (``::: aioqueue.Name``) per public name, grouped by the module that defines
 it, so a name added to ``__all__`` is documented without editing the page, and a docstring that
 names a parameter the signature does not have fails the strict build.
@@ -37,8 +37,9 @@ SECTIONS = {
 }
 
 
-def api_reference() -> str:
-    """Return the Markdown of the API reference: a section per module, an entry per name."""
+def public_names() -> dict[str, list[str]]:
+    """Every public name (``aioqueue.App``, ``aioqueue.testing.run_until_empty``), by the
+    module that defines it, in page order."""
     import aioqueue
     import aioqueue.testing
 
@@ -52,16 +53,23 @@ def api_reference() -> str:
             home = module.__name__ if module and module is not typing else package.__name__
             groups.setdefault(home, []).append(f"{package.__name__}.{name}")
     order = [m for m in SECTIONS if m in groups] + sorted(set(groups) - set(SECTIONS))
+    return {home: groups[home] for home in order}
+
+
+def api_reference() -> str:
+    """Return the Markdown of the API reference: a section per module, an entry per name."""
     lines: list[str] = []
-    for module in order:
-        lines += [f"## {SECTIONS.get(module, module)}", ""]
-        for name in groups[module]:
+    for home, names in public_names().items():
+        lines += [f"## {SECTIONS.get(home, home)}", ""]
+        for name in names:
             lines += [f"::: {name}", "    options:", "      heading_level: 3", ""]
     return "\n".join(lines)
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    """Expand the API reference marker (mkdocs event hook)."""
-    if MARKER in markdown:
-        return markdown.replace(MARKER, api_reference())
-    return markdown
+    """Expand the API reference marker, a line of its own (mkdocs event hook); the marker
+    quoted in a sentence (development.md) stays as it is."""
+    lines = markdown.split("\n")
+    if MARKER not in lines:
+        return markdown
+    return "\n".join(api_reference() if line == MARKER else line for line in lines)
