@@ -10,6 +10,8 @@ Every ```python block in README.md and docs/*.md is one of two kinds:
   block can import it (``from jobs import app``). The line
   ``<!-- run with a worker: MODULE:APP -->`` before a block runs
   ``python -m aioqueue worker MODULE:APP`` while the block runs (the quick start's producer).
+  ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's test),
+  which must pass at least one test.
 - a fragment: the line before it is ``<!-- fragment -->`` (invisible on the rendered page).
   Fragments are parts of a larger program (``await`` at the top level, names defined elsewhere,
   a server that is not there); they are only rendered.
@@ -37,6 +39,7 @@ PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
 
 FRAGMENT = "<!-- fragment -->"
 WORKER = re.compile(r"<!-- run with a worker: ([\w.]+:\w+) -->")
+PYTEST = "<!-- run with pytest -->"
 FILE_NAME = re.compile(r"# ([\w/]+\.py)\b")
 #: the database the snippets use on the suite's server (the other tests use database 0)
 SNIPPET_DB = 13
@@ -53,6 +56,7 @@ class Snippet:
     code: str
     fragment: bool
     worker: str | None  # "module:app" to run a worker for, while the snippet runs
+    pytest: bool  # a test file, run by pytest
 
     @property
     def where(self) -> str:
@@ -81,6 +85,7 @@ def snippets(page: Path) -> list[Snippet]:
                     code="\n".join(lines[i + 1 : end]) + "\n",
                     fragment=before == FRAGMENT,
                     worker=worker.group(1) if worker else None,
+                    pytest=before == PYTEST,
                 )
             )
             i = end
@@ -128,7 +133,7 @@ def test_the_markers_stand_before_python_blocks() -> None:
     for page in PAGES:
         lines = page.read_text().splitlines()
         for n, line in enumerate(lines[:-1]):
-            marker = line.strip() == FRAGMENT or WORKER.fullmatch(line.strip())
+            marker = line.strip() in (FRAGMENT, PYTEST) or WORKER.fullmatch(line.strip())
             if marker and not lines[n + 1].strip().startswith("```python"):
                 stray.append(f"{page.relative_to(ROOT)}:{n + 1}")
     assert not stray, f"markers not followed by a ```python block: {stray}"
@@ -142,10 +147,10 @@ def test_the_checks_catch_what_cannot_run() -> None:
         "async def f(batch):\n    await batch.wait()\n": "without a timeout",
     }
     for code, expected in cases.items():
-        found = problems(Snippet(page, 1, code, fragment=False, worker=None))
+        found = problems(Snippet(page, 1, code, fragment=False, worker=None, pytest=False))
         assert any(expected in p for p in found), (code, found)
     ok = "async def f(job):\n    return await job.result(timeout=1)\n"
-    assert problems(Snippet(page, 1, ok, fragment=False, worker=None)) == []
+    assert problems(Snippet(page, 1, ok, fragment=False, worker=None, pytest=False)) == []
 
 
 def _with_db(url: str, db: int) -> str:
@@ -188,11 +193,16 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
         if other.file_name and not other.fragment:
             (tmp_path / other.file_name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / other.file_name).write_text(other.code)
-    script = tmp_path / "snippet_under_test.py"
+    script = tmp_path / ("test_snippet.py" if snippet.pytest else "snippet_under_test.py")
     script.write_text(snippet.code)
+    command = [sys.executable, script.name]
+    if snippet.pytest:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", script.name]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(
         AIOQUEUE_REDIS_URL=snippet_url,
+        # the testing kit's plugin uses it instead of starting a server of its own
+        AIOQUEUE_TEST_REDIS_URL=snippet_url,
         # for the examples that sign (tasks.md): any key of at least 16 bytes
         AIOQUEUE_SIGNING_KEY="doc-snippets-signing-key",
         PYTHONPATH=str(tmp_path),
@@ -210,7 +220,7 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
         )
     try:
         proc = subprocess.run(
-            [sys.executable, script.name],
+            command,
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -224,3 +234,5 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
         f"{snippet.where} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         + (f"\nworker:\n{worker_output}" if worker else "")
     )
+    if snippet.pytest:
+        assert re.search(r"\b[1-9]\d* passed", proc.stdout), proc.stdout
