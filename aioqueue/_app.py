@@ -101,7 +101,9 @@ class App:
         result_ttl: seconds results and completed job records are kept (None: forever,
             0: not kept).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
-        max_attempts, timeout, backoff: defaults for tasks that do not set their own.
+        max_attempts: default for tasks that do not set their own.
+        timeout: default for tasks that do not set their own.
+        backoff: default for tasks that do not set their own.
         max_connections: size of the connection pool; callers beyond it wait for a free
             connection (up to 30 s).
         socket_timeout: seconds a reply to aioqueue's own calls may take before the connection

@@ -187,7 +187,8 @@ class Schedules:
             every: an interval (seconds or a timedelta); ticks fall on its multiples since
                 the epoch.
             tz: the cron expression's time zone (default UTC).
-            args, kwargs: the job's arguments (stored as JSON).
+            args: the job's positional arguments (stored as JSON).
+            kwargs: the job's keyword arguments (stored as JSON).
             name: unique on its queue (default: the task's name).
             missed: what a tick reached more than ``grace`` late does: ``"skip"`` (no job
                 for it) or ``"once"`` (one job for all the ticks missed in a row).

@@ -211,7 +211,10 @@ class Task(Generic[P, R]):
             priority: -100..100, higher first (default: the task's, normally 0).
             group: the fairness group (a tenant, a customer, a request): groups are served
                 round-robin and can have concurrency and rate limits.
-            max_attempts, timeout, result_ttl, queue: override the task's defaults.
+            max_attempts: overrides the task's default.
+            timeout: overrides the task's default.
+            result_ttl: overrides the task's default.
+            queue: overrides the task's default.
             expires: discard the job, recorded as cancelled with the reason ``Expired``, if
                 no run of it has started by then: seconds (or a timedelta) from its enqueue,
                 by the server's clock, or an aware datetime. A retry due after it is

@@ -1,0 +1,75 @@
+"""MkDocs hooks for the documentation site (mkdocs.yml, ``hooks:``).
+
+The API reference (docs/api.md) is generated from the public API, ``aioqueue.__all__`` and
+``aioqueue.testing.__all__``: the line ``<!-- api-reference -->`` (alone on its line) becomes one
+mkdocstrings entry (``::: aioqueue.Name``) per public name, grouped by the module that defines
+it, so a name added to ``__all__`` is documented without editing the page, and a docstring that
+names a parameter the signature does not have fails the strict build.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any
+
+MARKER = "<!-- api-reference -->"
+
+#: section titles for the modules that define public names, in page order; a module missing
+#: here gets a section after these, titled by its name
+SECTIONS = {
+    "aioqueue._app": "The App",
+    "aioqueue._task": "Tasks",
+    "aioqueue._job": "Jobs",
+    "aioqueue._context": "The running job",
+    "aioqueue._queue": "Queues and the pull API",
+    "aioqueue._batch": "Batches and chains",
+    "aioqueue._schedules": "Schedules",
+    "aioqueue._worker": "Workers",
+    "aioqueue._registry": "The worker registry",
+    "aioqueue._hooks": "Hooks and middleware",
+    "aioqueue._sync": "The blocking producer",
+    "aioqueue._inspect": "Inspection",
+    "aioqueue._serialize": "Serializers",
+    "aioqueue._embedded": "The embedded server",
+    "aioqueue._exceptions": "Exceptions",
+    "aioqueue.testing": "The testing kit: aioqueue.testing",
+}
+
+
+def public_names() -> dict[str, list[str]]:
+    """Every public name (``aioqueue.App``, ``aioqueue.testing.run_until_empty``), by the
+    module that defines it, in page order."""
+    import aioqueue
+    import aioqueue.testing
+
+    groups: dict[str, list[str]] = {}
+    for package in (aioqueue, aioqueue.testing):
+        for name in package.__all__:
+            if name.startswith("__"):
+                continue
+            module = inspect.getmodule(getattr(package, name))
+            # a name that is no class or function (a type alias) stays with its package
+            home = module.__name__ if module and module is not typing else package.__name__
+            groups.setdefault(home, []).append(f"{package.__name__}.{name}")
+    order = [m for m in SECTIONS if m in groups] + sorted(set(groups) - set(SECTIONS))
+    return {home: groups[home] for home in order}
+
+
+def api_reference() -> str:
+    """Return the Markdown of the API reference: a section per module, an entry per name."""
+    lines: list[str] = []
+    for home, names in public_names().items():
+        lines += [f"## {SECTIONS.get(home, home)}", ""]
+        for name in names:
+            lines += [f"::: {name}", "    options:", "      heading_level: 3", ""]
+    return "\n".join(lines)
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    """Expand the API reference marker, a line of its own (mkdocs event hook); the marker
+    quoted in a sentence (development.md) stays as it is."""
+    lines = markdown.split("\n")
+    if MARKER not in lines:
+        return markdown
+    return "\n".join(api_reference() if line == MARKER else line for line in lines)

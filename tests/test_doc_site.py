@@ -1,0 +1,47 @@
+"""The documentation site (mkdocs.yml, built by ``python3 dev.py docs`` in strict mode in CI):
+its API reference covers the whole public API, and every page is in its navigation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import aioqueue
+import aioqueue.testing
+import mkdocs_hooks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_api_reference_documents_every_public_name_once() -> None:
+    page = mkdocs_hooks.api_reference()
+    entries = re.findall(r"^::: ([\w.]+)$", page, re.M)
+    wanted = [f"aioqueue.{n}" for n in aioqueue.__all__ if not n.startswith("__")]
+    wanted += [f"aioqueue.testing.{n}" for n in aioqueue.testing.__all__]
+    assert sorted(entries) == sorted(wanted)
+    # grouped under headings, the App first and the exceptions together
+    assert page.startswith("## The App\n\n::: aioqueue.App\n")
+    exceptions = mkdocs_hooks.public_names()["aioqueue._exceptions"]
+    assert {"aioqueue.AioQueueError", "aioqueue.JobFailed", "aioqueue.Retry"} <= set(exceptions)
+
+
+def test_the_api_page_holds_the_marker_the_hook_expands() -> None:
+    api = (ROOT / "docs" / "api.md").read_text()
+    assert mkdocs_hooks.MARKER in api
+    expanded = mkdocs_hooks.on_page_markdown(api, page=None)
+    assert mkdocs_hooks.MARKER not in expanded
+    assert "::: aioqueue.Worker" in expanded
+    # other pages are left alone, even where they quote the marker in a sentence
+    for name in ("index.md", "development.md"):
+        other = (ROOT / "docs" / name).read_text()
+        assert mkdocs_hooks.on_page_markdown(other, page=None) == other
+    assert mkdocs_hooks.MARKER in (ROOT / "docs" / "development.md").read_text()
+
+
+def test_every_page_is_in_the_navigation() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    listed = set(re.findall(r"^\s+- (?:[^:\n]+: )?([\w-]+\.md)$", config, re.M))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert listed == pages, (
+        f"not in mkdocs.yml's nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
+    )
