@@ -268,3 +268,28 @@ async def test_workers_lists_the_registry_and_info_counts_the_live_ones(redis_ur
         res = cli(redis_url, prefix, "workers")
         assert res.returncode == 0
         assert "no workers registered" in res.stdout
+
+
+async def test_info_lists_the_queues_schedules_with_their_next_runs(redis_url: str) -> None:
+    from datetime import timedelta
+
+    prefix = unique_prefix()
+    async with App(redis_url, prefix=prefix) as app:
+
+        @app.task
+        async def report(kind: str) -> None:
+            pass
+
+        await app.schedules.add(report, every=timedelta(minutes=5), args=["daily"])
+        await app.queue().enqueue("report", ["now"])  # the queue has counters: info finds it
+    out = await asyncio.to_thread(ok_json, redis_url, prefix, "info")
+    [schedule] = out["schedules"]
+    assert (schedule["name"], schedule["queue"], schedule["every_seconds"]) == (
+        "report",
+        "default",
+        300.0,
+    )
+    assert schedule["next_run_ms"] % 300_000 == 0
+    res = await asyncio.to_thread(cli, redis_url, prefix, "info")
+    assert res.returncode == 0, res.stderr
+    assert "every 300 s" in res.stdout
