@@ -329,7 +329,7 @@ async def test_enqueue_many_resolves_conflicts_in_order(app: App, redis: Redis) 
 
 
 # ---------------------------------------------------------------------- two processes racing
-def _race(url: str, prefix: str, mode: str, tag: str, ready: Any) -> list[str]:
+def _race(url: str, prefix: str, mode: str, scope: str, tag: str, ready: Any) -> list[str]:
     """200 enqueues of one key from a process with its own event loop and App."""
 
     async def main() -> list[str]:
@@ -340,7 +340,12 @@ def _race(url: str, prefix: str, mode: str, tag: str, ready: Any) -> list[str]:
                 return x
 
             delay = 30 if mode == "debounce" else None
-            opts = work.options(unique_key="race", on_conflict=mode, delay=delay)  # type: ignore[arg-type]
+            opts = work.options(
+                unique_key="race",
+                unique_scope=scope,  # type: ignore[arg-type]
+                on_conflict=mode,  # type: ignore[arg-type]
+                delay=delay,
+            )
             await app.queue().counts()  # connected before the race starts
             ready.wait(30)
             return [(await opts.enqueue(f"{tag}{i}")).id for i in range(200)]
@@ -348,13 +353,16 @@ def _race(url: str, prefix: str, mode: str, tag: str, ready: Any) -> list[str]:
     return asyncio.run(main())
 
 
-def _race_process(url: str, prefix: str, mode: str, tag: str, ready: Any, out: Any) -> None:
-    out.put((tag, _race(url, prefix, mode, tag, ready)))
+def _race_process(
+    url: str, prefix: str, mode: str, scope: str, tag: str, ready: Any, out: Any
+) -> None:
+    out.put((tag, _race(url, prefix, mode, scope, tag, ready)))
 
 
+@pytest.mark.parametrize("scope", ["queued", "running", "ttl"])
 @pytest.mark.parametrize("mode", ["existing", "replace", "debounce"])
 async def test_racing_enqueues_from_two_processes_store_one_job(
-    redis_url: str, redis: Redis, mode: str
+    redis_url: str, redis: Redis, mode: str, scope: str
 ) -> None:
     prefix = f"t{uuid4().hex[:12]}"
     # two processes (spawned: nothing shared but the server), released together
@@ -362,7 +370,7 @@ async def test_racing_enqueues_from_two_processes_store_one_job(
     ready = ctx.Barrier(2)
     out = ctx.Queue()
     procs = [
-        ctx.Process(target=_race_process, args=(redis_url, prefix, mode, tag, ready, out))
+        ctx.Process(target=_race_process, args=(redis_url, prefix, mode, scope, tag, ready, out))
         for tag in ("a", "b")
     ]
     for p in procs:
