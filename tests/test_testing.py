@@ -11,7 +11,14 @@ from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, JobState, Retry, current_job
 from aioqueue._exceptions import ConfigurationError
-from aioqueue.testing import RunSummary, run_until_empty, unique_prefix
+from aioqueue.testing import (
+    RunSummary,
+    assert_enqueued,
+    assert_not_enqueued,
+    enqueued,
+    run_until_empty,
+    unique_prefix,
+)
 
 from .support.invariants import check_invariants
 from .support.server import server_ms
@@ -206,3 +213,44 @@ def test_loading_the_plugin_imports_neither_aioqueue_nor_pytest_asyncio() -> Non
         assert callable(pytest_aioqueue.aioqueue_app)
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_assertions_on_what_was_enqueued_see_waiting_jobs_and_their_arguments(
+    app: App,
+) -> None:
+    @app.task
+    async def send(to: str, *, urgent: bool = False) -> None:
+        pass
+
+    @app.task(queue="reports")
+    async def report(kind: str, days: tuple[int, int]) -> None:
+        pass
+
+    await assert_not_enqueued(app, send)
+    a = await send.enqueue("ann", urgent=True)
+    b = await send.options(delay=3600).enqueue("bob")
+    c = await report.enqueue("weekly", (1, 7))
+
+    # every waiting job, on every queue the App's tasks use: queued first, then scheduled
+    assert [j.id for j in await enqueued(app)] == [a.id, b.id, c.id]
+    assert [j.id for j in await enqueued(app, send)] == [a.id, b.id]
+    assert [j.id for j in await enqueued(app, "report", queues=["reports"])] == [c.id]
+    assert [j.state for j in await enqueued(app, send)] == [JobState.QUEUED, JobState.SCHEDULED]
+
+    [found] = await assert_enqueued(app, send, ["ann"], {"urgent": True})
+    assert found.id == a.id
+    await assert_enqueued(app, send.options(delay=1), ["bob"])  # a BoundTask names its task
+    await assert_enqueued(app, report, ("weekly", (1, 7)))  # compared in stored JSON form
+    await assert_enqueued(app, send, count=2)
+    with pytest.raises(AssertionError, match=r"expected at least one .*found 0; waiting: send"):
+        await assert_enqueued(app, send, ["carol"])
+    with pytest.raises(AssertionError, match="expected 3 waiting"):
+        await assert_enqueued(app, send, count=3)
+    with pytest.raises(AssertionError, match="expected no waiting job of send"):
+        await assert_not_enqueued(app, send)
+
+    # once run, nothing waits
+    await run_until_empty(app)
+    await assert_not_enqueued(app, send)
+    await assert_not_enqueued(app, "report")
+    assert await enqueued(app) == []

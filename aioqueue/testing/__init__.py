@@ -2,6 +2,9 @@
 
 - ``run_until_empty(app)``: run the App's jobs in this process, in a burst ``Worker``, until
   nothing is left to run; delayed jobs (and retries) are run at once, waited for, or skipped;
+- ``enqueued(app, task)``, ``assert_enqueued(app, task, args, kwargs)`` and
+  ``assert_not_enqueued(app, task)``: what is waiting to run (queued or scheduled), to check
+  what code under test enqueued without running it;
 - ``unique_prefix()``: a key prefix no other test uses, to isolate tests on one server;
 - the pytest plugin of the kit, the module ``pytest_aioqueue`` (registered under the name
   ``aioqueue`` when the package is installed), with the fixtures ``aioqueue_server``,
@@ -13,19 +16,29 @@ Nothing here needs pytest; only the plugin module imports it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, cast
+from typing import Any, Literal, cast
 from uuid import uuid4
 
 from .._app import App
 from .._checks import to_seconds
-from .._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError, JobNotFound
+from .._job import JobInfo, JobState
 from .._leases import forward_outbox
+from .._task import BoundTask, Task
 from .._worker import Worker
 
-__all__ = ["Delayed", "RunSummary", "run_until_empty", "unique_prefix"]
+__all__ = [
+    "Delayed",
+    "RunSummary",
+    "assert_enqueued",
+    "assert_not_enqueued",
+    "enqueued",
+    "run_until_empty",
+    "unique_prefix",
+]
 
 #: what ``run_until_empty`` does with delayed jobs (and retries waiting for their backoff)
 Delayed = Literal["run_now", "wait", "skip"]
@@ -125,6 +138,121 @@ async def run_until_empty(
             f"run_until_empty: jobs still left after {seconds} s ({completed} completed, "
             f"{failed} failed; left: {left or 'unknown'})"
         ) from None
+
+
+# ---------------------------------------------------------------- what was enqueued
+#: the most waiting jobs ``enqueued`` reads (a test's queue, not a production one)
+MAX_LISTED = 10_000
+
+
+async def enqueued(
+    app: App,
+    task: Task[Any, Any] | BoundTask[Any, Any] | str | None = None,
+    *,
+    queues: Sequence[str] | None = None,
+) -> list[JobInfo]:
+    """The jobs waiting to run (queued or scheduled) on ``queues`` (default: the App's queues,
+    as ``run_until_empty`` finds them), of ``task`` (a Task or its name; None: every task),
+    oldest first within each state, queued before scheduled. Their ``args`` and ``kwargs`` are
+    the stored JSON form (a tuple becomes a list, a datetime an ISO string).
+
+    Raises:
+        ConfigurationError: more than ``MAX_LISTED`` waiting jobs (this is for tests).
+    """
+    name = _task_name(task)
+    found: list[JobInfo] = []
+    for qname in queues if queues is not None else _queues_of(app):
+        q = app.queue(qname)
+        for state in (JobState.QUEUED, JobState.SCHEDULED):
+            cursor: str | None = None
+            while True:
+                page = await q.jobs(state, task=name, limit=1000, cursor=cursor)
+                for item in page.items:
+                    try:
+                        found.append(await q.job_info(item.id))
+                    except JobNotFound:  # ran (and its record expired) since the listing
+                        continue
+                    if len(found) > MAX_LISTED:
+                        raise ConfigurationError(
+                            f"enqueued: more than {MAX_LISTED} waiting jobs; this helper is for "
+                            "tests (use Queue.jobs to page through a real queue)"
+                        )
+                cursor = page.cursor
+                if cursor is None:
+                    break
+    return found
+
+
+async def assert_enqueued(
+    app: App,
+    task: Task[Any, Any] | BoundTask[Any, Any] | str,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    count: int | None = None,
+    queues: Sequence[str] | None = None,
+) -> list[JobInfo]:
+    """Assert that jobs of ``task`` wait to run, and return them.
+
+    With ``args`` and/or ``kwargs``, only jobs with exactly those (compared in their stored
+    JSON form: lists for tuples) count; with ``count``, exactly that many must wait, else at
+    least one.
+
+    Raises:
+        AssertionError: no (or not ``count``) such jobs; the message lists what does wait.
+    """
+    name = _task_name(task)
+    waiting = await enqueued(app, name, queues=queues)
+    want_args = None if args is None else _json_form(list(args))
+    want_kwargs = None if kwargs is None else _json_form(dict(kwargs))
+    matches = [
+        j
+        for j in waiting
+        if (want_args is None or _json_form(list(j.args or ())) == want_args)
+        and (want_kwargs is None or _json_form(dict(j.kwargs or {})) == want_kwargs)
+    ]
+    if (count is None and not matches) or (count is not None and len(matches) != count):
+        seen = ", ".join(f"{name}(*{j.args!r}, **{j.kwargs!r})" for j in waiting) or "none"
+        wanted = f"{name}(*{args!r}, **{kwargs!r})" if args or kwargs else name
+        how_many = "at least one" if count is None else str(count)
+        raise AssertionError(
+            f"expected {how_many} waiting job(s) {wanted}, found {len(matches)}; waiting: {seen}"
+        )
+    return matches
+
+
+async def assert_not_enqueued(
+    app: App,
+    task: Task[Any, Any] | BoundTask[Any, Any] | str,
+    *,
+    queues: Sequence[str] | None = None,
+) -> None:
+    """Assert that no job of ``task`` waits to run.
+
+    Raises:
+        AssertionError: some do; the message lists them.
+    """
+    waiting = await enqueued(app, task, queues=queues)
+    if waiting:
+        listed = ", ".join(f"{j.id}(*{j.args!r}, **{j.kwargs!r})" for j in waiting)
+        raise AssertionError(f"expected no waiting job of {_task_name(task)}, found: {listed}")
+
+
+def _task_name(task: Task[Any, Any] | BoundTask[Any, Any] | str | None) -> str | None:
+    if task is None or isinstance(task, str):
+        return task
+    if isinstance(task, BoundTask):
+        return task.task.name
+    return task.name
+
+
+def _json_form(value: Any) -> Any:
+    """``value`` as JSON stores it (tuples become lists), to compare with stored arguments."""
+    if isinstance(value, tuple | list):
+        return [_json_form(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_form(v) for k, v in value.items()}
+    return value
 
 
 def _queues_of(app: App) -> list[str]:
