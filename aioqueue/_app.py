@@ -24,13 +24,12 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
-from ._cron import MissedPolicy
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._schedules import Schedules, make_spec
+from ._schedules import ScheduleDecorators, Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._signing import Signer
 from ._sync import SyncClient
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-TaskT = TypeVar("TaskT", bound=Task[Any, Any])
 
 
 class _State(enum.Enum):
@@ -50,7 +48,7 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-class App(HookDecorators):
+class App(HookDecorators, ScheduleDecorators):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -328,87 +326,6 @@ class App(HookDecorators):
         if fn is not None:
             return register(fn)
         return _TaskDecorator(register)
-
-    def cron(
-        self,
-        expression: str,
-        *,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-    ) -> Callable[[TaskT], TaskT]:
-        """Run a task on a cron schedule; put it above ``@app.task``::
-
-            @app.cron("*/5 * * * *", tz="Europe/Berlin")
-            @app.task
-            async def report() -> None: ...
-
-        Workers consuming the task's queue store the schedule when they start and enqueue one
-        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
-        Needs the ``aioqueue[cron]`` extra.
-        """
-
-        def declare(task: TaskT) -> TaskT:
-            if not isinstance(task, Task):
-                raise ConfigurationError("@app.cron(...) goes above @app.task, on a task")
-            self.schedule(
-                task,
-                cron=expression,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-            )
-            return task
-
-        return declare
-
-    def schedule(
-        self,
-        task: Task[Any, Any] | str,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-        queue: str | None = None,
-    ) -> None:
-        """Declare a periodic schedule in code: a cron expression or an interval, and the
-        task's arguments. No I/O: workers consuming its queue store it when they start (the
-        arguments are those of ``app.schedules.add``).
-
-        Raises:
-            ConfigurationError: a bad value, or a schedule of that name already declared.
-        """
-        self.schedules.declare(
-            make_spec(
-                self,
-                task,
-                cron=cron,
-                every=every,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-                queue=queue,
-                declared=True,
-            )
-        )
 
     async def batch(
         self,
