@@ -29,7 +29,7 @@ LAYERS: list[list[str]] = [
     ["_job"],
     ["_codec", "_handle"],
     ["_scripts", "_syncdoor"],
-    ["_leases", "_registry"],
+    ["_leases", "_registry", "_connect"],
     ["_inspect", "_admin", "_pull"],
     ["_queue"],
     ["_results", "_context"],
@@ -38,7 +38,7 @@ LAYERS: list[list[str]] = [
     ["_schedules", "_sync"],
     ["_app"],
     ["_runner"],
-    ["_fetch", "_worker"],
+    ["_fetch", "_loops", "_worker"],
     ["_embedded", "_health"],
     [
         "_schedules_cli",
@@ -66,7 +66,7 @@ LOWER = {
     "_admin",
     "_inspect",
 }
-HIGHER = {"_app", "_batch", "_fetch", "_runner", "_worker"}
+HIGHER = {"_app", "_batch", "_fetch", "_loops", "_runner", "_worker"}
 
 
 def modules() -> dict[str, str]:
