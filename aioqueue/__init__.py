@@ -45,8 +45,8 @@ from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
 from ._job import JobState as JobState
+from ._pull import Reservation as Reservation
 from ._queue import Queue as Queue
-from ._queue import Reservation as Reservation
 from ._registry import WorkerInfo as WorkerInfo
 from ._schedules import ScheduleInfo as ScheduleInfo
 from ._schedules import Schedules as Schedules

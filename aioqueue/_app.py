@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
-from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
-import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
 
 from ._batch import open_batch
 from ._checks import (
@@ -27,34 +23,23 @@ from ._checks import (
     to_seconds,
 )
 from ._codec import Codec
-from ._cron import MissedPolicy
-from ._exceptions import ClosedError, ConfigurationError, ServerUnavailable
-from ._hooks import EnqueueHook, Hooks, LifecycleHook, Middleware
+from ._connect import connect, pool_options, resolve_url
+from ._exceptions import ClosedError, ConfigurationError
+from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._schedules import Schedules, make_spec
-from ._scripts import check_script_access, load_scripts
+from ._schedules import ScheduleDecorators, Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task
-from ._wire import use_fast_packing
 
 if TYPE_CHECKING:
     from ._batch import Batch, Call, FailurePolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
-TaskT = TypeVar("TaskT", bound=Task[Any, Any])
-# the hooks' decorators return the function they are given, with its own type
-LH = TypeVar("LH", bound=LifecycleHook)
-MW = TypeVar("MW", bound=Middleware)
-EH = TypeVar("EH", bound=EnqueueHook)
-
-DEFAULT_URL = "redis://localhost:6379/0"
-URL_ENV = "AIOQUEUE_REDIS_URL"
-_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
 
 
 class _State(enum.Enum):
@@ -63,25 +48,7 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-def resolve_url(url: str | None) -> str:
-    """The Redis URL: the argument, else ``$AIOQUEUE_REDIS_URL``, else localhost."""
-    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
-    scheme = parts.scheme
-    if scheme not in _SCHEMES:
-        raise ConfigurationError(
-            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://"
-        )
-    if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
-        url = "redis" + url[len("valkey") :]
-    return url
-
-
-class App:
+class App(HookDecorators, ScheduleDecorators):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -217,29 +184,8 @@ class App:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
-        # a blocking pool: a burst of callers waits for a free connection instead of failing
-        pool = aioredis.BlockingConnectionPool.from_url(self.url, **opts)
-        client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
-        use_fast_packing(client, self.socket_timeout)
-        try:
-            await client.ping()
-            # load every script once, so that pipelines (enqueue_many, batches) run in order
-            # rather than replaying the calls that met NOSCRIPT after the others
-            await load_scripts(client)
-            # an ACL user that may load scripts but not run them on this app's keys would
-            # otherwise fail only later, in every call of a worker that retries forever
-            await check_script_access(client, QueueKeys(self.prefix, self.default_queue).seq)
-        except BaseException as exc:
-            await client.aclose()
-            # refused, not unreachable (retrying cannot help): bad credentials, a DB index
-            # out of range, an ACL user without a command aioqueue needs (NOPERM)
-            if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
-                reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
-                raise ConfigurationError(f"Redis at {redact(self.url)} refused: {reply}") from exc
-            if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):  # or LOADING
-                raise ServerUnavailable(f"cannot reach Redis at {redact(self.url)}: {exc}") from exc
-            raise
-        self._redis = client
+        probe = QueueKeys(self.prefix, self.default_queue).seq
+        self._redis = await connect(self.url, opts, self.socket_timeout, probe)
         self._state = _State.OPEN
 
     def _pool_options(
@@ -247,24 +193,9 @@ class App:
     ) -> dict[str, Any]:
         """The connection pool's options, for the async client and the blocking one
         (``app.sync()``), each with its own ``Retry`` class."""
-        opts: dict[str, Any] = {
-            "decode_responses": False,
-            "socket_connect_timeout": 5.0,
-            "socket_timeout": socket_timeout,
-            "health_check_interval": 10,
-            "max_connections": self.max_connections,
-            "timeout": 30.0,  # longest wait for a free connection of the pool
-            # a pooled connection the server closed while idle (its timeout, a proxy, a
-            # restart) fails on first use: try again on a fresh one. Safe: every script is
-            # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
-            # lease to run out (a claim whose reply was lost)
-            "retry": retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
-            "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
-        }
-        if not self.url.startswith("unix:"):
-            opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
-        opts.update(self.redis_options)
-        return opts
+        return pool_options(
+            self.url, self.max_connections, self.redis_options, retry, socket_timeout
+        )
 
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
@@ -314,42 +245,6 @@ class App:
             self.redis  # noqa: B018 - raises ClosedError unless open
             self._results = ResultWaiter(self)
         return self._results
-
-    # ------------------------------------------------------------------ hooks (_hooks.py)
-    def on_startup(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
-        before it fetches a job, in registration order; what it stores in ``state`` its tasks
-        read from ``current_job().state``. If it raises, the worker stops with
-        ``StartupFailed``."""
-        self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
-        return fn
-
-    def on_shutdown(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
-        its last job, in reverse registration order. What it raises is logged."""
-        self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
-        return fn
-
-    def middleware(self, fn: MW) -> MW:
-        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
-        job in workers made after this call: it must ``return await call_next()`` (the result,
-        which it may replace). The first registered is outermost. What it raises fails the
-        attempt like the task's own exception (retried by the task's policy)."""
-        self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
-        return fn
-
-    def before_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
-        App's producers, async and blocking, before jobs are stored; raising refuses the
-        enqueue (nothing is stored)."""
-        self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
-        return fn
-
-    def after_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
-        jobs are stored; what it raises is logged, not raised."""
-        self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
-        return fn
 
     # ------------------------------------------------------------------ tasks and queues
     @overload
@@ -433,87 +328,6 @@ class App:
         if fn is not None:
             return register(fn)
         return _TaskDecorator(register)
-
-    def cron(
-        self,
-        expression: str,
-        *,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-    ) -> Callable[[TaskT], TaskT]:
-        """Run a task on a cron schedule; put it above ``@app.task``::
-
-            @app.cron("*/5 * * * *", tz="Europe/Berlin")
-            @app.task
-            async def report() -> None: ...
-
-        Workers consuming the task's queue store the schedule when they start and enqueue one
-        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
-        Needs the ``aioqueue[cron]`` extra.
-        """
-
-        def declare(task: TaskT) -> TaskT:
-            if not isinstance(task, Task):
-                raise ConfigurationError("@app.cron(...) goes above @app.task, on a task")
-            self.schedule(
-                task,
-                cron=expression,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-            )
-            return task
-
-        return declare
-
-    def schedule(
-        self,
-        task: Task[Any, Any] | str,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-        queue: str | None = None,
-    ) -> None:
-        """Declare a periodic schedule in code: a cron expression or an interval, and the
-        task's arguments. No I/O: workers consuming its queue store it when they start (the
-        arguments are those of ``app.schedules.add``).
-
-        Raises:
-            ConfigurationError: a bad value, or a schedule of that name already declared.
-        """
-        self.schedules.declare(
-            make_spec(
-                self,
-                task,
-                cron=cron,
-                every=every,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-                queue=queue,
-                declared=True,
-            )
-        )
 
     async def batch(
         self,
@@ -605,15 +419,6 @@ def _retention(
     if keep_result is False:
         return 0.0
     return to_seconds(keep_result, "keep_result")
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return url
 
 
 def _check_backoff(backoff: object) -> Backoff | None:

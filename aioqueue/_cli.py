@@ -317,7 +317,7 @@ def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:
         app.url = embedded.url
         return embedded
     if args.url:
-        from ._app import resolve_url
+        from ._connect import resolve_url
 
         app.url = resolve_url(args.url)
     return None

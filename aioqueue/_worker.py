@@ -3,15 +3,10 @@
 Per queue, a fetch loop (``_fetch.py``) leases as many jobs per round trip as there are free
 slots and, when it finds nothing, blocks on the queue's wake list (no polling) until a producer
 adds work, a delayed job falls due or a lease runs out. Each job runs in its own task
-(``_runner.py``), whose outcome the pool settles. Around them:
-
-- a heartbeat (every ``App.heartbeat`` seconds) registers the worker in each queue's worker
-  registry and renews the leases of every running job (and of prefetched jobs, and of finished
-  jobs whose ack is still in flight), so a live worker never loses a slow job to another
-  worker, and a dead one is noticed after three missed beats (its jobs are then handed back at
-  once, those it never started without spending an attempt);
-- an acker sends completions in batches, one script call per queue, fenced by lease tokens;
-- a reaper runs queue maintenance once per period across all workers (lock in Redis).
+(``_runner.py``), whose outcome the pool settles. Around them run the background loops
+(``_loops.py``, inherited): the heartbeat that renews the worker's registration and every lease
+it holds (a dead worker is noticed after three missed beats and its jobs handed back at once),
+the acker that sends completions in batches, the forwarder of batch outcomes and the reaper.
 
 Failures, retries and releases are shielded from cancellation and tracked, so shutdown waits for
 them: cancelling the worker at any await point leaves every job in a valid state. Shutdown is a
@@ -39,15 +34,13 @@ from ._checks import check_int, to_seconds
 from ._codec import Unrunnable, describe_error
 from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
-from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from ._fetch import TRANSIENT, Fetcher
 from ._hooks import State
-from ._leases import forward_outbox
-from ._limits import MAX_JOBS_PER_CALL
+from ._loops import WorkerLoops
 from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._schedules import Scheduler
 from ._scripts import FailMode, Outcome
-from ._version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +53,7 @@ class _Running:
     cancelled: bool = False
 
 
-class Worker:
+class Worker(WorkerLoops):
     """Runs jobs of an App's tasks from one or more queues.
 
     Args:
@@ -292,19 +285,6 @@ class Worker:
             except (TimeoutError, *TRANSIENT) as exc:
                 logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
 
-    def _info(self) -> tuple[object, ...]:
-        """What the registry shows of this worker (see beat.lua)."""
-        return (
-            socket.gethostname(),
-            os.getpid(),
-            __version__,
-            ",".join(self.queue_names),
-            self.concurrency,
-            self._started_ms,
-            self.completed,
-            self.failed,
-        )
-
     def _return_prefetched(self) -> None:
         """Prefetched jobs never started: back to their queues at once, attempt refunded."""
         buffered, self._buffer = self._buffer, deque()
@@ -490,119 +470,6 @@ class Worker:
         if log:
             fut.add_done_callback(_log_failure)
         return asyncio.shield(fut)
-
-    # ------------------------------------------------------------------ background loops
-    async def _ack_loop(self) -> None:
-        while not self._finished:
-            await self._ack_event.wait()
-            # let a fetch loop that is about to claim take these acks along first
-            await asyncio.sleep(0)
-            self._ack_event.clear()
-            if not await self._flush_acks():
-                await asyncio.sleep(0.1)
-                self._ack_event.set()
-
-    async def _flush_acks(self) -> bool:
-        """Send the completions gathered so far, one script call per queue (shielded: once
-        sent, an ack finishes even if the acker is cancelled). False if some could not be
-        sent; they stay queued and are covered by the heartbeat meanwhile."""
-        ok = True
-        for qs in self._queues:
-            if not qs.acks:
-                continue
-            while qs.acks:
-                batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
-                try:
-                    outcomes = await self._shield(qs.leases.complete(batch))
-                except TRANSIENT as exc:
-                    logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
-                    qs.acks[:0] = batch
-                    ok = False
-                    break
-                self._check_acks(outcomes)
-        return ok
-
-    def _check_acks(self, outcomes: list[Outcome]) -> None:
-        lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
-        if lost:
-            logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
-        if Outcome.FORWARD in outcomes:
-            self._forward.set()
-
-    async def _forward_loop(self) -> None:
-        """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
-        an ack reports one (failures and cancellations are caught by the reap loop)."""
-        while not self._finished:
-            await self._forward.wait()
-            self._forward.clear()
-            for qs in self._queues:
-                try:
-                    await forward_outbox(qs.queue)
-                except TRANSIENT as exc:
-                    logger.debug("forwarding batch outcomes failed: %s", exc)
-                except Exception:  # a bug, or garbage nobody expected: never stop forwarding
-                    logger.exception("forwarding batch outcomes failed; going on")
-
-    async def _heartbeat_loop(self) -> None:
-        while not self._finished:
-            await asyncio.sleep(self._beat_s)
-            for qs in self._queues:
-                await self._renew(qs)
-
-    async def _renew(self, qs: Fetcher) -> None:
-        """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
-        there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
-        then act on what the renewal found."""
-        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
-        held = [c for q, c in self._buffer if q is qs]
-        pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
-        pairs += [(c.id, c.token) for c in held]
-        pairs += [(a[0], a[1]) for a in qs.acks]
-        try:
-            outcomes = await qs.leases.beat(
-                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs
-            )
-        except TRANSIENT as exc:
-            logger.warning("heartbeat failed (%s); will retry", exc)
-            return
-        self._beat_ok[qs.queue.name] = time.monotonic()
-        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
-        for (task, entry), outcome in zip(running, outcomes, strict=False):
-            if task.done() or outcome is Outcome.OK:
-                continue
-            if outcome is Outcome.CANCEL_REQUESTED:
-                logger.info("job %s was cancelled; stopping it", entry.claimed.id)
-                entry.cancelled = True
-            else:  # the job was handed to someone else: stop working on it here
-                logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
-                entry.lost = True
-            task.cancel()
-
-    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
-        """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
-        gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
-        if not gone:
-            return
-        qs.started += len(gone)
-        for c, outcome in zip(held, outcomes, strict=True):
-            if outcome is Outcome.CANCEL_REQUESTED:
-                why = Unrunnable("Cancelled", "cancelled before it ran")
-                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
-        self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
-
-    async def _reap_loop(self) -> None:
-        interval = max(self.app.lease / 2, 0.05)
-        lock_ms = max(int(interval * 1000) - 10, 1)
-        while not self._finished:
-            for qs in self._queues:
-                try:
-                    await qs.leases.reap(MAX_JOBS_PER_CALL, lock_ms)
-                    await forward_outbox(qs.queue)
-                except TRANSIENT as exc:
-                    logger.debug("maintenance failed: %s", exc)
-                except Exception:  # a bug, or garbage nobody expected: never stop maintenance
-                    logger.exception("maintenance failed; going on")
-            await asyncio.sleep(interval)
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

@@ -31,8 +31,8 @@ LAYERS: list[list[str]] = [
     ["_lua"],
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
-    ["_leases", "_registry"],
-    ["_inspect", "_admin"],
+    ["_leases", "_registry", "_connect"],
+    ["_inspect", "_admin", "_pull"],
     ["_unique", "_queue"],
     ["_results", "_context"],
     ["_batch"],
@@ -40,7 +40,7 @@ LAYERS: list[list[str]] = [
     ["_schedules", "_sync"],
     ["_app"],
     ["_runner"],
-    ["_fetch", "_worker"],
+    ["_fetch", "_loops", "_worker"],
     ["_embedded", "_health"],
     [
         "_schedules_cli",
@@ -62,12 +62,13 @@ LOWER = {
     "_wire",
     "_keys",
     "_queue",
+    "_pull",
     "_job",
     "_leases",
     "_admin",
     "_inspect",
 }
-HIGHER = {"_app", "_batch", "_fetch", "_runner", "_worker"}
+HIGHER = {"_app", "_batch", "_fetch", "_loops", "_runner", "_worker"}
 
 
 def modules() -> dict[str, str]:

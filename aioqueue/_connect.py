@@ -1,0 +1,114 @@
+"""Connecting an App to its server: the Redis URL (argument, environment, default), the
+connection pool's options, the first connection with its checks, and the URL without its
+password for messages and logs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.backoff import ExponentialWithJitterBackoff
+
+from ._exceptions import ConfigurationError, ServerUnavailable
+from ._scripts import check_script_access, load_scripts
+from ._wire import use_fast_packing
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "AIOQUEUE_REDIS_URL"
+_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
+
+
+def resolve_url(url: str | None) -> str:
+    """The Redis URL: the argument, else ``$AIOQUEUE_REDIS_URL``, else localhost."""
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+    scheme = parts.scheme
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://"
+        )
+    if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
+        url = "redis" + url[len("valkey") :]
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url
+
+
+def pool_options(
+    url: str,
+    max_connections: int,
+    redis_options: Mapping[str, Any],
+    retry: Callable[..., Any],
+    socket_timeout: float | None,
+) -> dict[str, Any]:
+    """A connection pool's options (``redis_options`` override them), with ``retry``, the
+    ``Retry`` class of the async client or of the blocking one."""
+    opts: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_connect_timeout": 5.0,
+        "socket_timeout": socket_timeout,
+        "health_check_interval": 10,
+        "max_connections": max_connections,
+        "timeout": 30.0,  # longest wait for a free connection of the pool
+        # a pooled connection the server closed while idle (its timeout, a proxy, a
+        # restart) fails on first use: try again on a fresh one. Safe: every script is
+        # idempotent when replayed (acks by token, enqueue by id), or at worst leaves a
+        # lease to run out (a claim whose reply was lost)
+        "retry": retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+        "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError],
+    }
+    if not url.startswith("unix:"):
+        opts["socket_keepalive"] = True  # TCP only: unix sockets take no such option
+    opts.update(redis_options)
+    return opts
+
+
+async def connect(
+    url: str, opts: dict[str, Any], socket_timeout: float, probe_key: str
+) -> aioredis.Redis:
+    """A client on a blocking pool made with ``opts``, once the server answered, loaded the
+    scripts and let them run on ``probe_key`` (a key of the App's).
+
+    Raises:
+        ServerUnavailable: the server cannot be reached, or is loading its data (retry).
+        ConfigurationError: the server refused: bad credentials, a DB index out of range,
+            an ACL user without a command aioqueue needs (retrying cannot help).
+    """
+    # a blocking pool: a burst of callers waits for a free connection instead of failing
+    pool = aioredis.BlockingConnectionPool.from_url(url, **opts)
+    client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
+    use_fast_packing(client, socket_timeout)
+    try:
+        await client.ping()
+        # load every script once, so that pipelines (enqueue_many, batches) run in order
+        # rather than replaying the calls that met NOSCRIPT after the others
+        await load_scripts(client)
+        # an ACL user that may load scripts but not run them on this app's keys would
+        # otherwise fail only later, in every call of a worker that retries forever
+        await check_script_access(client, probe_key)
+    except BaseException as exc:
+        await client.aclose()
+        # refused, not unreachable (retrying cannot help): bad credentials, a DB index
+        # out of range, an ACL user without a command aioqueue needs (NOPERM)
+        if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
+            reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
+            raise ConfigurationError(f"Redis at {redact(url)} refused: {reply}") from exc
+        if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):  # or LOADING
+            raise ServerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from exc
+        raise
+    return client

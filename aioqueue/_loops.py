@@ -1,0 +1,190 @@
+"""The background loops of a worker (``WorkerLoops``, which ``Worker`` inherits), each a task
+of its own while the worker runs:
+
+- the heartbeat: every ``App.heartbeat`` seconds, on each queue, renews the worker's entry in
+  the worker registry and every lease it holds there (running jobs, prefetched ones and
+  finished ones whose ack is not sent yet); a job whose lease was lost or that was cancelled
+  meanwhile is stopped;
+- the acker: sends completions in batches, one script call per queue, fenced by lease tokens;
+- the forwarder: hands batch outcomes that an ack put in an outbox to their batch's queue;
+- the reaper: queue maintenance once per period across all workers (lock in Redis).
+
+Each loop stops once the worker sets ``_finished``, and survives a server that is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ._codec import Unrunnable
+from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from ._leases import forward_outbox
+from ._limits import MAX_JOBS_PER_CALL
+from ._record import Claimed
+from ._scripts import FailMode, Outcome
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._runner import Ack, Failure
+    from ._worker import _Running
+
+# the worker's logger: what its loops log is the worker's, for those who filter on it
+logger = logging.getLogger("aioqueue._worker")
+
+
+class WorkerLoops:
+    """The heartbeat, acker, forwarder and reaper of ``Worker`` (it inherits them), with the
+    state of the worker they read and change."""
+
+    app: App
+    id: str
+    queue_names: list[str]
+    concurrency: int
+    completed: int
+    failed: int
+    _queues: list[Fetcher]
+    _running: dict[asyncio.Task[Ack | Failure], _Running]
+    _buffer: deque[tuple[Fetcher, Claimed]]
+    _ack_event: asyncio.Event
+    _forward: asyncio.Event
+    _finished: bool
+    _beat_s: float
+    _period_ms: int
+    _lease_ms: int
+    _beat_ok: dict[str, float]
+    _started_ms: int
+
+    def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
+        raise NotImplementedError
+
+    async def _ack_loop(self) -> None:
+        while not self._finished:
+            await self._ack_event.wait()
+            # let a fetch loop that is about to claim take these acks along first
+            await asyncio.sleep(0)
+            self._ack_event.clear()
+            if not await self._flush_acks():
+                await asyncio.sleep(0.1)
+                self._ack_event.set()
+
+    async def _flush_acks(self) -> bool:
+        """Send the completions gathered so far, one script call per queue (shielded: once
+        sent, an ack finishes even if the acker is cancelled). False if some could not be
+        sent; they stay queued and are covered by the heartbeat meanwhile."""
+        ok = True
+        for qs in self._queues:
+            if not qs.acks:
+                continue
+            while qs.acks:
+                batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+                try:
+                    outcomes = await self._shield(qs.leases.complete(batch))
+                except TRANSIENT as exc:
+                    logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
+                    qs.acks[:0] = batch
+                    ok = False
+                    break
+                self._check_acks(outcomes)
+        return ok
+
+    def _check_acks(self, outcomes: list[Outcome]) -> None:
+        lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
+        if lost:
+            logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
+        if Outcome.FORWARD in outcomes:
+            self._forward.set()
+
+    async def _forward_loop(self) -> None:
+        """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
+        an ack reports one (failures and cancellations are caught by the reap loop)."""
+        while not self._finished:
+            await self._forward.wait()
+            self._forward.clear()
+            for qs in self._queues:
+                try:
+                    await forward_outbox(qs.queue)
+                except TRANSIENT as exc:
+                    logger.debug("forwarding batch outcomes failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop forwarding
+                    logger.exception("forwarding batch outcomes failed; going on")
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._finished:
+            await asyncio.sleep(self._beat_s)
+            for qs in self._queues:
+                await self._renew(qs)
+
+    async def _renew(self, qs: Fetcher) -> None:
+        """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
+        there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
+        then act on what the renewal found."""
+        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+        held = [c for q, c in self._buffer if q is qs]
+        pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
+        pairs += [(c.id, c.token) for c in held]
+        pairs += [(a[0], a[1]) for a in qs.acks]
+        try:
+            outcomes = await qs.leases.beat(
+                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs
+            )
+        except TRANSIENT as exc:
+            logger.warning("heartbeat failed (%s); will retry", exc)
+            return
+        self._beat_ok[qs.queue.name] = time.monotonic()
+        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
+        for (task, entry), outcome in zip(running, outcomes, strict=False):
+            if task.done() or outcome is Outcome.OK:
+                continue
+            if outcome is Outcome.CANCEL_REQUESTED:
+                logger.info("job %s was cancelled; stopping it", entry.claimed.id)
+                entry.cancelled = True
+            else:  # the job was handed to someone else: stop working on it here
+                logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
+                entry.lost = True
+            task.cancel()
+
+    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
+        """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
+        gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
+        if not gone:
+            return
+        qs.started += len(gone)
+        for c, outcome in zip(held, outcomes, strict=True):
+            if outcome is Outcome.CANCEL_REQUESTED:
+                why = Unrunnable("Cancelled", "cancelled before it ran")
+                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
+        self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
+
+    async def _reap_loop(self) -> None:
+        interval = max(self.app.lease / 2, 0.05)
+        lock_ms = max(int(interval * 1000) - 10, 1)
+        while not self._finished:
+            for qs in self._queues:
+                try:
+                    await qs.leases.reap(MAX_JOBS_PER_CALL, lock_ms)
+                    await forward_outbox(qs.queue)
+                except TRANSIENT as exc:
+                    logger.debug("maintenance failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop maintenance
+                    logger.exception("maintenance failed; going on")
+            await asyncio.sleep(interval)
+
+    def _info(self) -> tuple[object, ...]:
+        """What the registry shows of this worker (see beat.lua)."""
+        return (
+            socket.gethostname(),
+            os.getpid(),
+            __version__,
+            ",".join(self.queue_names),
+            self.concurrency,
+            self._started_ms,
+            self.completed,
+            self.failed,
+        )
