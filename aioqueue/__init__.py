@@ -2,11 +2,11 @@
 
 from ._app import App as App
 from ._batch import Batch as Batch
-from ._batch import BatchInfo as BatchInfo
-from ._batch import BatchItem as BatchItem
-from ._batch import BatchState as BatchState
 from ._batch import Call as Call
 from ._batch import Chain as Chain
+from ._batchinfo import BatchInfo as BatchInfo
+from ._batchinfo import BatchItem as BatchItem
+from ._batchinfo import BatchState as BatchState
 from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer

@@ -36,7 +36,8 @@ from ._sync import SyncClient
 from ._task import Backoff, Task
 
 if TYPE_CHECKING:
-    from ._batch import Batch, Call, FailurePolicy
+    from ._batch import Batch, Call
+    from ._batchinfo import FailurePolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -27,6 +27,7 @@ LAYERS: list[list[str]] = [
         "_cron",
     ],
     ["_job"],
+    ["_batchinfo"],
     ["_codec", "_handle"],
     ["_lua"],
     ["_scriptreads"],
