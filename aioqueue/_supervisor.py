@@ -375,10 +375,9 @@ def supervise(
         base[:0] = ["--url", embedded_url]
 
     def command(slot: int) -> list[str]:
-        argv = [sys.executable, "-m", "aioqueue", "worker", *base]
-        if args.health_port is not None:
-            argv += ["--health-port", str(args.health_port + slot)]
-        return argv
+        # options before ``base``: it ends with ``--`` and the positional module:app
+        own = [] if args.health_port is None else ["--health-port", str(args.health_port + slot)]
+        return [sys.executable, "-m", "aioqueue", "worker", *own, *base]
 
     watch = [app_directory(target)] if args.reload else []
     return Supervisor(command, args.processes, watch).run()
