@@ -31,6 +31,7 @@ if delay == -2 then
   end_attempt(jk, r[3], r[7], 'cancelled', err, now)
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  index_finished(K_CANCELLED, now, {id})
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
   call('HINCRBY', K_STATS, 'cancelled', 1)

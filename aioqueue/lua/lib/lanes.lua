@@ -88,6 +88,7 @@ local function cancel_waiting(id, jk, now, ttl)
     end
   end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
+  index_finished(K_CANCELLED, now, {id})
   announce(jk, id)
   return true
 end
