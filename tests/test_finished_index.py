@@ -17,6 +17,7 @@ from aioqueue._limits import FINISHED_INDEX_MAX
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
+from .support.server import text
 from .support.waiting import wait_until
 from .test_cli_admin import ok_json
 
@@ -44,7 +45,7 @@ async def complete_all(q: Queue, redis: Redis) -> list[str]:
     while reserved := await q.reserve(1):
         await q.complete(reserved[0], "ok")
         done.add(reserved[0].id)
-    order = [m.decode() for m in await redis.zrange(q._keys.completed, 0, -1)]
+    order = [text(m) for m in await redis.zrange(q._keys.completed, 0, -1)]
     return [i for i in order if i in done]
 
 
@@ -61,7 +62,8 @@ async def test_completed_jobs_are_listed_page_by_page_each_once(app: App, redis:
     assert len(await listing(q, "completed", group="x")) == 16
     page = await q.jobs("completed", limit=1)
     [item] = page.items
-    assert item.state is JobState.COMPLETED and item.finished_ms is not None
+    assert item.state is JobState.COMPLETED
+    assert item.finished_ms is not None
     assert await q.jobs("cancelled") == type(page)((), None)
     await check_invariants(redis, q._keys)
 
@@ -74,9 +76,7 @@ async def test_a_worker_completing_batches_indexes_every_job(app: App, redis: Re
     await noop.enqueue_many([((i,), {}) for i in range(300)])
     q = app.queue(app.default_queue)
     async with Worker(app, concurrency=20):
-        await wait_until(
-            lambda: _completed(q, 300), timeout=60, what="the 300 jobs to complete"
-        )
+        await wait_until(lambda: _completed(q, 300), timeout=60, what="the 300 jobs to complete")
     assert len(await listing(q, "completed", limit=100)) == 300
     assert await redis.zcard(q._keys.completed) == 300
     await check_invariants(redis, q._keys)
@@ -93,7 +93,7 @@ async def test_a_completed_job_whose_record_is_not_kept_is_not_indexed(
     kept = await q.enqueue("t", (1,))
     await q.enqueue("t", (2,), result_ttl=0)
     await complete_all(q, redis)
-    assert [m.decode() for m in await redis.zrange(q._keys.completed, 0, -1)] == [kept.id]
+    assert [text(m) for m in await redis.zrange(q._keys.completed, 0, -1)] == [kept.id]
 
 
 async def test_cancelled_jobs_are_listed_whatever_cancelled_them(redis_url: str) -> None:
@@ -187,14 +187,12 @@ async def test_the_index_is_trimmed_to_its_newest_entries(app: App, redis: Redis
     assert await redis.zscore(key, fakes[extra + 2]) is None
     assert await redis.zscore(key, fakes[extra + 3]) is not None
     newest = await redis.zrange(key, -3, -1)
-    assert sorted(m.decode() for m in newest) == sorted(done)
+    assert sorted(text(m) for m in newest) == sorted(done)
     page = await q.jobs("completed", limit=3, newest_first=True)
     assert [j.id for j in page.items] == done[::-1]
 
 
-async def test_purging_finished_jobs_clears_them_from_their_index(
-    app: App, redis: Redis
-) -> None:
+async def test_purging_finished_jobs_clears_them_from_their_index(app: App, redis: Redis) -> None:
     q = app.queue(app.default_queue)
     for i in range(6):
         await q.enqueue("t", (i,))
@@ -213,7 +211,8 @@ async def test_purging_finished_jobs_clears_them_from_their_index(
     assert await redis.exists(keys.job(done[1])) == 0
     # the whole queue: the cancelled ones too
     removed = await q.purge_queue()
-    assert removed["cancelled"] == 3 and removed["completed"] == 0
+    assert removed["cancelled"] == 3
+    assert removed["completed"] == 0
     assert await redis.exists(keys.cancelled) == 0
     assert await listing(q, "cancelled") == []
     await check_invariants(redis, keys)
@@ -239,13 +238,16 @@ async def test_cli_lists_completed_jobs(redis_url: str, app: App, redis: Redis) 
     page = ok_json(redis_url, app.prefix, "jobs", "completed", "--limit", "2")
     assert [j["id"] for j in page["items"]] == done[:2]
     item = page["items"][0]
-    assert item["state"] == "completed" and item["task"] == "t" and item["group"] == "acme"
+    assert item["state"] == "completed"
+    assert item["task"] == "t"
+    assert item["group"] == "acme"
     assert isinstance(item["finished_ms"], int)
     assert page["cursor"]
     rest = ok_json(
         redis_url, app.prefix, "jobs", "completed", "--limit", "2", "--cursor", page["cursor"]
     )
-    assert [j["id"] for j in rest["items"]] == done[2:] and rest["cursor"] is None
+    assert [j["id"] for j in rest["items"]] == done[2:]
+    assert rest["cursor"] is None
     newest = ok_json(redis_url, app.prefix, "jobs", "completed", "--newest-first")
     assert [j["id"] for j in newest["items"]] == done[::-1]
     assert ok_json(redis_url, app.prefix, "jobs", "cancelled")["items"] == []

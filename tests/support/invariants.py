@@ -133,9 +133,9 @@ async def check_records(
     none, a cancelled one in none but a runnable lane (dropped lazily); that every job handed
     to a parked worker is active under the lease it was handed with; and that no structure
     names a job whose hash is gone, except dead letters whose record expired before ``reap``
-    trimmed the dead set, and the indexes of completed and cancelled jobs, which name jobs in
-    their state or whose record is gone. Call it only when nothing else is changing the queue: it reads with
-    several commands.
+    trimmed the dead set; and that the indexes of completed and cancelled jobs name jobs in
+    their state or whose record is gone. Call it only when nothing else is changing the queue:
+    it reads with several commands.
     """
     where, deadlines = await _structures(redis, keys)
     hashes = await _hashes(redis, keys)
