@@ -251,3 +251,24 @@ async def test_cli_lists_completed_jobs(redis_url: str, app: App, redis: Redis) 
     newest = ok_json(redis_url, app.prefix, "jobs", "completed", "--newest-first")
     assert [j["id"] for j in newest["items"]] == done[::-1]
     assert ok_json(redis_url, app.prefix, "jobs", "cancelled")["items"] == []
+
+
+async def test_maintenance_drops_entries_whose_record_expired(app: App, redis: Redis) -> None:
+    q = app.queue(app.default_queue)
+    for i in range(20):
+        await q.enqueue("t", (i,))
+    done = await complete_all(q, redis)
+    keys = q._keys
+    # the oldest 15 records expire, and one among the kept ones
+    for job_id in [*done[:15], done[18]]:
+        await redis.delete(keys.job(job_id))
+    await redis.zadd(keys.cancelled, {"gone": 1})
+    await q.reap()
+    left = [text(m) for m in await redis.zrange(keys.completed, 0, -1)]
+    assert left == [*done[15:18], done[19]]
+    assert await redis.exists(keys.cancelled) == 0
+    # an index left with only expired entries goes entirely
+    for job_id in left:
+        await redis.delete(keys.job(job_id))
+    await q.reap()
+    assert await redis.exists(keys.completed) == 0
