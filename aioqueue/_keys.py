@@ -12,7 +12,8 @@ slot::
     <prefix>:{<queue>}:completed    ZSET   completed job ids whose record is kept, score = finish
                                            time (server ms); the newest 100,000 (for listing)
     <prefix>:{<queue>}:cancelled    ZSET   cancelled job ids, score = time of cancellation (server
-                                           ms); the newest 100,000 (for listing)
+                                           ms); the newest 100,000 (for listing). reap drops
+                                           the oldest entries of both whose record expired
     <prefix>:{<queue>}:wake         LIST   at most one token: wakes one idle consumer
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
     <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
