@@ -81,17 +81,21 @@ class QueueAdmin:
         cursor: str | None = None,
         newest_first: bool = False,
     ) -> JobPage:
-        """A page of the jobs in ``state`` (scheduled, queued, active or failed).
+        """A page of the jobs in ``state`` (scheduled, queued, active, failed, completed or
+        cancelled).
 
         Args:
-            state: the state to list; completed and cancelled jobs are not indexed (look them
-                up by id with ``job_detail``).
+            state: the state to list. Completed and cancelled jobs are listed from an index
+                that keeps the most recent 100,000 of each whose records are still kept (a
+                completed job whose result is not kept is not listed; look others up by id
+                with ``job_detail``).
             task, group: only jobs of this task name / fairness group.
             limit: jobs per page at most (1-1,000); a filtered page may hold fewer while its
                 cursor goes on.
             cursor: the previous page's ``cursor``; ``None`` starts a listing.
-            newest_first: scheduled by due time, active by lease deadline, failed by time of
-                death, queued lane by lane in the order they are served; this reverses it.
+            newest_first: scheduled by due time, active by lease deadline, failed, completed
+                and cancelled by the time they ended, queued lane by lane in the order they
+                are served; this reverses it.
 
         Returns:
             The page. A job that stays in the state is listed exactly once per listing, one
@@ -173,7 +177,8 @@ class QueueAdmin:
     ) -> int:
         """Delete jobs that are not running, records and all: these ids (in any state but
         active and waiting), or every job in ``state`` (queued, scheduled or failed) that
-        matches the filters. Purged members of a batch count as cancelled in it. Returns how
+        matches the filters (queued, scheduled, failed, or completed and cancelled: those
+        their index lists). Purged members of a batch count as cancelled in it. Returns how
         many were deleted."""
         scripts = self._scripts
         if job_ids is not None:
@@ -182,7 +187,9 @@ class QueueAdmin:
                 states = (JobState(state).value,)
             return await _chunked(lambda ids: scripts.purge_ids(ids, states), job_ids)
         if state is None:
-            raise ConfigurationError("purge needs job ids or a state (queued, scheduled, failed)")
+            raise ConfigurationError(
+                "purge needs job ids or a state (queued, scheduled, failed, completed, cancelled)"
+            )
         st = check_state(state)
         if st is JobState.ACTIVE:
             raise ConfigurationError("running jobs are not purged: cancel them instead")
@@ -195,7 +202,8 @@ class QueueAdmin:
                     total += await _drain(scripts, "lane", g)
                 return total
             if group is None:
-                return await _drain(scripts, "scheduled" if st is JobState.SCHEDULED else "dead")
+                source = {JobState.SCHEDULED: "scheduled", JobState.FAILED: "dead"}
+                return await _drain(scripts, source.get(st, st.value))
         total = 0
         async for ids in self._lister(st, task, group, since=since).pages():
             total += (await scripts.purge_ids(ids, (st.value,)))[0]
@@ -203,10 +211,17 @@ class QueueAdmin:
 
     async def purge_queue(self) -> dict[str, int]:
         """Delete every job of the queue that is not running (queued, scheduled, dead
-        letters); running jobs finish. Returns how many of each were deleted."""
+        letters, and the completed and cancelled ones their indexes list); running jobs
+        finish. Returns how many of each were deleted."""
         return {
-            st: await self.purge(st)
-            for st in (JobState.QUEUED.value, JobState.SCHEDULED.value, JobState.FAILED.value)
+            st.value: await self.purge(st)
+            for st in (
+                JobState.QUEUED,
+                JobState.SCHEDULED,
+                JobState.FAILED,
+                JobState.COMPLETED,
+                JobState.CANCELLED,
+            )
         }
 
     async def cancel(
@@ -269,8 +284,10 @@ async def _cancel_chunks(
 async def _drain(scripts: QueueScripts, source: str, group: str = "") -> int:
     """Purge a structure from its head, a chunk per call, until a call purges nothing."""
     total = 0
+    # an index of finished jobs drops the stale entries it skips, so a chunk of them goes on
+    indexed = source in ("completed", "cancelled")
     while True:
-        done, _ = await scripts.purge_head(source, MAX_JOBS_PER_CALL, group)
+        done, skipped = await scripts.purge_head(source, MAX_JOBS_PER_CALL, group)
         total += done
-        if done == 0:
+        if done == 0 and not (indexed and skipped):
             return total

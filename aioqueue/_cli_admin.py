@@ -31,7 +31,7 @@ from ._cli_show import workers as show_workers
 from ._exceptions import AioQueueError, ConfigurationError, JobNotFound
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-STATES = ("scheduled", "queued", "active", "failed")
+STATES = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
 
 Handler = Callable[[App, argparse.Namespace], Awaitable[int]]
 HANDLERS: dict[str, Handler] = {}
@@ -133,9 +133,13 @@ def add_commands(sub: Any) -> None:
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
     p = command("purge", "delete jobs that are not running (asks first)", _purge)
     p.add_argument("ids", nargs="*", metavar="ID", help="job ids to delete")
-    p.add_argument("--state", choices=("queued", "scheduled", "failed"), help="jobs in this state")
+    p.add_argument(
+        "--state",
+        choices=("queued", "scheduled", "failed", "completed", "cancelled"),
+        help="jobs in this state",
+    )
     filters(p, since=True)
-    p.add_argument("--all", action="store_true", help="the whole queue: queued, scheduled, dead")
+    p.add_argument("--all", action="store_true", help="the whole queue: all but running jobs")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p = command("cancel", "cancel queued, scheduled and running jobs", _cancel)
     selection(p, "cancel")

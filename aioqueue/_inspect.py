@@ -2,7 +2,8 @@
 groups, and the records they return (the actions on them are in ``_admin``).
 
 Listings page with an opaque cursor over the structures that hold each state (docs/operations.md):
-the ZSETs ``scheduled``, ``active``, ``dead`` and ``prio`` and each group's lane by (score, id),
+the ZSETs ``scheduled``, ``active``, ``dead``, ``prio``, the indexes of finished jobs
+``completed`` and ``cancelled`` and each group's lane by (score, id),
 the plain FIFO list ``ready`` by anchor ids. A page costs a bounded number of round trips and
 examines at most ``SCAN_BUDGET`` ids, whatever the queue's size.
 """
@@ -25,7 +26,16 @@ from ._scripts import QueueScripts
 #: the most ids one page examines (filters may leave a page short; its cursor goes on)
 SCAN_BUDGET = 5000
 #: the states a listing can show: the ones an index holds
-LISTED = (JobState.SCHEDULED, JobState.QUEUED, JobState.ACTIVE, JobState.FAILED)
+LISTED = (
+    JobState.SCHEDULED,
+    JobState.QUEUED,
+    JobState.ACTIVE,
+    JobState.FAILED,
+    JobState.COMPLETED,
+    JobState.CANCELLED,
+)
+#: the states held in an index of finished jobs, which only lists (its entries may be stale)
+INDEXED = (JobState.COMPLETED, JobState.CANCELLED)
 _FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e")
 #: the most ended attempts a job's record keeps (lua/lib/history.lua, HISTORY_MAX)
 HISTORY_MAX = 20
@@ -168,8 +178,8 @@ def check_state(state: str | JobState) -> JobState:
         ) from None
     if st not in LISTED:
         raise ConfigurationError(
-            f"{st.value} jobs are not indexed (their records expire by retention): look one "
-            "up by id with job_detail(); listable: " + ", ".join(s.value for s in LISTED)
+            f"{st.value} jobs are not listed: look one up by id with job_detail(); "
+            "listable: " + ", ".join(s.value for s in LISTED)
         )
     return st
 
@@ -199,8 +209,11 @@ class Lister:
         self.until_ms = until_ms
 
     async def sources(self) -> list[str]:
-        """The structures holding the state: 'scheduled', 'active', 'dead', or for queued
-        'prio', 'ready' and 'g:<group>' (one group's, with a group filter)."""
+        """The structures holding the state: 'scheduled', 'active', 'dead', 'completed',
+        'cancelled', or for queued 'prio', 'ready' and 'g:<group>' (one group's, with a group
+        filter)."""
+        if self.state in INDEXED:
+            return [self.state.value]
         if self.state is JobState.SCHEDULED:
             return ["scheduled"]
         if self.state is JobState.ACTIVE:
@@ -332,6 +345,21 @@ class Lister:
         return ids, {"src": "ready", "an": ids[-3:][::-1], "pos": pos}
 
     async def _matching(self, ids: list[str]) -> list[str]:
+        if ids and self.state in INDEXED:
+            # an index entry may be stale (its record expired, or its id was used again):
+            # only those still in the state count toward the page
+            rows = await self.s.job_fields(ids, ("s", "t", "g"))
+            want = self.state.value.encode()
+            out = []
+            for job_id, (s, t, g) in zip(ids, rows, strict=True):
+                if s != want:
+                    continue
+                if self.task is not None and (t or b"").decode(errors="replace") != self.task:
+                    continue
+                if self.group is not None and (g or b"").decode(errors="replace") != self.group:
+                    continue
+                out.append(job_id)
+            return out
         if not ids or (self.task is None and (self.group is None or self.state is JobState.QUEUED)):
             return ids
         rows = await self.s.job_fields(ids, ("t", "g"))

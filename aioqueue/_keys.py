@@ -9,6 +9,11 @@ slot::
     <prefix>:{<queue>}:scheduled    ZSET   delayed job ids, score = due time (server ms)
     <prefix>:{<queue>}:active       ZSET   leased job ids, score = lease deadline (server ms)
     <prefix>:{<queue>}:dead         ZSET   dead-lettered job ids, score = time of death (server ms)
+    <prefix>:{<queue>}:completed    ZSET   completed job ids whose record is kept, score = finish
+                                           time (server ms); the newest 100,000 (for listing)
+    <prefix>:{<queue>}:cancelled    ZSET   cancelled job ids, score = time of cancellation (server
+                                           ms); the newest 100,000 (for listing). reap drops
+                                           the oldest entries of both whose record expired
     <prefix>:{<queue>}:wake         LIST   at most one token: wakes one idle consumer
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
     <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
@@ -113,6 +118,16 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return self.base + "dead"
+
+    @property
+    def completed(self) -> str:
+        """The index of completed jobs (listing only; trimmed to its newest entries)."""
+        return self.base + "completed"
+
+    @property
+    def cancelled(self) -> str:
+        """The index of cancelled jobs (listing only; trimmed to its newest entries)."""
+        return self.base + "cancelled"
 
     @property
     def wake(self) -> str:

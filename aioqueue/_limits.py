@@ -16,3 +16,5 @@ CLAIMED_JOB_VALUES: Final = 7
 #: the range of priorities claim orders by (higher runs first)
 MIN_PRIORITY: Final = -100
 MAX_PRIORITY: Final = 100
+#: the most entries each index of finished jobs (completed, cancelled) keeps: the newest
+FINISHED_INDEX_MAX: Final = 100_000

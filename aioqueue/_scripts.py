@@ -315,7 +315,8 @@ class QueueScripts(QueueReads):
 
     async def purge_head(self, source: str, n: int, group: str = "") -> tuple[int, int]:
         """Delete the first ``n`` jobs of a structure: ``ready``, ``prio``, ``scheduled``,
-        ``dead`` or ``lane`` (of ``group``) (purge.lua): (purged, skipped)."""
+        ``dead``, ``completed``, ``cancelled`` or ``lane`` (of ``group``) (purge.lua):
+        (purged, skipped)."""
         res = await self._run("purge", (self.base, source, group, n))
         return int(res[0]), int(res[1])
 

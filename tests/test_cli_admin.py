@@ -130,7 +130,13 @@ async def test_purge_asks_first_and_does_nothing_unconfirmed(redis_url: str, dea
     assert (await dead_app.queue().counts())["failed"] == 3
     out = ok_json(redis_url, p, "purge", "--all", "--yes")
     assert out["count"] == 4
-    assert out["by_state"] == {"queued": 0, "scheduled": 1, "failed": 3}
+    assert out["by_state"] == {
+        "queued": 0,
+        "scheduled": 1,
+        "failed": 3,
+        "completed": 0,
+        "cancelled": 0,
+    }
 
 
 async def test_enqueue_pause_resume_limit(redis_url: str) -> None:

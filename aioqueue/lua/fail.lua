@@ -32,6 +32,7 @@ if delay == -2 then
   unlock(id, r[9])
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  index_finished(K_CANCELLED, now, {id})
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
   call('HINCRBY', K_STATS, 'cancelled', 1)

@@ -5,7 +5,8 @@
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base
   ARGV[2] source: 'ids' (ARGV[5..]), or the structure whose first ARGV[4] members are purged:
-          'ready', 'prio', 'scheduled', 'dead', or 'lane' (the lane of group ARGV[3])
+          'ready', 'prio', 'scheduled', 'dead', 'completed' or 'cancelled' (the indexes of
+          finished jobs, oldest first), or 'lane' (the lane of group ARGV[3])
   ARGV[3] for 'ids': the states that may be purged, space separated (of queued, scheduled,
           failed, completed, cancelled); for 'lane': the group
   ARGV[4] for a structure: how many members at most (MAX_JOBS_PER_CALL)
@@ -39,6 +40,12 @@ elseif n > 0 then
   elseif source == 'dead' then
     ids = call('ZRANGE', K_DEAD, 0, n - 1)
     allowed = {failed = true}
+  elseif source == 'completed' then
+    ids = call('ZRANGE', K_COMPLETED, 0, n - 1)
+    allowed = {completed = true}
+  elseif source == 'cancelled' then
+    ids = call('ZRANGE', K_CANCELLED, 0, n - 1)
+    allowed = {cancelled = true}
   else
     return redis.error_reply('unknown source ' .. tostring(source))
   end
@@ -65,6 +72,10 @@ for _, id in ipairs(ids) do
       if r[4] then batch_outcome(id, jk, false, cancelled, now) end
     elseif s == 'failed' then
       call('ZREM', K_DEAD, id)
+    elseif s == 'completed' then
+      call('ZREM', K_COMPLETED, id)
+    elseif s == 'cancelled' then
+      call('ZREM', K_CANCELLED, id)
     end
     announce(jk, id)
     unlock(id, r[5])
@@ -72,8 +83,12 @@ for _, id in ipairs(ids) do
     done = done + 1
   else
     -- a structure's member whose record is gone, or no longer in that state, leaves it only
-    -- when the record is gone (otherwise it belongs to whatever moves the job on)
-    if not s and source ~= 'ids' then
+    -- when the record is gone (otherwise it belongs to whatever moves the job on); an index
+    -- of finished jobs only lists, so a member of another state (its record expired and the
+    -- id was used again) leaves it too
+    if source == 'completed' then call('ZREM', K_COMPLETED, id)
+    elseif source == 'cancelled' then call('ZREM', K_CANCELLED, id)
+    elseif not s and source ~= 'ids' then
       if source == 'ready' then call('LREM', K_READY, 1, id)
       elseif source == 'prio' then call('ZREM', K_PRIO, id)
       elseif source == 'lane' then call('ZREM', lane_key(arg), id)

@@ -1,7 +1,8 @@
 --[[ reap: queue maintenance, safe to run from any number of processes at once: bury workers
   that missed their heartbeats (their leases are handed back at once, see lib/workers), hand
-  back expired leases, promote due delayed jobs, drop dead letters older than their retention
-  and the parking of workers that died parked.
+  back expired leases, promote due delayed jobs, drop dead letters older than their retention,
+  the parking of workers that died parked, and the oldest entries of the indexes of finished
+  jobs whose record has expired (see drop_expired).
   With a lock period, only the first caller in each period does the work, so N workers do it
   once, not N times.
   KEYS[1..13] the shared transition keys (see lib/core)   KEYS[14] the maintenance lock
@@ -20,6 +21,29 @@ if pro > 0 then wake() end
 -- parking registrations that ran out (workers that died parked)
 local stale = call('ZRANGEBYSCORE', K_IDLE, '-inf', now, 'LIMIT', 0, MAX_JOBS_PER_CALL)
 if #stale > 0 then unregister(unpack(stale)) end
+
+-- drop the oldest entries of an index of finished jobs whose record has expired, so that it
+-- shrinks with the records: at most limit examined, stopping after 10 whose record is kept
+-- (records kept longer than the others, e.g. forever, do not make every reap scan far)
+local function drop_expired(key)
+  local kept, seen = 0, 0
+  while seen < limit do
+    local ids = call('ZRANGE', key, kept, kept + 99)
+    if #ids == 0 then return end
+    for _, id in ipairs(ids) do
+      seen = seen + 1
+      if call('EXISTS', job_key(id)) == 1 then
+        kept = kept + 1
+        if kept >= 10 then return end
+      else
+        call('ZREM', key, id)
+      end
+    end
+  end
+end
+drop_expired(K_COMPLETED)
+drop_expired(K_CANCELLED)
+
 local trimmed = 0
 if dead_ttl > 0 then trimmed = call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}

@@ -133,8 +133,9 @@ async def check_records(
     none, a cancelled one in none but a runnable lane (dropped lazily); that every job handed
     to a parked worker is active under the lease it was handed with; and that no structure
     names a job whose hash is gone, except dead letters whose record expired before ``reap``
-    trimmed the dead set. Call it only when nothing else is changing the queue: it reads with
-    several commands.
+    trimmed the dead set; and that the indexes of completed and cancelled jobs name jobs in
+    their state or whose record is gone. Call it only when nothing else is changing the queue:
+    it reads with several commands.
     """
     where, deadlines = await _structures(redis, keys)
     hashes = await _hashes(redis, keys)
@@ -153,6 +154,16 @@ async def check_records(
             assert lease is not None, f"active job {job_id} has no lease token"
             deadline = int(deadlines[job_id])
         records[job_id] = JobRecord(state, int(attempts or 0), deadline)
+    # the indexes of finished jobs (listing only) name jobs in their state, or whose record
+    # is gone (expired, or deleted at once when its result was not kept)
+    for index, want in ((keys.completed, "completed"), (keys.cancelled, "cancelled")):
+        if await redis.type(index) != b"zset":
+            continue
+        for member in await redis.zrange(index, 0, -1):
+            job_id = text(member)
+            if job_id in hashes:
+                state = text(hashes[job_id][0])
+                assert state == want, f"the {want} index holds job {job_id}, which is {state}"
     # jobs handed to a parked worker (7 values each, as claim replies) hold its current lease
     async for hand in redis.scan_iter(match=keys.base + "hand:*", count=1000):
         if garbled(hand) or await redis.type(hand) != b"list":

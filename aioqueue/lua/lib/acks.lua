@@ -37,6 +37,7 @@ local function do_complete(first, n, now)
   local out = {}
   local ok = 0
   local done = {}
+  local kept = {}  -- the completed ones whose record is kept: the completed index
   local held = {}  -- worker -> its jobs finished here
   for i = 0, n - 1 do
     local b = first + i * 4
@@ -64,8 +65,9 @@ local function do_complete(first, n, now)
       if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
       if ttl == 0 then
         call('DEL', jk)
-      elseif ttl > 0 then
-        call('PEXPIRE', jk, ttl)
+      else
+        if ttl > 0 then call('PEXPIRE', jk, ttl) end
+        kept[#kept + 1] = id
       end
       ok = ok + 1
       out[#out + 1] = code
@@ -73,6 +75,7 @@ local function do_complete(first, n, now)
   end
   if ok > 0 then
     call('ZREM', K_ACTIVE, unpack(done))
+    index_finished(K_COMPLETED, now, kept)
     for wid, ids in pairs(held) do unhold(wid, unpack(ids)) end
     call('HINCRBY', K_STATS, 'completed', ok)
     tally('c', ok, now)

@@ -51,6 +51,8 @@ local CLAIMED_JOB_VALUES = 7
 -- the priorities claim orders by (anything else is clamped into this range)
 local MIN_PRIORITY = -100
 local MAX_PRIORITY = 100
+-- the most entries each index of finished jobs (completed, cancelled) keeps, the newest
+local FINISHED_INDEX_MAX = 100000
 
 -- a number read from a record that anyone with write access could have garbled: nil, NaN and
 -- infinities become the default
@@ -206,4 +208,24 @@ local function unlock(id, uk)
   if not uk then return end
   local key = BASE .. 'unique:' .. string.sub(uk, 3)
   if call('GET', key) == id then call('DEL', key) end
+end
+
+-- the indexes of finished jobs, for listing them: ZSETs job id -> finish time (server ms),
+-- written by the scripts that complete or cancel a job, each trimmed to its newest
+-- FINISHED_INDEX_MAX entries. An entry whose record has expired stays until trimmed (a
+-- listing skips it)
+local K_COMPLETED, K_CANCELLED = BASE .. 'completed', BASE .. 'cancelled'
+
+-- add ids (at most MAX_JOBS_PER_CALL), finished at now, to index key, and trim it
+local function index_finished(key, now, ids)
+  if #ids == 0 then return end
+  local args = {}
+  for i, id in ipairs(ids) do
+    args[2 * i - 1] = now
+    args[2 * i] = id
+  end
+  call('ZADD', key, unpack(args))
+  if call('ZCARD', key) > FINISHED_INDEX_MAX then
+    call('ZREMRANGEBYRANK', key, 0, -FINISHED_INDEX_MAX - 1)
+  end
 end

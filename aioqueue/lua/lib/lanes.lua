@@ -93,6 +93,7 @@ local function cancel_waiting(id, jk, now, ttl)
   call('ZREM', K_SCHED, id)
   if s == 'queued' then leave_lane(id, r[2], r[3]) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
+  index_finished(K_CANCELLED, now, {id})
   announce(jk, id)
   return true
 end

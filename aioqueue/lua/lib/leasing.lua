@@ -117,6 +117,7 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
   local err = cjson.encode({type = 'Expired', message = 'no run started before its expiry'})
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  index_finished(K_CANCELLED, now, {id})
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
   call('HINCRBY', K_STATS, 'cancelled', 1)

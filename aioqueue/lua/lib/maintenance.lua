@@ -31,6 +31,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
     local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
     call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
     if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+    index_finished(K_CANCELLED, now, {id})
     announce(jk, id)
     batch_outcome(id, jk, false, err, now)
     return 'cancelled'
