@@ -16,9 +16,7 @@ from ._inspect import (
     GroupInfo,
     JobDetail,
     JobPage,
-    Lister,
     Throughput,
-    check_state,
     detail,
     groups,
     summaries,
@@ -26,6 +24,7 @@ from ._inspect import (
 )
 from ._job import JobInfo, JobState
 from ._limits import MAX_JOBS_PER_CALL
+from ._lister import Lister, check_state
 from ._scripts import QueueScripts
 
 if TYPE_CHECKING:

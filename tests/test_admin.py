@@ -23,7 +23,7 @@ from aioqueue import (
     Throughput,
     Worker,
 )
-from aioqueue._inspect import Lister
+from aioqueue._lister import Lister
 from aioqueue._scripts import QueueScripts
 
 from .support.invariants import check_invariants
