@@ -42,7 +42,7 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------- option values
-def _name(kind: str) -> Callable[[str], str]:
+def name_arg(kind: str) -> Callable[[str], str]:
     def check(text: str) -> str:
         try:
             return check_name(kind, text)
@@ -95,9 +95,11 @@ def add_commands(sub: Any) -> None:
         p.add_argument(
             "--embedded", action="store_true", help="use the embedded server (see worker)"
         )
-        p.add_argument("--prefix", type=_name("key prefix"), default="aq", help="key prefix (aq)")
         p.add_argument(
-            "-q", "--queue", type=_name("queue name"), default="default", help="queue (default)"
+            "--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)"
+        )
+        p.add_argument(
+            "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
         )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.set_defaults(handler=handler)

@@ -18,21 +18,11 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ._app import App
-from ._checks import check_name
+from ._cli_admin import name_arg
 from ._cli_format import echo
-from ._exceptions import AioQueueError, ConfigurationError
+from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-def _name(kind: str) -> Any:
-    def check(text: str) -> str:
-        try:
-            return check_name(kind, text)
-        except ConfigurationError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return check
 
 
 def _timeout(text: str) -> float:
@@ -50,9 +40,9 @@ def add_health(sub: Any) -> None:
     what = "exit 0 if the server answers and a live worker consumes the queue, else 1"
     p: argparse.ArgumentParser = sub.add_parser("health", help=what, description=what)
     p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    p.add_argument("--prefix", type=_name("key prefix"), default="aq", help="key prefix (aq)")
+    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
     p.add_argument(
-        "-q", "--queue", type=_name("queue name"), default="default", help="queue (default)"
+        "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
     )
     p.add_argument(
         "--timeout", type=_timeout, default=5.0, help="seconds to get an answer in all (5)"

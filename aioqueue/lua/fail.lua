@@ -30,11 +30,7 @@ release_slot(r[6])
 if delay == -2 then
   end_attempt(jk, r[3], r[7], 'cancelled', err, now)
   unlock(id, r[9])
-  call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
-  index_finished(K_CANCELLED, now, {id})
-  announce(jk, id)
-  batch_outcome(id, jk, false, err, now)
+  to_cancelled(id, jk, err, now, dead_ttl)
   call('HINCRBY', K_STATS, 'cancelled', 1)
   if has_ready() then wake() end
   return 3

@@ -114,3 +114,14 @@ batch_outcome = function(id, jk, ok, value, now)
   call('RPUSH', BASE .. 'outbox', table.concat(rec))
   return true
 end
+
+-- record job id cancelled for the reason err (JSON), kept dead_ttl ms (0: for good): listed in
+-- the cancelled index, announced to its waiters, counted into its batch (fail, expiry, a
+-- cancel met while its holder was lost). The caller counts it in stats
+local function to_cancelled(id, jk, err, now, dead_ttl)
+  call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
+  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  index_finished(K_CANCELLED, now, {id})
+  announce(jk, id)
+  batch_outcome(id, jk, false, err, now)
+end

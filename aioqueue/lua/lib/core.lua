@@ -229,3 +229,25 @@ local function index_finished(key, now, ids)
     call('ZREMRANGEBYRANK', key, 0, -FINISHED_INDEX_MAX - 1)
   end
 end
+
+-- renew the leases of n active jobs to now + lease, fenced by their tokens (ids and tokens are
+-- ARGV[at], ARGV[at + 1], ...): appends a code per job to out (1 renewed, -1 no such job, -2
+-- token mismatch, -3 renewed but cancellation was requested), and wakes an idle consumer when
+-- a renewed lease ends before every other one, so it re-arms its wake-up (extend, beat)
+local function renew_leases(out, lease, now, at, n)
+  local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+  local earliest = tonumber(first[2])
+  for i = 0, n - 1 do
+    local id, tok = ARGV[at + i * 2], ARGV[at + 1 + i * 2]
+    local r = call('HMGET', job_key(id), 's', 'l', 'x')
+    if not r[1] then
+      out[#out + 1] = -1
+    elseif r[1] ~= 'active' or r[2] ~= tok then
+      out[#out + 1] = -2
+    else
+      call('ZADD', K_ACTIVE, 'XX', now + lease, id)
+      if r[3] then out[#out + 1] = -3 else out[#out + 1] = 1 end
+    end
+  end
+  if earliest and now + lease < earliest then wake() end
+end

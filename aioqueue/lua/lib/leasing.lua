@@ -4,7 +4,7 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Each lease writes its start (st) next to its worker (wk), for the job's history.
-  Needs: core, lanes (the ring, has_ready), batches (batch_outcome), deadletter
+  Needs: core, lanes (the ring, has_ready), batches (batch_outcome, to_cancelled), deadletter
   (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
   (park, unpark), workers (bury_dead). ]]
 
@@ -115,11 +115,7 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
   end
   if now < at then return false end
   local err = cjson.encode({type = 'Expired', message = 'no run started before its expiry'})
-  call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
-  index_finished(K_CANCELLED, now, {id})
-  announce(jk, id)
-  batch_outcome(id, jk, false, err, now)
+  to_cancelled(id, jk, err, now, dead_ttl)
   call('HINCRBY', K_STATS, 'cancelled', 1)
   return true
 end

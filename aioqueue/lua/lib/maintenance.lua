@@ -1,7 +1,7 @@
 --[[ maintenance: what time does to a queue; leases that ran out are handed back (recover),
   delayed jobs that fell due and groups whose rate window passed become servable (promote),
   and when a consumer that found nothing should look again (next_wake).
-  Needs: core, lanes (push_ready, activate, release_slot), batches (batch_outcome),
+  Needs: core, lanes (push_ready, activate, release_slot), batches (batch_outcome, to_cancelled),
   deadletter (to_dead, dead_if_corrupt), history (end_attempt). ]]
 
 -- recovered jobs after the first are spread this far apart (and at most this many steps), so
@@ -29,11 +29,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
     -- cancelled while its holder was lost: it stays cancelled, it is not run again
     unlock(id, r[9])
     local err = cjson.encode({type = 'Cancelled', message = 'cancelled while running'})
-    call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-    if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
-    index_finished(K_CANCELLED, now, {id})
-    announce(jk, id)
-    batch_outcome(id, jk, false, err, now)
+    to_cancelled(id, jk, err, now, dead_ttl)
     return 'cancelled'
   end
   local rf = num(r[8], 0)
