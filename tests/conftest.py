@@ -9,12 +9,16 @@ in parallel (``pytest -n auto``). The names below are the suite's own for the pl
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
 from aioqueue._embedded import EmbeddedServer
+
+from .support.processes import WorkerProcesses
 
 pytest_plugins = ["pytester"]
 
@@ -54,3 +58,29 @@ def fresh_server() -> Iterator[EmbeddedServer]:
     """A private server with an AOF, for tests that kill or restart it."""
     with EmbeddedServer(appendonly=True) as server:
         yield server
+
+
+# ---------------------------------------------------------------- real worker processes
+# (a test file with other needs, e.g. workers on a private server, defines its own)
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of its own for a test with worker processes."""
+    return f"t{uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
+    """Real worker processes of the suite's server on ``prefix`` (their logs printed after)."""
+    procs = WorkerProcesses(tmp_path, redis_url, prefix)
+    try:
+        yield procs
+    finally:
+        procs.close()
+        print(procs.logs())  # shown when the test failed
+
+
+@pytest.fixture
+async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
+    """An open App on ``prefix``, to enqueue for the worker processes."""
+    async with App(redis_url, prefix=prefix) as app:
+        yield app

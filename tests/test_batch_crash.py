@@ -9,7 +9,6 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -25,11 +24,6 @@ from .support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LEASE = 1.0  # seconds: a dead worker's jobs come back about this long after it died
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -29,11 +28,6 @@ from .support.waiting import wait_until
 
 OTHER = "other"  # the queue of ``work_other``
 LEASE = 1.0  # seconds: a killed worker's job comes back about this long after it died
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
 
 
 @pytest.fixture

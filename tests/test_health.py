@@ -8,9 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -128,21 +125,6 @@ async def test_a_garbled_request_gets_400_and_the_endpoint_keeps_serving() -> No
 
 
 # ---------------------------------------------------------------------- worker processes
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
-        yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
-
-
 def health_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "aioqueue", "health", *args],

@@ -9,11 +9,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from uuid import uuid4
 
-import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, AttemptInfo, Backoff, JobState, Worker
@@ -175,21 +171,6 @@ async def test_history_is_capped_and_survives_garbage(app: App, redis: Redis) ->
 
 
 # ---------------------------------------------------------------------- a killed worker
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
-        yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
-
-
 async def test_a_lease_recovered_from_a_killed_worker_shows_in_the_history(
     workers: WorkerProcesses, redis_url: str, redis: Redis, prefix: str
 ) -> None:

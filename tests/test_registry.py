@@ -13,9 +13,7 @@ import asyncio
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -197,27 +195,6 @@ async def test_a_job_of_an_unknown_task_is_dead_lettered_after_the_grace(
 
 
 # ---------------------------------------------------------------------- real processes
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
-        yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
-
-
-@pytest.fixture
-async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
-    async with App(redis_url, prefix=prefix) as app:
-        yield app
-
-
 async def test_jobs_handed_to_a_killed_parked_worker_run_on_the_live_one_at_once(
     workers: WorkerProcesses, producer: App, redis: Redis, prefix: str
 ) -> None:

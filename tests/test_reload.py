@@ -7,9 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 
@@ -31,17 +30,6 @@ app = App(os.environ["AIOQUEUE_REDIS_URL"], prefix=os.environ["AIOQUEUE_TEST_PRE
 async def version() -> str:
     return {version!r}
 """
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
-    async with App(redis_url, prefix=prefix) as app:
-        yield app
 
 
 @pytest.fixture

@@ -13,9 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -27,11 +26,6 @@ from .support.processes import REPO_ROOT, WorkerProcesses, run_records
 from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
 
 
 @pytest.fixture
@@ -49,12 +43,6 @@ def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProce
                     proc.popen.kill()
         procs.close()
         print(procs.logs())  # shown when the test failed
-
-
-@pytest.fixture
-async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
-    async with App(redis_url, prefix=prefix) as app:
-        yield app
 
 
 async def live_workers(app: App, n: int, timeout: float = 30.0) -> list[WorkerInfo]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import signal
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -408,27 +406,6 @@ async def test_racing_enqueues_from_two_processes_store_one_job(
 
 
 # ---------------------------------------------------------------------- a killed worker
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
-        yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
-
-
-@pytest.fixture
-async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
-    async with App(redis_url, prefix=prefix) as app:
-        yield app
-
-
 async def test_a_killed_worker_never_leaks_the_lock(
     workers: WorkerProcesses, producer: App, redis: Redis, prefix: str
 ) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -22,27 +21,6 @@ from .support.invariants import JobRecord, check_records
 from .support.processes import WorkerProcess, WorkerProcesses, run_records, side_effects
 from .support.server import blocked_in, server_ms, text
 from .support.waiting import wait_until
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
-        yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
-
-
-@pytest.fixture
-async def producer(redis_url: str, prefix: str) -> AsyncIterator[App]:
-    async with App(redis_url, prefix=prefix) as app:
-        yield app
 
 
 async def runs_count(redis: Redis, prefix: str) -> int:
