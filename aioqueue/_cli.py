@@ -30,6 +30,7 @@ from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
 from ._cli_health import add_health, health
+from ._logs import configure as configure_logging
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._version import __version__
 
@@ -176,6 +177,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
     )
+    w.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line; both carry the job's id, task, queue "
+        "and attempt on lines logged while a job runs (text)",
+    )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
     w.add_argument(
         "--processes",
@@ -233,9 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     try:
         embedded = _choose_server(app, args)

@@ -36,6 +36,7 @@ from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import TRANSIENT, Fetcher
 from ._hooks import State
+from ._logs import job_fields
 from ._loops import WorkerLoops
 from ._record import Claimed
 from ._runner import Ack, Failure, Runner
@@ -441,6 +442,7 @@ class Worker(WorkerLoops):
                 c.max_attempts,
                 retry_ms / 1000,
                 describe_error(exc),
+                extra=job_fields(c.id, c.task, qs.queue.name, c.attempt),
             )
         else:
             logger.error(
@@ -450,6 +452,7 @@ class Worker(WorkerLoops):
                 c.attempt,
                 c.max_attempts,
                 describe_error(exc),
+                extra=job_fields(c.id, c.task, qs.queue.name, c.attempt),
             )
         mode = FailMode.DEAD if retry_ms is None else FailMode.RETRY
         try:
