@@ -13,7 +13,7 @@ import pytest
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
     ["_version", "_exceptions"],
-    ["_hooks"],
+    ["_hooks", "_observe"],
     [
         "_limits",
         "_timeutil",
@@ -42,13 +42,14 @@ LAYERS: list[list[str]] = [
     ["_app"],
     ["_runner"],
     ["_fetch", "_loops", "_worker"],
-    ["_embedded", "_health"],
+    ["_embedded", "_health", "metrics", "otel"],
     [
         "_schedules_cli",
         "_cli_format",
         "_cli_show",
         "_cli_admin",
         "_cli_health",
+        "_cli_metrics",
         "_supervisor",
         "_cli",
     ],

@@ -116,7 +116,8 @@ def test_json_lines_hold_the_message_the_job_and_the_traceback() -> None:
     assert "RuntimeError: x" in first["exception"]
     assert first["time"].endswith("+00:00")
     assert second["message"] == "plain \u00e9 <class 'object'>"
-    assert "job_id" not in second and "exception" not in second
+    assert "job_id" not in second
+    assert "exception" not in second
 
 
 @pytest.mark.slow
@@ -149,7 +150,9 @@ async def test_a_worker_process_writes_json_lines_with_the_job(
         about_boom = [line for line in out if line.get("job_id") == boom.id]
         # by name, the job takes the producer's default of 3 attempts
         assert {(line["logger"], line["job_attempt"]) for line in about_boom} == {
-            (logger, attempt) for logger in ("obsapp.tasks", "aioqueue._worker") for attempt in (1, 2, 3)
+            (logger, attempt)
+            for logger in ("obsapp.tasks", "aioqueue._worker")
+            for attempt in (1, 2, 3)
         }
         assert not any("job_id" in line for line in out if "consuming" in line["message"])
     finally:
