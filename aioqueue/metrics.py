@@ -115,6 +115,9 @@ class WorkerMetrics:
         )
         self._worker: Worker | None = None
         self._t0: dict[tuple[str, str], float] = {}
+        # the labelled children per (queue, task): a labels() lookup per job costs more
+        # than the increment itself
+        self._series: dict[tuple[str, str], _Series] = {}
         reg.register(_WorkerGauges(self))
 
     # ------------------------------------------------------------------ the observer
@@ -124,40 +127,53 @@ class WorkerMetrics:
             raise ValueError("a WorkerMetrics observes one worker; make one per worker")
         self._worker = worker
 
-    def _task(self, name: str) -> str:
-        w = self._worker
-        return name if w is not None and name in w.app.tasks else UNKNOWN
+    def _of(self, queue: str, name: str) -> _Series:
+        """The series of ``name``'s jobs on ``queue`` (a name this worker does not know
+        counts as ``unknown``, and is not kept: garbage must not grow the cache)."""
+        series = self._series.get((queue, name))
+        if series is None:
+            w = self._worker
+            task = name if w is not None and name in w.app.tasks else UNKNOWN
+            series = self._series.get((queue, task))
+            if series is None:
+                series = self._series[queue, task] = _Series(self, queue, task)
+        return series
 
     def job_started(self, queue: str, job: Claimed) -> None:
-        self.started.labels(queue, self._task(job.task)).inc()
+        self._of(queue, job.task).started.inc()
         self._t0[queue, job.id] = time.monotonic()
 
     def job_done(
         self, queue: str, job: Claimed, run: asyncio.Task[Any], *, cancelled: bool, lost: bool
     ) -> None:
         t0 = self._t0.pop((queue, job.id), None)
-        task = self._task(job.task)
+        series = self._of(queue, job.task)
         if run.cancelled():
             if cancelled:
-                self.cancelled.labels(queue, task).inc()
+                self.cancelled.labels(queue, series.task).inc()
             else:
-                self.returned.labels(queue, task, "lease_lost" if lost else "shutdown").inc()
+                reason = "lease_lost" if lost else "shutdown"
+                self.returned.labels(queue, series.task, reason).inc()
             return
         if run.exception() is not None:  # a bug in the runner: the pool logs it
             return
         outcome = run.result()
         if not isinstance(outcome, Failure):
-            counter, name = self.completed, "completed"
-        elif outcome.unknown_task and self._worker is not None and self._worker.unknown_task_grace:
-            self.returned.labels(queue, task, "unknown_task").inc()
+            series.completed.inc()
+            if t0 is not None:
+                series.completed_seconds.observe(time.monotonic() - t0)
             return
-        elif outcome.retry_ms is not None and job.attempt < job.max_attempts:
-            counter, name = self.retried, "retried"
-        else:
-            counter, name = self.failed, "failed"
-        counter.labels(queue, task).inc()
+        if outcome.unknown_task and self._worker is not None and self._worker.unknown_task_grace:
+            self.returned.labels(queue, series.task, "unknown_task").inc()
+            return
+        name = (
+            "retried"
+            if outcome.retry_ms is not None and job.attempt < job.max_attempts
+            else "failed"
+        )
+        (series.retried if name == "retried" else series.failed).inc()
         if t0 is not None:
-            self.duration.labels(queue, task, name).observe(time.monotonic() - t0)
+            self.duration.labels(queue, series.task, name).observe(time.monotonic() - t0)
 
     def leases_renewed(self, queue: str, renewed: int, lost: int) -> None:
         self.renewals.labels(queue).inc(renewed)
@@ -170,6 +186,20 @@ class WorkerMetrics:
 
     def handed(self, queue: str, jobs: int) -> None:
         self.handed_jobs.labels(queue).inc(jobs)
+
+
+class _Series:
+    """The labelled children of one (queue, task) that every job touches."""
+
+    __slots__ = ("completed", "completed_seconds", "failed", "retried", "started", "task")
+
+    def __init__(self, m: WorkerMetrics, queue: str, task: str) -> None:
+        self.task = task
+        self.started = m.started.labels(queue, task)
+        self.completed = m.completed.labels(queue, task)
+        self.failed = m.failed.labels(queue, task)
+        self.retried = m.retried.labels(queue, task)
+        self.completed_seconds = m.duration.labels(queue, task, "completed")
 
 
 class _WorkerGauges(Collector):
