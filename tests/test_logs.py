@@ -158,3 +158,30 @@ async def test_a_worker_process_writes_json_lines_with_the_job(
     finally:
         procs.close()
         print(procs.logs())
+
+
+async def test_text_lines_end_with_the_job(app: App) -> None:
+    from aioqueue._logs import TEXT_FORMAT
+
+    handler = Capture(logging.Formatter(TEXT_FORMAT))
+    own = logging.getLogger("tasks.text")
+    own.addHandler(handler)
+    own.setLevel(logging.INFO)
+    try:
+
+        @app.task
+        async def say() -> None:
+            own.info("hello")
+
+        job = await say.enqueue()
+        own.info("before")
+        async with Worker(app):
+            await job.result(timeout=30)
+    finally:
+        own.removeHandler(handler)
+        own.setLevel(logging.NOTSET)
+    before, hello = handler.lines
+    assert before.endswith(" INFO tasks.text: before")
+    assert hello.endswith(
+        f" INFO tasks.text: hello [job {job.id} task=say queue=default attempt=1]"
+    )

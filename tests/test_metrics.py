@@ -264,3 +264,104 @@ async def test_both_endpoints_move_and_agree_with_info(
     for event, n in row["stats"].items():
         assert value(qs, "aioqueue_queue_events_total", queue=q.name, event=event) == n
     assert row["stats"]["completed"] == value(ws, "aioqueue_jobs_completed_total")
+
+
+async def raw_request(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_the_endpoint_answers_only_get_metrics_and_503_when_the_read_fails() -> None:
+    registry = CollectorRegistry()
+    failing = False
+
+    async def before() -> None:
+        if failing:
+            raise ConnectionError("server away")
+
+    server = await serve(registry, 0, "127.0.0.1", before=before)
+    port = int(server.sockets[0].getsockname()[1])
+    try:
+        ok = await raw_request(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
+        head = await raw_request(port, b"HEAD /metrics HTTP/1.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert head.endswith(b"\r\n\r\n")  # no body
+        assert (await raw_request(port, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
+        post = await raw_request(port, b"POST /metrics HTTP/1.1\r\n\r\n")
+        assert post.startswith(b"HTTP/1.1 405")
+        garbage = await raw_request(port, b"\x00\x01 nonsense\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.1 400")
+        too_long = await raw_request(port, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert too_long.startswith(b"HTTP/1.1 400")
+        failing = True
+        down = await raw_request(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert down.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert down.endswith(b"scrape failed: ConnectionError\n")
+    finally:
+        server.close()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aioqueue", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_bad_ports_are_refused_before_anything_starts() -> None:
+    for bad in (("--metrics-port", "-1"), ("--metrics-port", "65535", "--processes", "2")):
+        result = run_cli("worker", "tests.obsapp:app", *bad)
+        assert result.returncode == 2, bad
+        assert "--metrics-port must be" in result.stderr
+    result = run_cli("metrics", "--port", "70000")
+    assert result.returncode == 2
+    assert "--port must be 0-65535" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+async def test_supervised_workers_serve_a_port_each(
+    tmp_path: Path, redis_url: str, prefix: str, producer: App
+) -> None:
+    port = free_port()
+    while True:  # two free ports in a row
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                break
+            except OSError:
+                port = free_port()
+    procs = WorkerProcesses(tmp_path, redis_url, prefix, app="tests.obsapp:app")
+    sup = procs.start(extra=("--processes", "2", "--metrics-port", str(port)))
+    try:
+        jobs = [await producer.queue().enqueue("ok", [i]) for i in range(20)]
+        for j in jobs:
+            await j.result(timeout=60)
+
+        async def both_serve() -> bool:
+            try:
+                a, b = (
+                    await scrape(f"http://127.0.0.1:{port}/metrics"),
+                    await scrape(f"http://127.0.0.1:{port + 1}/metrics"),
+                )
+            except httpx.HTTPError:
+                return False
+            done = value(a, "aioqueue_jobs_completed_total") + value(
+                b, "aioqueue_jobs_completed_total"
+            )
+            return done == 20
+
+        await wait_until(both_serve, timeout=60, what=f"both workers' metrics:\n{procs.logs()}")
+    finally:
+        sup.signal()
+        await sup.wait_exit(60)
+        procs.close()
