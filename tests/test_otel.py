@@ -5,6 +5,7 @@ attributes and outcome, admin calls are spans; one trace from enqueue to run, in
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -267,3 +268,44 @@ async def test_one_trace_across_two_processes(
     assert run["attributes"]["aioqueue.task"] == "ok"
     assert run["attributes"]["aioqueue.outcome"] == "completed"
     assert run["attributes"]["messaging.destination.name"] == "default"
+
+
+async def test_the_blocking_producer_and_batches_carry_the_context(
+    traced: App, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    app = traced
+
+    @app.task
+    async def part(n: int) -> int:
+        return n
+
+    @app.task
+    async def total() -> int:
+        batch = current_job().batch
+        assert batch is not None
+        return sum(item.result for item in await batch.results())
+
+    tracer = provider.get_tracer("test")
+
+    def produce() -> str:
+        with tracer.start_as_current_span("blocking"):
+            return app.sync().enqueue(part, 41).id
+
+    sync_id = await asyncio.to_thread(produce)
+    with tracer.start_as_current_span("fan-out") as fan:
+        batch = await app.batch([part.call(1), part.call(2)], on_complete=total.call())
+    async with Worker(app):
+        assert await app.queue().job(sync_id).result(timeout=30) == 41
+        assert batch.callback is not None
+        assert await batch.callback.result(timeout=30) == 3
+    app.sync().close()
+    spans = exporter.get_finished_spans()
+    blocking = next(s for s in spans if s.name == "blocking")
+    (run,) = [s for s in named(spans, "process") if attr(s, "messaging.message.id") == sync_id]
+    assert ids(run)[0] == ids(blocking)[0]
+    batch_runs = [
+        s for s in named(spans, "process") if attr(s, "aioqueue.task") in ("part", "total")
+    ]
+    batch_runs = [s for s in batch_runs if attr(s, "messaging.message.id") != sync_id]
+    assert len(batch_runs) == 3  # two parts and the callback: all in the fan-out's trace
+    assert {ids(s)[0] for s in batch_runs} == {ids(fan)[0]}
