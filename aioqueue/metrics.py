@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -48,6 +49,23 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 UNKNOWN = "unknown"
 #: the group series that sums the groups past ``max_groups``
 OTHER_GROUPS = "__other__"
+
+
+_M = TypeVar("_M", bound=Callable[..., None])
+
+
+def _never_raises(method: _M) -> _M:
+    """An observer method the worker calls in its acks' and heartbeat's path: a bug in it
+    is logged, and must not keep a job from being settled or a heartbeat from going on."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception:
+            logger.exception("metrics: %s failed; going on", method.__name__)
+
+    return cast(_M, call)
 
 
 class WorkerMetrics:
@@ -139,10 +157,12 @@ class WorkerMetrics:
                 series = self._series[queue, task] = _Series(self, queue, task)
         return series
 
+    @_never_raises
     def job_started(self, queue: str, job: Claimed) -> None:
         self._of(queue, job.task).started.inc()
         self._t0[queue, job.id] = time.monotonic()
 
+    @_never_raises
     def job_done(
         self, queue: str, job: Claimed, run: asyncio.Task[Any], *, cancelled: bool, lost: bool
     ) -> None:
@@ -175,15 +195,18 @@ class WorkerMetrics:
         if t0 is not None:
             self.duration.labels(queue, series.task, name).observe(time.monotonic() - t0)
 
+    @_never_raises
     def leases_renewed(self, queue: str, renewed: int, lost: int) -> None:
         self.renewals.labels(queue).inc(renewed)
         if lost:
             self.leases_lost.labels(queue).inc(lost)
 
+    @_never_raises
     def claimed(self, queue: str, jobs: int) -> None:
         self.claims.labels(queue).inc()
         self.claimed_jobs.labels(queue).inc(jobs)
 
+    @_never_raises
     def handed(self, queue: str, jobs: int) -> None:
         self.handed_jobs.labels(queue).inc(jobs)
 

@@ -365,3 +365,31 @@ async def test_supervised_workers_serve_a_port_each(
         sup.signal()
         await sup.wait_exit(60)
         procs.close()
+
+
+class Broken(WorkerMetrics):
+    """A metrics observer with a bug in every call."""
+
+    def _of(self, queue: str, name: str) -> Any:
+        raise RuntimeError("metrics bug")
+
+
+async def test_a_bug_in_the_metrics_never_stops_a_job_or_the_worker(
+    lapp: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = lapp
+
+    @app.task
+    async def ok(n: int) -> int:
+        return n
+
+    broken = Broken()
+    broken.claims = None  # type: ignore[assignment]  # claimed() raises too
+    jobs = [await ok.enqueue(i) for i in range(5)]
+    async with Worker(app, metrics=broken):
+        for i, j in enumerate(jobs):
+            assert await j.result(timeout=30) == i
+    failures = {r.getMessage() for r in caplog.records if r.getMessage().startswith("metrics:")}
+    assert "metrics: job_started failed; going on" in failures
+    assert "metrics: job_done failed; going on" in failures
+    assert "metrics: claimed failed; going on" in failures
