@@ -28,6 +28,7 @@ SECTIONS = {
     "aioqueue._worker": "Workers",
     "aioqueue._registry": "The worker registry",
     "aioqueue._hooks": "Hooks and middleware",
+    "aioqueue._logs": "Logs",
     "aioqueue._sync": "The blocking producer",
     "aioqueue._inspect": "Inspection",
     "aioqueue._serialize": "Serializers",

@@ -45,6 +45,8 @@ from ._job import ErrorInfo as ErrorInfo
 from ._job import Job as Job
 from ._job import JobInfo as JobInfo
 from ._job import JobState as JobState
+from ._logs import JobContextFilter as JobContextFilter
+from ._logs import JsonLogFormatter as JsonLogFormatter
 from ._pull import Reservation as Reservation
 from ._queue import Queue as Queue
 from ._registry import WorkerInfo as WorkerInfo
@@ -90,6 +92,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobContextFilter",
     "JobDetail",
     "JobFailed",
     "JobInfo",
@@ -97,6 +100,7 @@ __all__ = [
     "JobPage",
     "JobState",
     "JobSummary",
+    "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
     "PayloadTooLarge",

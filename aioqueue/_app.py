@@ -157,6 +157,8 @@ class App(HookDecorators, ScheduleDecorators):
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
         self._queues: dict[str, Queue] = {}
+        #: the class of its queues (aioqueue.otel.instrument swaps in one that traces)
+        self._queue_type: type[Queue] = Queue
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
@@ -385,7 +387,7 @@ class App(HookDecorators, ScheduleDecorators):
             name = self.default_queue
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = Queue(self, name)
+            q = self._queues[name] = self._queue_type(self, name)
         return q
 
 

@@ -30,7 +30,9 @@ from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
 from ._cli_health import add_health, health
+from ._cli_metrics import add_metrics, run_metrics
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
+from ._logs import configure as configure_logging
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -176,6 +178,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
     )
+    w.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line; both carry the job's id, task, queue "
+        "and attempt on lines logged while a job runs (text)",
+    )
     w.add_argument("--no-uvloop", action="store_true", help="use asyncio's own event loop")
     w.add_argument(
         "--processes",
@@ -191,6 +200,14 @@ def _parser() -> argparse.ArgumentParser:
         "with --processes N, process i serves port+i",
     )
     w.add_argument("--health-host", default="0.0.0.0", help="address of --health-port (0.0.0.0)")
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the worker's Prometheus metrics on GET /metrics on this port (needs "
+        "aioqueue[metrics]); with --processes N, process i serves port+i",
+    )
+    w.add_argument("--metrics-host", default="0.0.0.0", help="address of --metrics-port (0.0.0.0)")
     w.add_argument(
         "--reload",
         action="store_true",
@@ -216,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     add_commands(sub)
     add_health(sub)
+    add_metrics(sub)
     return p
 
 
@@ -230,12 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
     if args.command == "health":
         return health(args)
+    if args.command == "metrics":
+        return run_metrics(args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     try:
         embedded = _choose_server(app, args)
@@ -279,6 +297,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         ("--prefetch", args.prefetch, 0),
         ("--processes", args.processes, 1),
         ("--health-port", args.health_port, 0),
+        ("--metrics-port", args.metrics_port, 0),
     ):
         if value is not None and value < low:
             parser.error(f"{option} must be >= {low}, got {value}")
@@ -286,6 +305,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
     if args.health_port is not None and args.health_port + args.processes - 1 > 65535:
         parser.error(f"--health-port must be <= {65536 - args.processes}, got {args.health_port}")
+    if args.metrics_port is not None and args.metrics_port + args.processes - 1 > 65535:
+        parser.error(f"--metrics-port must be <= {65536 - args.processes}, got {args.metrics_port}")
+    if args.metrics_port is not None:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            parser.error("--metrics-port needs prometheus-client: pip install 'aioqueue[metrics]'")
     if args.reload:
         try:
             import watchfiles  # noqa: F401
@@ -384,6 +410,11 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
     except AioQueueError as exc:
         _error(exc)
         return EXIT_ERROR
+    metrics = None
+    if args.metrics_port is not None:
+        from .metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
     try:
         try:
             worker = Worker(
@@ -395,6 +426,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 prefetch=args.prefetch,
                 scheduler=not args.no_scheduler,
                 unknown_task_grace=args.unknown_task_grace,
+                metrics=metrics,
             )
         except ConfigurationError as exc:
             _error(exc)
@@ -426,6 +458,15 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
             except OSError as exc:
                 _error(f"cannot serve --health-port {args.health_port}: {exc}")
                 return EXIT_ERROR
+        exporter = None
+        if metrics is not None:
+            from .metrics import serve
+
+            try:
+                exporter = await serve(metrics.registry, args.metrics_port, args.metrics_host)
+            except OSError as exc:
+                _error(f"cannot serve --metrics-port {args.metrics_port}: {exc}")
+                return EXIT_ERROR
         from ._supervisor import report_to_supervisor
 
         reporter = asyncio.create_task(report_to_supervisor(worker.ready, worker.stop))
@@ -435,6 +476,8 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
             reporter.cancel()
             if health is not None:
                 health.close()
+            if exporter is not None:
+                exporter.close()
         if worker.abandoned:
             # asyncio.run() would wait for those tasks forever: leave now, their leases
             # bring the jobs back

@@ -7,7 +7,8 @@ the worker and the pull API, so a corrupt value is judged the same way wherever 
 from __future__ import annotations
 
 import traceback as tb
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from ._exceptions import BadSignature
@@ -17,6 +18,10 @@ from ._signing import FAMILY, Signer
 
 #: the option naming the batch a sub-job belongs to (home queue, batch id); see Codec.member_options
 MEMBER_OPTION = "member"
+#: the W3C traceparent the job being read carried (a third element of its payload, written
+#: by a producer with tracing on: aioqueue.otel); set by ``load_job`` only when there is one,
+#: in the reading task's context (a worker runs each job in a task of its own)
+carried_trace: ContextVar[str | None] = ContextVar("aioqueue_carried_trace", default=None)
 
 
 class Unrunnable(Exception):
@@ -48,7 +53,14 @@ class Codec:
         result_ttl_ms: the App's retention of finished jobs (-1: forever).
     """
 
-    __slots__ = ("json", "max_payload_bytes", "result_ttl_default_ms", "serializer", "signer")
+    __slots__ = (
+        "json",
+        "max_payload_bytes",
+        "result_ttl_default_ms",
+        "serializer",
+        "signer",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -62,6 +74,10 @@ class Codec:
         self.signer = signer
         self.max_payload_bytes = max_payload_bytes
         self.result_ttl_default_ms = result_ttl_ms
+        #: with tracing on (aioqueue.otel.instrument): called with (queue, job id, task) for
+        #: each job made, the W3C traceparent to carry in its payload, signed with it; None
+        #: (the default): payloads carry none
+        self.trace: Callable[[str, str, str], str | None] | None = None
 
     # ------------------------------------------------------------------ arguments
     def dump_args(
@@ -75,9 +91,12 @@ class Codec:
     ) -> bytes:
         """The stored payload of a job: its serialised arguments, signed together with its
         stored ``options`` (and bound to its queue, id and task) if signing is on."""
-        data = dumps_checked(
-            self.serializer, [list(args), dict(kwargs)], self.max_payload_bytes, "job arguments"
-        )
+        value: list[Any] = [list(args), dict(kwargs)]
+        if self.trace is not None:
+            parent = self.trace(queue, job_id, task)
+            if parent:  # [args, kwargs, meta]: read by workers of this release on, tracing or not
+                value.append({"traceparent": parent})
+        data = dumps_checked(self.serializer, value, self.max_payload_bytes, "job arguments")
         if self.signer is None:
             return data
         return self.signer.sign_payload(queue, job_id, task, options, data)
@@ -114,11 +133,16 @@ class Codec:
             value = self.serializer.loads(payload)
             if (
                 not isinstance(value, list | tuple)
-                or len(value) != 2
+                or not 2 <= len(value) <= 3
                 or not isinstance(value[0], list | tuple)
                 or not isinstance(value[1], dict)
             ):
                 raise ValueError("payload is not an [args, kwargs] pair")
+            if len(value) == 3:  # [args, kwargs, meta]: what a traced producer adds
+                meta = value[2]
+                parent = meta.get("traceparent") if isinstance(meta, dict) else None
+                if isinstance(parent, str):
+                    carried_trace.set(parent)
             return tuple(value[0]), value[1], self.load_options(options) if options else {}
         except Exception as exc:
             raise corrupt(exc) from exc

@@ -68,6 +68,8 @@ class Fetcher:
             try:
                 res = await self._claim(want)
                 pool._take(self, res.jobs)
+                if pool.metrics is not None:
+                    pool.metrics.claimed(self.queue.name, len(res.jobs))
                 backoff = 0.05
                 if len(res.jobs) >= want:
                     continue
@@ -79,6 +81,8 @@ class Fetcher:
                 handed = await self._wait_for_work(res)
                 if handed:
                     pool._take(self, handed)
+                    if pool.metrics is not None:
+                        pool.metrics.handed(self.queue.name, len(handed))
                     # let the handed jobs start before the next claim is prepared and sent
                     await asyncio.sleep(0)
             except TRANSIENT as exc:  # includes a blocking wait that overran its timeout

@@ -32,6 +32,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._observe import WorkerObserver
     from ._runner import Ack, Failure
     from ._worker import _Running
 
@@ -60,6 +61,7 @@ class WorkerLoops:
     _lease_ms: int
     _beat_ok: dict[str, float]
     _started_ms: int
+    metrics: WorkerObserver | None
 
     def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
         raise NotImplementedError
@@ -149,6 +151,9 @@ class WorkerLoops:
                 logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
                 entry.lost = True
             task.cancel()
+        if self.metrics is not None:
+            gone = sum(o is not Outcome.OK and o is not Outcome.CANCEL_REQUESTED for o in outcomes)
+            self.metrics.leases_renewed(qs.queue.name, len(pairs), gone)
 
     def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
         """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""

@@ -352,7 +352,7 @@ async def report_to_supervisor(ready: asyncio.Event, stop: Callable[[], None]) -
 
 # ---------------------------------------------------------------------- the command line
 #: the ``worker`` options the supervisor handles itself (its workers do not get them)
-_OWN = {"processes", "reload", "embedded", "health_port"}
+_OWN = {"processes", "reload", "embedded", "health_port", "metrics_port"}
 
 
 def supervise(
@@ -377,6 +377,8 @@ def supervise(
     def command(slot: int) -> list[str]:
         # options before ``base``: it ends with ``--`` and the positional module:app
         own = [] if args.health_port is None else ["--health-port", str(args.health_port + slot)]
+        if args.metrics_port is not None:
+            own += ["--metrics-port", str(args.metrics_port + slot)]
         return [sys.executable, "-m", "aioqueue", "worker", *own, *base]
 
     watch = [app_directory(target)] if args.reload else []

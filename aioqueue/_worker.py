@@ -36,7 +36,9 @@ from ._context import _worker_state
 from ._exceptions import ClosedError, ConfigurationError
 from ._fetch import TRANSIENT, Fetcher
 from ._hooks import State
+from ._logs import job_fields
 from ._loops import WorkerLoops
+from ._observe import WorkerObserver
 from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._schedules import Scheduler
@@ -76,6 +78,9 @@ class Worker(WorkerLoops):
             worker that knows it (a rolling deploy): until then it is handed back, with a
             growing delay and without spending an attempt; after that it is dead-lettered as
             ``UnknownTask``. 0: dead-letter it at once.
+        metrics: an observer of its jobs, leases and claims, e.g.
+            ``aioqueue.metrics.WorkerMetrics()`` (Prometheus; docs/observability.md). None:
+            nothing is observed, at no cost.
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
     ``async with worker:`` to run it in the background of a block.
@@ -94,6 +99,7 @@ class Worker(WorkerLoops):
         prefetch: int | None = None,
         scheduler: bool = True,
         unknown_task_grace: float | timedelta = 60.0,
+        metrics: WorkerObserver | None = None,
     ) -> None:
         check_int(concurrency, 1, "concurrency")
         self.app = app
@@ -149,6 +155,10 @@ class Worker(WorkerLoops):
         #: fires the queues' periodic schedules (None: scheduler=False)
         self.scheduler = Scheduler(app, names) if scheduler else None
         self._started_ms = 0
+        #: the observer of its jobs, leases and claims (None: none)
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.bind(self)
 
     def __repr__(self) -> str:
         return f"<Worker {self.id} queues={self.queue_names} running={len(self._running)}>"
@@ -367,10 +377,15 @@ class Worker(WorkerLoops):
         task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
         self._running[task] = _Running(qs, c)
         task.add_done_callback(self._job_done)
+        if self.metrics is not None:
+            self.metrics.job_started(qs.queue.name, c)
 
     def _job_done(self, task: asyncio.Task[Ack | Failure]) -> None:
         entry = self._running.pop(task, None)
         if entry is not None:
+            if self.metrics is not None:
+                q, c = entry.qs.queue.name, entry.claimed
+                self.metrics.job_done(q, c, task, cancelled=entry.cancelled, lost=entry.lost)
             self._settle(entry, task)
         if self._buffer and not self._stopping:
             self._start_job(*self._buffer.popleft())
@@ -441,6 +456,7 @@ class Worker(WorkerLoops):
                 c.max_attempts,
                 retry_ms / 1000,
                 describe_error(exc),
+                extra=job_fields(c.id, c.task, qs.queue.name, c.attempt),
             )
         else:
             logger.error(
@@ -450,6 +466,7 @@ class Worker(WorkerLoops):
                 c.attempt,
                 c.max_attempts,
                 describe_error(exc),
+                extra=job_fields(c.id, c.task, qs.queue.name, c.attempt),
             )
         mode = FailMode.DEAD if retry_ms is None else FailMode.RETRY
         try:

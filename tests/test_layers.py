@@ -13,7 +13,7 @@ import pytest
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
     ["_version", "_exceptions"],
-    ["_hooks"],
+    ["_hooks", "_observe"],
     [
         "_limits",
         "_timeutil",
@@ -35,20 +35,21 @@ LAYERS: list[list[str]] = [
     ["_leases", "_registry", "_connect"],
     ["_lister", "_inspect", "_admin", "_pull"],
     ["_unique", "_queue"],
-    ["_results", "_context"],
+    ["_results", "_context", "_logs"],
     ["_batch"],
     ["_task"],
     ["_schedules", "_sync"],
     ["_app"],
     ["_runner"],
     ["_fetch", "_loops", "_worker"],
-    ["_embedded", "_health"],
+    ["_embedded", "_health", "metrics", "otel"],
     [
         "_schedules_cli",
         "_cli_format",
         "_cli_show",
         "_cli_admin",
         "_cli_health",
+        "_cli_metrics",
         "_supervisor",
         "_cli",
     ],
