@@ -43,10 +43,11 @@ def bars(series: Sequence[tuple[int, int, int]], which: int, css: str, title: st
             f'height="{h:.1f}"><title>{_label(series[i][0])}: {v}</title></rect>'
         )
     if series:
-        for i in (0, len(series) // 2, len(series) - 1):
-            x = PAD_LEFT + i * bw + bw / 2
+        last = len(series) - 1
+        for i, anchor in ((0, "start"), (last // 2, "middle"), (last, "end")):
+            x = {"start": PAD_LEFT, "middle": PAD_LEFT + i * bw + bw / 2}.get(anchor, WIDTH - 4)
             parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="middle">'
+                f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="{anchor}">'
                 f"{_label(series[i][0])}</text>"
             )
     parts.append("</svg>")
