@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -63,7 +64,9 @@ async def _traffic(app: App, minutes: float) -> None:
         for _ in range(burst):
             order += 1
             who = random.choice(customers)
-            await shop.enqueue("send_invoice", [order, who], group=who if who != "initech" else None)
+            await shop.enqueue(
+                "send_invoice", [order, who], group=who if who != "initech" else None
+            )
         await shop.enqueue("sync_inventory", [f"SKU-{order}"])
         image = f"img-{order}." + random.choice(["png", "png", "jpg", "jpg", "tiff"])
         await media.enqueue("resize_image", [image, [64, 256, 1024]], max_attempts=1)
@@ -74,6 +77,14 @@ async def _traffic(app: App, minutes: float) -> None:
     await shop.pause("umbrella")
     for i in range(7):
         await shop.enqueue("send_invoice", [6000 + i, "umbrella"], group="umbrella")
+
+
+async def _until(predicate: Callable[[], bool], pause: float = 0.05) -> None:
+    for _ in range(int(60 / pause)):
+        await asyncio.sleep(pause)
+        if predicate():
+            return
+    raise TimeoutError("gave up after 60 s")
 
 
 def _port() -> int:
@@ -87,8 +98,7 @@ async def _shots(app: App, out: Path) -> None:
     port = _port()
     server = uvicorn.Server(uvicorn.Config(web, port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.05)
+    await _until(lambda: server.started)
     base = f"http://127.0.0.1:{port}"
     dead = await app.queue("default").jobs("failed", newest_first=True, limit=1)
     try:
@@ -132,10 +142,9 @@ async def main() -> None:
                 await _traffic(app, args.minutes)
                 shop = app.queue("default")
                 # let the workers catch up with what is due now
-                while (await shop.counts())["active"] or (await app.queue("media").counts())[
-                    "queued"
-                ]:
-                    await asyncio.sleep(0.5)
+                media = app.queue("media")
+                while (await shop.counts())["active"] or (await media.counts())["queued"]:
+                    await _until(lambda: True, 0.5)
                 assert (await shop.counts())["failed"] > 0, "no dead letter to show"
                 info = (await shop.jobs(JobState.FAILED, limit=1)).items
                 assert info

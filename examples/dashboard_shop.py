@@ -32,7 +32,7 @@ async def send_invoice(order: int, customer: str) -> str:
 @app.task(queue="media")
 async def resize_image(image: str, sizes: list[int]) -> dict[str, int]:
     job = current_job()
-    for i, size in enumerate(sizes, 1):
+    for i, _size in enumerate(sizes, 1):
         await asyncio.sleep(random.uniform(0.05, 0.3))
         await job.progress({"resized": i, "of": len(sizes)})
     if image.endswith(".tiff"):

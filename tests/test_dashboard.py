@@ -7,8 +7,8 @@ import asyncio
 import re
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -107,9 +107,7 @@ async def test_pages_carry_security_headers(dash: httpx.AsyncClient) -> None:
 
 
 # --------------------------------------------------------------------- CSRF and read-only
-async def test_a_post_needs_the_token_of_its_own_session(
-    app: App, dash: httpx.AsyncClient
-) -> None:
+async def test_a_post_needs_the_token_of_its_own_session(app: App, dash: httpx.AsyncClient) -> None:
     job = await app.queue().enqueue("t", [1], delay=3600)
     form = {"action": "cancel", "state": "scheduled", "ids": job.id}
     assert (await post(dash, "default", **form)).status_code == 403  # no session, no token
@@ -242,7 +240,12 @@ async def test_dead_letters_retry_and_delete(app: App, dash: httpx.AsyncClient) 
     assert "RuntimeError: broken 0" in dead_page
     token = await csrf_of(dash, "/dead")
     r = await post(
-        dash, "default", action="delete", state="failed", ids=jobs[0].id, csrf_token=token,
+        dash,
+        "default",
+        action="delete",
+        state="failed",
+        ids=jobs[0].id,
+        csrf_token=token,
         back="/dead",
     )
     assert r.headers["location"].startswith("/dead?msg=")
@@ -312,6 +315,11 @@ def test_the_cli_refuses_to_start_without_credentials() -> None:
     assert r.returncode == 2
 
 
+def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+
+
 async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
     redis_url: str, app: App, tmp_path: Path
 ) -> None:
@@ -320,13 +328,7 @@ async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
     cmd = [sys.executable, "-m", "aioqueue", "dashboard", "--url", redis_url]
     cmd += ["--prefix", app.prefix, "--port", str(port), "--user", "ops"]
     log = tmp_path / "dashboard.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            env={"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"},
-            stdout=out,
-            stderr=out,
-        )
+    proc = _start(cmd, log, {"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"})
     try:
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base) as c:

@@ -103,15 +103,11 @@ async def test_job_arguments_and_errors_are_shown_as_text_never_run(
         assert "ValueError: <script>" in await page.locator("#error").inner_text()
 
 
-async def test_a_post_without_the_session_token_is_refused(
-    producer: App, site: str
-) -> None:
+async def test_a_post_without_the_session_token_is_refused(producer: App, site: str) -> None:
     job = await producer.queue().enqueue("ok", [1], delay=3600)
     async with browser_page(http_credentials=CREDS) as page:
         await page.goto(site + f"/queues/default/jobs/{job.id}")
-        await page.evaluate(
-            "document.querySelector('input[name=csrf_token]').value = 'forged'"
-        )
+        await page.evaluate("document.querySelector('input[name=csrf_token]').value = 'forged'")
         page.on("dialog", lambda d: d.accept())
         async with page.expect_navigation() as nav:
             await page.click("button[value=cancel]")

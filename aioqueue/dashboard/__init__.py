@@ -23,7 +23,6 @@ from starlette.applications import Starlette
 
 from aioqueue._app import App
 from aioqueue._exceptions import ConfigurationError
-
 from aioqueue.dashboard._security import AuthHook, basic_auth
 from aioqueue.dashboard._web import Dashboard, build
 
@@ -35,7 +34,7 @@ _REQUIRED = object()
 def create_app(
     app: App,
     *,
-    auth: AuthHook | None | object = _REQUIRED,
+    auth: AuthHook | object | None = _REQUIRED,
     read_only: bool = False,
     queues: list[str] | tuple[str, ...] | None = None,
     secret: bytes | None = None,
@@ -86,4 +85,4 @@ def create_app(
         title=title,
         poll_seconds=poll_seconds,
     )
-    return build(d, auth)  # type: ignore[arg-type]
+    return build(d, auth)

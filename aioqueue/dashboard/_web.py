@@ -23,7 +23,6 @@ from starlette.templating import Jinja2Templates
 from aioqueue._app import App
 from aioqueue._checks import check_job_id, check_name
 from aioqueue._exceptions import AioQueueError, ConfigurationError, JobNotFound
-
 from aioqueue.dashboard import _data
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._charts import bars
@@ -249,8 +248,8 @@ def routes(d: Dashboard) -> list[Route | Mount]:
 
 
 _HISTORY = ("number", "worker", "started", "ended", "took", "outcome", "error")
-_WORKER = ("id", "host", "pid", "version", "queues", "concurrency", "uptime", "beat")
-_WORKER += ("alive", "held", "done", "failed")
+_WORKER: tuple[str, ...] = ("id", "host", "pid", "version", "queues", "concurrency")
+_WORKER += ("uptime", "beat", "alive", "held", "done", "failed")
 
 
 def _worker_cell(row: dict[str, Any], key: str) -> str:
@@ -328,4 +327,3 @@ def build(d: Dashboard, auth: AuthHook | None) -> Starlette:
         ],
         exception_handlers={HTTPException: http_error},
     )
-
