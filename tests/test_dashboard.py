@@ -350,3 +350,18 @@ async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+# --------------------------------------------------------------------- the browser's presence
+def test_browser_tests_skip_without_chromium_but_fail_under_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from .support.browser import chromium_path
+
+    monkeypatch.setenv("AIOQUEUE_CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        chromium_path()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="install-browser"):
+        chromium_path()
