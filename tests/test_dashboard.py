@@ -209,6 +209,18 @@ async def test_actions_on_selected_jobs_and_on_all_matching(
     assert (await q.job_info(a[2])).state is JobState.SCHEDULED
     await post(dash, "default", action="delete:all", state="queued", csrf_token=token)
     assert (await q.counts())["queued"] == 0
+    # deleting from a job's page goes back to its queue (the job page is gone)
+    r = await post(
+        dash,
+        "default",
+        action="delete",
+        state="cancelled",
+        ids=b[0],
+        csrf_token=token,
+        back=f"/queues/default/jobs/{b[0]}",
+    )
+    assert r.headers["location"].startswith("/queues/default?msg=delete")
+    assert (await dash.get(f"/queues/default/jobs/{b[0]}")).status_code == 404
     # an action the state does not offer is refused, and says so
     r = await post(dash, "default", action="retry", state="queued", ids=a[2], csrf_token=token)
     assert "refused" in r.headers["location"]

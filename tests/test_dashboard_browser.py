@@ -72,9 +72,16 @@ async def test_overview_queue_failed_job_retry_then_the_job_completes_live(
         tb = await page.locator("#traceback").inner_text()
         assert "Traceback (most recent call last)" in tb
         assert "ConnectionError: mail server refused order 101" in tb
+        # the queue paused meanwhile, so that the job waits after the retry
+        await producer.queue().pause()
         await page.click("button[value=retry]")
-        # back on the job page; live updates (no reload) show it run again and complete
+        await page.wait_for_selector("[data-live=state]:text-is('queued')")
+        assert "retry: 1 of 1 selected jobs" in await page.inner_text(".flash")
+        await page.evaluate("window.__same_page = true")
+        await producer.queue().resume()
+        # live updates (no reload: the page's marker stays) show it run again and complete
         await page.wait_for_selector("[data-live=state]:text-is('completed')", timeout=60_000)
+        assert await page.evaluate("window.__same_page") is True
         await page.wait_for_selector("#result:has-text('invoice-101')")
         history = await page.locator("tbody[data-live-table=history]").inner_text()
         assert "failed" in history

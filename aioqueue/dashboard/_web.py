@@ -211,6 +211,8 @@ def routes(d: Dashboard) -> list[Route | Mount]:
         back = (form.get("back") or [""])[0]
         if not _safe_back(back, base):
             back = f"{base}/queues/{name}"
+        elif "/jobs/" in back and (form.get("action") or [""])[0] == "delete":
+            back = f"{base}/queues/{name}"  # the job is gone: back to its queue
         back = back.split("&msg=")[0].split("?msg=")[0]
         sep = "&" if "?" in back else "?"
         return RedirectResponse(back + sep + urlencode({"msg": message}), status_code=303)
