@@ -377,3 +377,24 @@ def test_browser_tests_skip_without_chromium_but_fail_under_ci(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="install-browser"):
         chromium_path()
+
+
+async def test_a_queue_page_shows_the_batches_of_its_jobs_with_their_progress(
+    app: App, dash: httpx.AsyncClient
+) -> None:
+    @app.task()
+    async def part(n: int) -> int:
+        return n
+
+    batch = await app.batch([part.call(i) for i in range(4)])
+    listed = (await app.queue().jobs("queued")).items
+    assert {s.batch for s in listed} == {batch.id}
+    page = (await dash.get("/queues/default?state=queued")).text
+    assert re.search(rf'<td class="mono">{batch.id}</td><td>open</td>', page)
+    assert 'value="0">0%' in page
+    await asyncio.wait_for(Worker(app, concurrency=4, burst=True).run(), 120)
+    done = (await dash.get("/queues/default?state=completed")).text
+    assert re.search(rf"{batch.id}</td><td>completed</td><td class=\"n\">4</td>", done)
+    assert 'value="100">100%' in done
+    job = (await dash.get(f"/queues/default/jobs/{listed[0].id}")).text
+    assert "4 done, 0 failed of 4" in job

@@ -15,6 +15,7 @@ from aioqueue._exceptions import AioQueueError
 from aioqueue._inspect import JobDetail, JobSummary
 from aioqueue._job import JobState
 from aioqueue._lua import queue_names
+from aioqueue._queue import Queue
 from aioqueue._registry import WorkerInfo
 
 #: the states a queue page has a tab for, in the order of a job's life
@@ -23,6 +24,8 @@ TABS = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
 MAX_TEXT = 20_000
 #: how long the list of queue names (a SCAN of the database) is reused
 NAMES_TTL = 30.0
+#: the most batches a queue page shows (those of the jobs it lists)
+MAX_BATCHES = 20
 
 
 def when(ms: int | None) -> str:
@@ -132,6 +135,7 @@ def summary_row(s: JobSummary) -> dict[str, Any]:
         "due": when(s.due_ms),
         "finished": when(ended),
         "error": "" if s.error is None else f"{s.error.type}: {s.error.message}"[:300],
+        "batch": s.batch or "",
     }
 
 
@@ -153,12 +157,15 @@ async def queue_page(
     )
     groups = await q.groups(limit=200)
     schedules = await app.schedules.list(queues=[name])
+    batch_ids = list(dict.fromkeys(s.batch for s in page.items if s.batch))[:MAX_BATCHES]
+    batches = [b for b in [await batch_row(q, bid) for bid in batch_ids] if b is not None]
     return {
         "name": name,
         "counts": counts,
         "paused": await q.is_paused(),
         "jobs": [summary_row(s) for s in page.items],
         "cursor": page.cursor,
+        "batches": batches,
         "groups": [
             {
                 "name": g.name,
@@ -182,25 +189,39 @@ async def queue_page(
     }
 
 
-# --------------------------------------------------------------------- a job
+# --------------------------------------------------------------------- batches, a job
+async def batch_row(q: Queue, batch_id: str) -> dict[str, Any] | None:
+    """A batch homed on ``q`` with its progress; None when it is not there (expired, or
+    homed on another queue)."""
+    try:
+        b = await Batch(q, batch_id).info()
+    except AioQueueError:
+        return None
+    return {
+        "id": b.id,
+        "state": b.state.value,
+        "total": b.total,
+        "done": b.done,
+        "failed": b.failed,
+        "sealed": b.sealed,
+        "percent": 0 if b.total == 0 else round(100 * (b.done + b.failed) / b.total),
+    }
+
+
 async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
     d: JobDetail = await app.queue(name).job_detail(job_id)
     info = d.info
     batch = None
     if d.batch is not None:
-        try:
-            b = await Batch(app.queue(name), d.batch).info()
-            batch = {
-                "id": b.id,
-                "state": b.state.value,
-                "total": b.total,
-                "done": b.done,
-                "failed": b.failed,
-                "percent": 0 if b.total == 0 else round(100 * (b.done + b.failed) / b.total),
-            }
-        except AioQueueError:
-            batch = {"id": d.batch, "state": "unknown", "total": 0, "done": 0, "failed": 0}
-            batch["percent"] = 0
+        batch = await batch_row(app.queue(name), d.batch) or {
+            "id": d.batch,
+            "state": "unknown",
+            "total": 0,
+            "done": 0,
+            "failed": 0,
+            "sealed": False,
+            "percent": 0,
+        }
     err = info.error
     history = [
         {
