@@ -17,7 +17,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aioqueue import App, ConfigurationError, JobState, Worker
+from aioqueue import App, Batch, ConfigurationError, JobState, Worker
 from aioqueue.dashboard import basic_auth, create_app
 
 from .support.browser import free_port
@@ -386,7 +386,7 @@ async def test_a_queue_page_shows_the_batches_of_its_jobs_with_their_progress(
     async def part(n: int) -> int:
         return n
 
-    batch = await app.batch([part.call(i) for i in range(4)])
+    batch: Batch[Any] = await app.batch([part.call(i) for i in range(4)])
     listed = (await app.queue().jobs("queued")).items
     assert {s.batch for s in listed} == {batch.id}
     page = (await dash.get("/queues/default?state=queued")).text
