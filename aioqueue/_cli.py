@@ -29,6 +29,7 @@ from ._app import App
 from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
+from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
@@ -234,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(sub)
     add_health(sub)
     add_metrics(sub)
+    add_dashboard(sub)
     return p
 
 
@@ -250,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return health(args)
     if args.command == "metrics":
         return run_metrics(args)
+    if args.command == "dashboard":
+        return dashboard(args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)

@@ -13,7 +13,7 @@ from ._codec import Codec
 from ._job import ErrorInfo, JobInfo, JobState
 from ._scripts import QueueScripts
 
-_FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e")
+_FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e", "b")
 #: the most ended attempts a job's record keeps (lua/lib/history.lua, HISTORY_MAX)
 HISTORY_MAX = 20
 
@@ -35,6 +35,8 @@ class JobSummary:
     finished_ms: int | None
     #: the error of its last failed attempt (dead letters, and retried jobs)
     error: ErrorInfo | None
+    #: the batch it is a sub-job of
+    batch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,7 @@ async def summaries(
     rows = await scripts.job_fields(ids, _FIELDS)
     out = []
     for job_id, r in zip(ids, rows, strict=True):
-        t, s, g, pr, a, m, ct, due, f, e = r
+        t, s, g, pr, a, m, ct, due, f, e, b = r
         if s is None or s.decode(errors="replace") != state.value:
             continue
         error = None
@@ -162,6 +164,7 @@ async def summaries(
                 due_ms=None if due is None else _int(due, 0),
                 finished_ms=None if f is None else _int(f, 0),
                 error=error,
+                batch=None if b is None else b.decode(errors="replace"),
             )
         )
     return out

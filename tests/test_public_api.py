@@ -156,3 +156,14 @@ def test_the_operator_api_is_public() -> None:
         assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
     for method in ("throughput", "groups", "is_paused"):
         assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
+
+
+def test_the_dashboard_lists_its_public_names() -> None:
+    import aioqueue.dashboard as dashboard
+
+    assert dashboard.__all__ == sorted(dashboard.__all__)
+    assert dashboard.__all__ == ["AuthHook", "basic_auth", "create_app"]
+    namespace: dict[str, object] = {}
+    exec("from aioqueue.dashboard import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(dashboard.__all__)
+    assert "auth" in inspect.signature(dashboard.create_app).parameters

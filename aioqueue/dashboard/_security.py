@@ -1,0 +1,127 @@
+"""Who may see the dashboard (the ``auth`` hook, HTTP basic auth) and the CSRF token every
+POST must carry (bound to a per-browser session cookie by an HMAC with a per-app secret)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import inspect
+import secrets
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: the hook: given the request, True lets it through; False refuses it (403); a Response is
+#: sent as it is (basic auth's 401 with its challenge)
+AuthHook = Callable[[Request], "bool | Response | Awaitable[bool | Response]"]
+
+SESSION_COOKIE = "aqdash_session"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "x-csrf-token"
+
+
+def basic_auth(username: str, password: str, realm: str = "aioqueue") -> AuthHook:
+    """An ``auth`` hook for HTTP basic auth with one user: anything else gets a 401 with the
+    browser's login challenge. Compared in constant time."""
+    if not username or not password:
+        raise ValueError("basic_auth needs a non-empty username and password")
+    want_user = username.encode()
+    want_pass = password.encode()
+
+    def check(request: Request) -> bool | Response:
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, sep, pw = base64.b64decode(value, validate=True).partition(b":")
+            except (binascii.Error, ValueError):
+                user, sep, pw = b"", b"", b""
+            ok_user = hmac.compare_digest(user, want_user)
+            ok_pass = hmac.compare_digest(pw, want_pass)
+            if sep and ok_user and ok_pass:
+                return True
+        return PlainTextResponse(
+            "authentication required",
+            status_code=401,
+            headers={"WWW-Authenticate": f'Basic realm="{realm}", charset="UTF-8"'},
+        )
+
+    return check
+
+
+class AuthMiddleware:
+    """Runs the hook before anything else answers; None lets every request through (only
+    when the dashboard was created with ``auth=None`` on purpose)."""
+
+    def __init__(self, app: ASGIApp, hook: AuthHook | None) -> None:
+        self.app = app
+        self.hook = hook
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.hook is None:
+            await self.app(scope, receive, send)
+            return
+        verdict = self.hook(Request(scope, receive))
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if isinstance(verdict, Response):
+            await verdict(scope, receive, send)
+        elif verdict:
+            await self.app(scope, receive, send)
+        else:
+            await PlainTextResponse("forbidden", status_code=403)(scope, receive, send)
+
+
+class Csrf:
+    """Per-session CSRF tokens: the session is a random cookie, the token its HMAC under
+    the app's secret, so a token is good for one browser session only."""
+
+    def __init__(self, secret: bytes | None) -> None:
+        self.secret = secret or secrets.token_bytes(32)
+
+    def session(self, request: Request) -> tuple[str, bool]:
+        """The request's session id, and whether it is new (then set it as a cookie)."""
+        sid = request.cookies.get(SESSION_COOKIE, "")
+        if len(sid) == 43 and sid.replace("-", "").replace("_", "").isalnum():
+            return sid, False
+        return secrets.token_urlsafe(32), True
+
+    def token(self, sid: str) -> str:
+        return hmac.new(self.secret, sid.encode(), hashlib.sha256).hexdigest()
+
+    def valid(self, request: Request, given: str | None) -> bool:
+        sid = request.cookies.get(SESSION_COOKIE)
+        if not sid or not given:
+            return False
+        return hmac.compare_digest(self.token(sid), given)
+
+    def set_cookie(self, response: Response, sid: str, path: str, secure: bool) -> None:
+        response.set_cookie(
+            SESSION_COOKIE, sid, path=path or "/", httponly=True, samesite="strict", secure=secure
+        )
+
+
+class HeadersMiddleware:
+    """Adds the security headers (CSP and friends) to every response that lacks them."""
+
+    def __init__(self, app: ASGIApp, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in self.headers if k not in have]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
