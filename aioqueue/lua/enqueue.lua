@@ -88,6 +88,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       if bid ~= '' and bhome == '' then batch_add(bid, id) end
       added = added + 1
+      emit('enqueued', id, task, 0, nil, nil, state == 'scheduled' and due or nil)
     end
   end
 end

@@ -1,7 +1,7 @@
 --[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
-  Needs: core, lanes (push_ready, release_slot, has_ready), batches (batch_outcome).
+  Needs: core, events (emit_job), lanes (push_ready, release_slot, has_ready), batches (batch_outcome).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -60,6 +60,7 @@ local function do_complete(first, n, now)
       release_slot(r[3])
       unlock(id, r[7])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
+      emit_job('completed', id, jk)
       if r[4] then announce(jk, id) end
       local code = 1
       if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
