@@ -191,9 +191,13 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core events lanes batches deadletter history maintenance parking workers leasing handoff",
+            "core events lanes batches deadletter history maintenance parking workers leasing"
+            " handoff",
         ),
-        ("claim", "core events lanes batches deadletter history maintenance parking workers leasing"),
+        (
+            "claim",
+            "core events lanes batches deadletter history maintenance parking workers leasing",
+        ),
         ("complete", "core events lanes batches acks"),
         (
             "complete_claim",

@@ -33,7 +33,7 @@ LAYERS: list[list[str]] = [
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry", "_connect"],
-    ["_lister", "_inspect", "_admin", "_pull"],
+    ["_lister", "_inspect", "_admin", "_pull", "_events"],
     ["_unique", "_queue"],
     ["_results", "_context"],
     ["_batch"],

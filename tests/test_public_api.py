@@ -156,3 +156,10 @@ def test_the_operator_api_is_public() -> None:
         assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
     for method in ("throughput", "groups", "is_paused"):
         assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
+
+
+def test_the_event_api_is_public() -> None:
+    assert {"JobEvent", "JobEventKind"} <= set(aioqueue.__all__)
+    for method in ("set_events", "events_maxlen", "events_page"):
+        assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
+    assert callable(aioqueue.App.events)
