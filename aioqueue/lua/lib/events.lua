@@ -18,6 +18,8 @@ local function events_on()
   if events_cap == nil then
     events_cap = math.floor(num(call('HGET', K_QCONF, 'events'), 0))
     if events_cap < 1 then events_cap = 0 end
+    -- a garbage cap past what Python allows (MAX_EVENTS_MAXLEN) must not make XADD fail
+    if events_cap > 10000000 then events_cap = 10000000 end
   end
   return events_cap > 0
 end
