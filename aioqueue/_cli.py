@@ -29,6 +29,7 @@ from ._app import App
 from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
+from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._version import __version__
@@ -216,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     add_commands(sub)
     add_health(sub)
+    add_events(sub)
     return p
 
 
@@ -230,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
     if args.command == "health":
         return health(args)
+    if args.command == "events":
+        return events(args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)

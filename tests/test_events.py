@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +29,7 @@ from aioqueue import (
     current_job,
 )
 
-from .support.apps import open_app
+from .support.apps import open_app, unique_prefix
 from .support.processes import WorkerProcesses
 from .support.server import blocked_in, clients_named
 from .support.waiting import wait_until
@@ -85,6 +88,7 @@ async def test_off_by_default_the_stream_never_exists(app: App, redis: Redis) ->
     async with Worker(app, concurrency=4, grace=2):
         assert await jobs[0].result(timeout=20) == 1
         assert await jobs[1].result(timeout=20) == "second time"
+
         async def failed() -> bool:
             return await jobs[2].state() is JobState.FAILED
 
@@ -116,12 +120,14 @@ async def test_every_kind_of_a_worker_run_with_its_fields(redis_url: str, redis:
                 return K.FAILED in kinds(of_job(await history(app), bad.id))
 
             await wait_until(bad_failed, timeout=20, what="the bad job's failed event")
+
             async def expired_cancelled() -> bool:
                 return await expired.state() is JobState.CANCELLED
 
             await wait_until(expired_cancelled, timeout=20, what="the expired job's end")
             # the operator's retry of the dead letter
             assert await q.requeue([bad.id]) == 1
+
             async def failed_twice() -> bool:
                 return kinds(of_job(await history(app), bad.id)).count(K.FAILED) == 2
 
@@ -177,7 +183,7 @@ async def test_every_kind_of_a_worker_run_with_its_fields(redis_url: str, redis:
     assert events.index(up[0]) < events.index(ok_events[1])
     assert events[-1] == down[0]
     # no payloads: nothing of the arguments or results is in the stream
-    assert not any("7" == e.reason for e in events)
+    assert not any(e.reason == "7" for e in events)
 
 
 async def test_reserve_and_release_through_the_pull_api(redis_url: str) -> None:
@@ -230,9 +236,9 @@ async def test_a_bad_setting_or_argument_is_a_typed_error(app: App) -> None:
         await q.events_page(before="yesterday")
     with pytest.raises(ConfigurationError):
         app.events(block=0)
-    for since in ("", "now", "1-2-3", datetime(2020, 1, 1)):  # noqa: DTZ001 - naive on purpose
+    for since in ("", "now", "1-2-3", datetime(2020, 1, 1)):
         with pytest.raises(ConfigurationError):
-            await anext(app.events(since=since))  # type: ignore[arg-type]
+            await anext(app.events(since=since))
     with pytest.raises(ConfigurationError):
         await anext(app.events(kinds=["exploded"]))
 
@@ -305,9 +311,9 @@ async def test_a_killed_connection_neither_loses_nor_repeats_an_event(
                 if i % 15 == 7:
                     # kill the iterator's own connection (and only it) mid-stream
                     for c in await clients_named(redis, f"{name}:events"):
-                        await redis.execute_command("CLIENT", "KILL", "ID", c["id"])
+                        await redis.client_kill_filter(_id=c["id"])
                         killed += 1
-                    await asyncio.sleep(0.05)  # noqa: ASYNC251 - spreads the writes, asserts nothing
+                    await asyncio.sleep(0.05)
             return ids
 
         producer = asyncio.create_task(produce())
@@ -348,3 +354,44 @@ async def test_a_worker_killed_and_buried_shows_as_down(
     assert down.reason == "dead"
     recovered = [e for e in of_job(events, job.id) if e.kind is K.RECOVERED]
     assert [(e.reason, e.worker) for e in recovered] == [("buried", up.worker)]
+
+
+# ---------------------------------------------------------------------- the command line
+def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aioqueue", "events", *args, "--url", url, "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_the_events_command_switches_and_tails(redis_url: str) -> None:
+    prefix = unique_prefix()
+    async with open_app(redis_url, prefix=prefix) as app:
+        q = app.queue("jobs")
+        res = await asyncio.to_thread(cli, redis_url, prefix, "status", "jobs")
+        assert (res.returncode, res.stdout) == (0, "events of jobs: off\n"), res.stderr
+        res = await asyncio.to_thread(cli, redis_url, prefix, "on", "jobs", "--maxlen", "500")
+        assert (res.returncode, res.stdout) == (0, "events of jobs: on, about 500 kept\n")
+        assert await q.events_maxlen() == 500
+        job = await q.enqueue("t", delay=60)
+        await q.cancel_jobs([job.id])
+        args = ("tail", "jobs", "--since", "0", "--count", "2", "--json")
+        res = await asyncio.to_thread(cli, redis_url, prefix, *args)
+        assert res.returncode == 0, res.stderr
+        lines = [json.loads(line) for line in res.stdout.splitlines()]
+        assert [(d["kind"], d["job_id"]) for d in lines] == [
+            ("enqueued", job.id),
+            ("cancelled", job.id),
+        ]
+        assert lines[0]["due"] is not None
+        res = await asyncio.to_thread(cli, redis_url, prefix, "tail", "jobs", "--since", "0",
+                                      "--count", "1", "--kind", "cancelled")  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert f"  cancelled  {job.id}  t  0  -  Cancelled" in res.stdout
+        res = await asyncio.to_thread(cli, redis_url, prefix, "off", "jobs")
+        assert (res.returncode, res.stdout) == (0, "events of jobs: off\n")
+        res = await asyncio.to_thread(cli, redis_url, prefix, "on", "jobs", "--maxlen", "0")
+        assert res.returncode == 2

@@ -92,9 +92,7 @@ async def test_an_events_key_of_the_wrong_type_is_set_aside_and_nothing_stops(
         await check_invariants(redis, k)
 
 
-async def test_a_stream_that_refuses_new_entries_is_set_aside(
-    redis_url: str, redis: Redis
-) -> None:
+async def test_a_stream_that_refuses_new_entries_is_set_aside(redis_url: str, redis: Redis) -> None:
     """A stream whose last id is the last possible one: every XADD * fails on it."""
     app = events_app(redis_url)
     async with app:
@@ -157,9 +155,7 @@ async def test_planted_entries_are_skipped_by_the_readers(redis_url: str, redis:
         assert got[1].job_id == job.id
 
 
-async def test_a_follower_waits_out_a_garbled_key_and_goes_on(
-    redis_url: str, redis: Redis
-) -> None:
+async def test_a_follower_waits_out_a_garbled_key_and_goes_on(redis_url: str, redis: Redis) -> None:
     app = events_app(redis_url)
     async with app:
         q = app.queue()

@@ -49,6 +49,7 @@ LAYERS: list[list[str]] = [
         "_cli_show",
         "_cli_admin",
         "_cli_health",
+        "_cli_events",
         "_supervisor",
         "_cli",
     ],
