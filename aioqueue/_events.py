@@ -40,7 +40,11 @@ MAX_EVENTS_MAXLEN = 10_000_000
 #: the most events one read returns (a page of ``events_page``, one XREAD of ``app.events``)
 MAX_EVENTS_PAGE = 1000
 
-_POSITION = re.compile(r"\A\d{1,20}-\d{1,20}\Z")
+#: the most events one stream entry holds (the events of one loop, see lua/lib/events.lua)
+MAX_PER_ENTRY = 100
+
+# a position: a stream entry's id, and for an entry of several events ":" and the event's number
+_POSITION = re.compile(r"\A\d{1,20}-\d{1,20}(:\d{1,3})?\Z")
 
 
 class JobEventKind(enum.Enum):
@@ -98,32 +102,64 @@ def _ms_time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def parse_event(queue: str, entry_id: bytes | str, fields: dict[Any, Any]) -> JobEvent | None:
-    """A stream entry as a ``JobEvent``, or None for an entry that is not one (garbage)."""
+def _texts(fields: dict[Any, Any]) -> dict[str, str]:
+    return {
+        (k.decode(errors="replace") if isinstance(k, bytes) else str(k)): (
+            v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+        )
+        for k, v in fields.items()
+    }
+
+
+def parse_entry(queue: str, entry_id: bytes | str, fields: dict[Any, Any]) -> list[JobEvent]:
+    """The events of one stream entry (one, or the numbered events of a loop: see
+    ``lua/lib/events.lua``), in order; an entry that holds no event (garbage) gives none."""
     pos = entry_id.decode(errors="replace") if isinstance(entry_id, bytes) else entry_id
-
-    def text(name: str) -> str:
-        v = fields.get(name.encode(), fields.get(name, b""))
-        return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
+    f = _texts(fields)
     try:
-        kind = JobEventKind(text("k"))
+        kind = JobEventKind(f.get("k", ""))
         at = _ms_time(int(pos.partition("-")[0]))
     except (ValueError, OverflowError, OSError):
-        return None
-    attempt, due = text("a"), text("d")
+        return []
+    n = f.get("n", "")
+    if not n:
+        return [_event(queue, pos, kind, at, f, "")]
+    if not n.isdigit() or not 0 < int(n) <= MAX_PER_ENTRY:
+        return []
+    return [_event(queue, f"{pos}:{i}", kind, at, f, str(i)) for i in range(1, int(n) + 1)]
+
+
+def _event(
+    queue: str, pos: str, kind: JobEventKind, at: datetime, f: dict[str, str], i: str
+) -> JobEvent:
+    attempt, due = f.get("a" + i, ""), f.get("d" + i, "")
     return JobEvent(
         position=pos,
         queue=queue,
         kind=kind,
-        job_id=text("j"),
-        task=text("t") or None,
-        attempt=int(attempt) if attempt.isdigit() else None,
-        worker=text("w") or None,
-        reason=text("r") or None,
+        job_id=f.get("j" + i, ""),
+        task=f.get("t" + i) or None,
+        attempt=int(attempt) if attempt.isdigit() and len(attempt) < 10 else None,
+        worker=f.get("w" + i) or None,
+        reason=f.get("r" + i) or None,
         due=_ms_time(int(due)) if due.isdigit() and len(due) < 16 else None,
         at=at,
     )
+
+
+def split_position(position: str) -> tuple[str, int]:
+    """A checked position as (stream entry id, how many of its events come before or at it:
+    0 for the whole entry)."""
+    entry, _, i = position.partition(":")
+    return entry, int(i or 0)
+
+
+def _before(entry: str) -> str:
+    """The stream id just before entry id ``entry`` (XREAD reads after an id)."""
+    ms, _, seq = entry.partition("-")
+    if int(seq) > 0:
+        return f"{ms}-{int(seq) - 1}"
+    return f"{int(ms) - 1}-18446744073709551615" if int(ms) > 0 else "0-0"
 
 
 def check_position(since: str | datetime) -> str:
@@ -173,6 +209,10 @@ async def iterate_events(
     """``app.events()``: see there."""
     position = check_position(since)
     wanted = _kinds(kinds)
+    # a position inside an entry: read that entry again, without the events up to it
+    skip_entry, skip = split_position(position) if position != "$" else ("", 0)
+    if skip:
+        position = _before(skip_entry)
     key = QueueKeys(app.prefix, queue).events
     block_ms = max(1, int(block * 1000))
     client = _own_client(app)
@@ -202,12 +242,16 @@ async def iterate_events(
             pause = 0.05
             for _, entries in reply or ():
                 for entry_id, fields in entries:
-                    event = parse_event(queue, entry_id, fields)
+                    events = parse_entry(queue, entry_id, fields)
                     position = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                    if event is None:
+                    if not events:
                         logger.warning("events of %r: skipped an entry that is no event", queue)
-                    elif wanted is None or event.kind in wanted:
-                        yield event
+                    if skip and position == skip_entry:
+                        events = events[skip:]
+                    skip = 0
+                    for event in events:
+                        if wanted is None or event.kind in wanted:
+                            yield event
     finally:
         with contextlib.suppress(Exception):
             await client.aclose()
@@ -253,19 +297,21 @@ class QueueEvents:
         kinds: Iterable[JobEventKind | str] | None = None,
     ) -> list[JobEvent]:
         """The newest events kept (newest first), or those just older than position
-        ``before`` (the last position of a previous page), at most ``count`` (1,000) entries
-        read. Read only; does not block.
+        ``before`` (the last position of a previous page), at most ``count`` (1,000) events
+        (from at most ``count`` stream entries). Read only; does not block.
 
         Raises:
             ConfigurationError: a bad ``count``, ``before`` or kind.
         """
         check_int(count, 1, "count", maximum=MAX_EVENTS_PAGE)
         wanted = _kinds(kinds)
-        high = "+"
+        high, entry, upto = "+", "", 0
         if before is not None:
             if not _POSITION.match(before):
                 raise ConfigurationError(f"before= must be an event's position, not {before!r}")
-            high = "(" + before
+            entry, upto = split_position(before)
+            # inside an entry of several events: that entry's earlier events come first
+            high = entry if upto else "(" + entry
         scripts = self._scripts
         key = scripts.keys.events
         try:
@@ -274,5 +320,12 @@ class QueueEvents:
             )
         except ServerRefused:  # a garbled key: no events to show until it is set aside
             return []
-        events = [parse_event(self.name, i, f) for i, f in entries]
-        return [e for e in events if e and (wanted is None or e.kind in wanted)]
+        page: list[JobEvent] = []
+        for entry_id, fields in entries:
+            events = parse_entry(self.name, entry_id, fields)
+            if upto and events and split_position(events[0].position)[0] == entry:
+                events = events[: upto - 1]
+            page += [e for e in reversed(events) if wanted is None or e.kind in wanted]
+            if len(page) >= count:
+                break
+        return page[:count]

@@ -46,6 +46,13 @@ def of_job(events: list[JobEvent], job_id: str) -> list[JobEvent]:
     return [e for e in events if e.job_id == job_id]
 
 
+def order(position: str) -> tuple[int, ...]:
+    """A position's place in the stream: (ms, seq, number in its entry)."""
+    entry, _, i = position.partition(":")
+    ms, seq = entry.split("-")
+    return int(ms), int(seq), int(i or 0)
+
+
 def kinds(events: list[JobEvent]) -> list[JobEventKind]:
     return [e.kind for e in events]
 
@@ -137,7 +144,7 @@ async def test_every_kind_of_a_worker_run_with_its_fields(redis_url: str, redis:
 
     assert all(e.queue == app.default_queue and e.at >= before for e in events)
     positions = [e.position for e in events]
-    assert positions == sorted(positions, key=lambda p: tuple(map(int, p.split("-"))))
+    assert positions == sorted(positions, key=order)
 
     ok_events = of_job(events, ok.id)
     assert kinds(ok_events) == [K.ENQUEUED, K.STARTED, K.PROGRESS, K.COMPLETED]
@@ -395,3 +402,42 @@ async def test_the_events_command_switches_and_tails(redis_url: str) -> None:
         assert (res.returncode, res.stdout) == (0, "events of jobs: off\n")
         res = await asyncio.to_thread(cli, redis_url, prefix, "on", "jobs", "--maxlen", "0")
         assert res.returncode == 2
+
+
+async def test_the_events_of_one_loop_share_an_entry_and_positions_inside_it_resume(
+    redis_url: str, redis: Redis
+) -> None:
+    """enqueue_many, a claim and a batch of completions write one entry per call and kind (at
+    most 100 events); a position inside such an entry resumes right after that event."""
+    async with events_app(redis_url) as app:
+
+        @app.task
+        async def noop(i: int) -> int:
+            return i
+
+        q = app.queue()
+        jobs = await noop.enqueue_many([{"i": i} for i in range(150)])
+        ids = [j.id for j in jobs]
+        assert await redis.xlen(q._keys.events) == 2  # 100 + 50
+        page = list(reversed(await q.events_page(count=1000)))
+        assert [e.job_id for e in page] == ids
+        assert all(e.kind is K.ENQUEUED and e.task == "noop" for e in page)
+        entry = page[0].position.partition(":")[0]
+        assert [e.position for e in page[:3]] == [f"{entry}:1", f"{entry}:2", f"{entry}:3"]
+        # resume after the 10th event, inside the first entry
+        it = app.events(since=page[9].position, block=0.5)
+        assert [e.job_id for e in await take(it, 140)] == ids[10:]
+        await it.aclose()  # type: ignore[attr-defined]
+        # a page just before it: the 9th back to the 5th
+        back = await q.events_page(before=page[9].position, count=5)
+        assert [e.job_id for e in back] == ids[8:3:-1]
+        # a claim of 150 leases: one entry per 100 events too
+        reserved = await q.reserve(150)
+        started = [e for e in await history(app) if e.kind is K.STARTED]
+        assert sorted(e.job_id for e in started) == sorted(r.id for r in reserved)
+        assert len({e.position.partition(":")[0] for e in started}) <= 3
+        for r in reserved:
+            await q.complete(r, r.kwargs["i"])
+        done = [e for e in await history(app) if e.kind is K.COMPLETED]
+        assert [e.attempt for e in done] == [1] * 150
+        assert {e.task for e in done} == {"noop"}

@@ -1,10 +1,12 @@
 --[[ events: the queue's event stream, for watching jobs move (app.events): base.."events", a
-  STREAM capped at about the queue's setting (XADD MAXLEN ~), one entry per transition with
-  the fields k kind, j job id ('' for a worker's events), t task, a attempt, w worker ('' none,
+  STREAM capped at about the queue's setting of entries (XADD MAXLEN ~). An entry holds one
+  event with the fields k kind, j job id ('' for a worker's events), t task, a attempt, w worker ('' none,
   or a pull-API consumer), and only where they apply r reason (a failure's error type and
   message, at most EVENT_REASON bytes; why a worker left or a job was recovered) and d due ms
-  (a job enqueued for later, a retry or release after its delay). Never payloads, arguments
-  or results.
+  (a job enqueued for later, a retry or release after its delay); or, written by the loops of
+  enqueue, claim and complete (emit_add), up to EVENTS_PER_ENTRY events of one kind of one
+  call: k kind, n their number, and j1 t1 a1 w1 (d1), j2 ... numbered in order. Never
+  payloads, arguments or results.
   Off unless the queue's settings (qconf) hold a cap in the field events (configure.lua
   'events'); a script reads it at its first event, once per call, so off costs one HGET per
   call that meets a transition. A garbled stream is set aside like any key (see call in core).
@@ -25,9 +27,53 @@ local function events_on()
   return events_cap > 0
 end
 
--- add one event (t task, a attempt, w worker, reason, due as above; nil for '')
+-- the events of one kind that a loop of this call added (emit_add), written as one entry by
+-- emit_flush: EVENT_VALUES values each (id, task, attempt, worker, due)
+local EVENTS_PER_ENTRY, EVENT_VALUES = 100, 5
+local ev_kind, ev_vals, ev_n = nil, nil, 0
+
+-- write the events added since the last flush as one entry: an entry of one event has the
+-- plain fields, one of n > 1 events has n and the numbered fields j1, t1, a1, w1 (d1), ...
+local function emit_flush()
+  local n, v = ev_n, ev_vals
+  if n == 0 then return end
+  ev_n = 0
+  local args = {'MAXLEN', '~', events_cap, '*', 'k', ev_kind}
+  if n == 1 then
+    args[7], args[8], args[9], args[10], args[11], args[12], args[13], args[14] =
+      'j', v[1], 't', v[2], 'a', v[3], 'w', v[4]
+    if v[5] ~= '' then args[15], args[16] = 'd', v[5] end
+  else
+    args[7], args[8] = 'n', n
+    for i = 1, n do
+      local b = (i - 1) * EVENT_VALUES
+      local m = #args
+      args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'j' .. i, v[b + 1], 't' .. i, v[b + 2]
+      args[m + 5], args[m + 6], args[m + 7], args[m + 8] = 'a' .. i, v[b + 3], 'w' .. i, v[b + 4]
+      if v[b + 5] ~= '' then args[m + 9], args[m + 10] = 'd' .. i, v[b + 5] end
+    end
+  end
+  call('XADD', K_EVENTS, unpack(args))
+end
+
+-- add one event of a loop over many jobs (started, completed, enqueued): kept until the loop's
+-- function calls emit_flush (it must, before it returns), or another kind of event is added,
+-- so that a claim of 100 jobs writes one entry rather than 100 (an XADD costs about 3 us)
+local function emit_add(kind, id, t, a, w, due)
+  if events_cap == 0 or not events_on() then return end
+  if ev_n > 0 and (ev_kind ~= kind or ev_n >= EVENTS_PER_ENTRY) then emit_flush() end
+  if not ev_vals then ev_vals = {} end
+  local b = ev_n * EVENT_VALUES
+  ev_kind, ev_n = kind, ev_n + 1
+  ev_vals[b + 1], ev_vals[b + 2], ev_vals[b + 3] = id, t or '', a or ''
+  ev_vals[b + 4], ev_vals[b + 5] = w or '', due or ''
+end
+
+-- add one event (t task, a attempt, w worker, reason, due as above; nil for ''), after the
+-- events added before it
 local function emit(kind, id, t, a, w, reason, due)
   if events_cap == 0 or not events_on() then return end
+  if ev_n > 0 then emit_flush() end
   if reason and string.byte(reason, 1) == 123 then
     -- an error's JSON: its type and message
     local ok, e = pcall(cjson.decode, reason)
