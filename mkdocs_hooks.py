@@ -30,6 +30,7 @@ SECTIONS = {
     "aioqueue._hooks": "Hooks and middleware",
     "aioqueue._sync": "The blocking producer",
     "aioqueue._inspect": "Inspection",
+    "aioqueue._events": "Job events",
     "aioqueue._serialize": "Serializers",
     "aioqueue._embedded": "The embedded server",
     "aioqueue._exceptions": "Exceptions",
