@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -102,6 +103,11 @@ def _ms_time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
+def _digits(s: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also accepts "²", which ``int`` refuses)."""
+    return s.isascii() and s.isdigit()
+
+
 def _texts(fields: dict[Any, Any]) -> dict[str, str]:
     return {
         (k.decode(errors="replace") if isinstance(k, bytes) else str(k)): (
@@ -123,26 +129,36 @@ def parse_entry(queue: str, entry_id: bytes | str, fields: dict[Any, Any]) -> li
         return []
     n = f.get("n", "")
     if not n:
-        return [_event(queue, pos, kind, at, f, "")]
-    if not n.isdigit() or not 0 < int(n) <= MAX_PER_ENTRY:
+        values = (f.get("j", ""), f.get("t", ""), f.get("a", ""), f.get("w", ""), f.get("d", ""))
+        return [_event(queue, pos, kind, at, values, f.get("r", ""))]
+    try:
+        flat = json.loads(f.get("e", ""))
+    except ValueError:
         return []
-    return [_event(queue, f"{pos}:{i}", kind, at, f, str(i)) for i in range(1, int(n) + 1)]
+    if not _digits(n) or not 0 < int(n) <= MAX_PER_ENTRY or not isinstance(flat, list):
+        return []
+    if len(flat) != int(n) * 5 or not all(isinstance(v, str) for v in flat):
+        return []
+    return [
+        _event(queue, f"{pos}:{i // 5 + 1}", kind, at, flat[i : i + 5], "")
+        for i in range(0, len(flat), 5)
+    ]
 
 
 def _event(
-    queue: str, pos: str, kind: JobEventKind, at: datetime, f: dict[str, str], i: str
+    queue: str, pos: str, kind: JobEventKind, at: datetime, values: Sequence[str], reason: str
 ) -> JobEvent:
-    attempt, due = f.get("a" + i, ""), f.get("d" + i, "")
+    job_id, task, attempt, worker, due = values
     return JobEvent(
         position=pos,
         queue=queue,
         kind=kind,
-        job_id=f.get("j" + i, ""),
-        task=f.get("t" + i) or None,
-        attempt=int(attempt) if attempt.isdigit() and len(attempt) < 10 else None,
-        worker=f.get("w" + i) or None,
-        reason=f.get("r" + i) or None,
-        due=_ms_time(int(due)) if due.isdigit() and len(due) < 16 else None,
+        job_id=job_id,
+        task=task or None,
+        attempt=int(attempt) if _digits(attempt) and len(attempt) < 10 else None,
+        worker=worker or None,
+        reason=reason or None,
+        due=_ms_time(int(due)) if _digits(due) and len(due) < 16 else None,
         at=at,
     )
 
@@ -287,7 +303,7 @@ class QueueEvents:
             self._scripts.client.hget(self._scripts.keys.qconf, "events")
         )
         value = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
-        return int(value) if value.isdigit() and int(value) > 0 else None
+        return int(value) if _digits(value) and int(value) > 0 else None
 
     async def events_page(
         self,

@@ -107,7 +107,7 @@ async def test_a_stream_that_refuses_new_entries_is_set_aside(redis_url: str, re
         await check_invariants(redis, k)
 
 
-@pytest.mark.parametrize("cap", ["garbage", "nan", "inf", "-5", "0", "1e999", "", "\xff"])
+@pytest.mark.parametrize("cap", ["garbage", "nan", "inf", "-5", "0", "1e999", "", "\xff", "²"])
 async def test_a_garbage_cap_means_off_and_the_queue_goes_on(
     redis_url: str, redis: Redis, cap: str
 ) -> None:
@@ -141,7 +141,12 @@ async def test_planted_entries_are_skipped_by_the_readers(redis_url: str, redis:
         await q.set_events(1000)
         await redis.xadd(k.events, {"k": "exploded", "j": "x"})
         await redis.xadd(k.events, {"junk": b"\xff\xfe"})
-        await redis.xadd(k.events, {"k": "completed", "j": b"\xff", "a": "NaN", "d": "9" * 30})
+        await redis.xadd(k.events, {"k": "completed", "j": b"\xff", "a": "²", "d": "9" * 30})
+        for n, e in (("2", "not json"), ("2", '["a"]'), ("²", "[]"), ("1000", "[]"), ("2", "{}")):
+            await redis.xadd(k.events, {"k": "started", "n": n, "e": e})
+        await redis.xadd(
+            k.events, {"k": "started", "n": "2", "e": '["a",1,"","","","b","","","",""]'}
+        )
         job = await q.enqueue("echo")
         page = await q.events_page()
         assert [e.kind for e in page] == [K.ENQUEUED, K.COMPLETED]
