@@ -56,8 +56,9 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
 
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
-    <prefix>:{<queue>}:events       STREAM one entry per transition: k kind, j job id, t task,
-                                           a attempt, w worker, r reason, d due ms; capped
+    <prefix>:{<queue>}:events       STREAM an entry per event (k kind, j job id, t task, a attempt,
+                                           w worker, r reason, d due ms) or per loop of events
+                                           (k, n, e: JSON); capped
 
 Garbage (I9: see lua/lib/core.lua)::
 
