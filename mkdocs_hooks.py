@@ -31,6 +31,7 @@ SECTIONS = {
     "aioqueue._logs": "Logs",
     "aioqueue._sync": "The blocking producer",
     "aioqueue._inspect": "Inspection",
+    "aioqueue._events": "Job events",
     "aioqueue._serialize": "Serializers",
     "aioqueue._embedded": "The embedded server",
     "aioqueue._exceptions": "Exceptions",

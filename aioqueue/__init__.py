@@ -10,6 +10,8 @@ from ._batchinfo import BatchState as BatchState
 from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer
+from ._events import JobEvent as JobEvent
+from ._events import JobEventKind as JobEventKind
 from ._exceptions import AioQueueError as AioQueueError
 from ._exceptions import BadSignature as BadSignature
 from ._exceptions import BatchCancelled as BatchCancelled
@@ -94,6 +96,8 @@ __all__ = [
     "JobContext",
     "JobContextFilter",
     "JobDetail",
+    "JobEvent",
+    "JobEventKind",
     "JobFailed",
     "JobInfo",
     "JobNotFound",

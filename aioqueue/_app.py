@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -24,6 +24,7 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
+from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
@@ -389,6 +390,36 @@ class App(HookDecorators, ScheduleDecorators):
         if q is None:
             q = self._queues[name] = self._queue_type(self, name)
         return q
+
+    def events(
+        self,
+        queue: str | None = None,
+        *,
+        since: str | datetime = "$",
+        kinds: Iterable[JobEventKind | str] | None = None,
+        block: float = 5.0,
+    ) -> AsyncIterator[JobEvent]:
+        """Follow a queue's event stream (switched on with ``queue.set_events()``): an async
+        iterator of ``JobEvent``, waiting for new ones (``XREAD BLOCK`` on a connection of its
+        own, at most ``block`` seconds a call). After a lost connection it reconnects and goes
+        on from the last event it yielded, so none is missed or repeated; close it with
+        ``aclose()`` or by leaving the ``async for``.
+
+        Args:
+            queue: the queue (default: the App's default queue).
+            since: ``"$"`` only events from now on, ``"0"`` every event still kept, a
+                ``JobEvent.position`` saved earlier (resume right after it), or an aware
+                datetime.
+            kinds: only these kinds (default: every kind).
+            block: the longest wait of one read, in seconds (below the socket timeout).
+
+        Raises:
+            ConfigurationError: a bad ``queue``, ``since`` or kind (when iteration starts).
+        """
+        name = self.queue(queue).name
+        if not 0 < block < self.socket_timeout:
+            raise ConfigurationError("block must be more than 0 and below the socket timeout")
+        return iterate_events(self, name, since, kinds, block)
 
 
 class _TaskDecorator:

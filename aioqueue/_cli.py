@@ -30,6 +30,7 @@ from ._checks import check_name
 from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
+from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
@@ -236,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     add_health(sub)
     add_metrics(sub)
     add_dashboard(sub)
+    add_events(sub)
     return p
 
 
@@ -254,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_metrics(args)
     if args.command == "dashboard":
         return dashboard(args)
+    if args.command == "events":
+        return events(args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)

@@ -54,6 +54,12 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
                                            other queues, waiting to be handed over
     <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
 
+Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
+
+    <prefix>:{<queue>}:events       STREAM an entry per event (k kind, j job id, t task, a attempt,
+                                           w worker, r reason, d due ms) or per loop of events
+                                           (k, n, e: JSON); capped
+
 Garbage (I9: see lua/lib/core.lua)::
 
     <prefix>:{<queue>}:garbled      HASH   quarantined keys: aside key -> JSON {key, reason, at}
@@ -219,6 +225,10 @@ class QueueKeys:
     @property
     def throughput(self) -> str:
         return self.base + "tp"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
 
     def lanes(self) -> list[str]:
         """KEYS shared by the scripts that move jobs between states, in their fixed order."""

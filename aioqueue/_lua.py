@@ -146,6 +146,7 @@ _FAIL_SIGNAL: Final = {FailMode.DEAD: -1, FailMode.CANCELLED: -2}
 #: part uses only parts before it (its header says which).
 LIB: Final = (
     "core",
+    "events",
     "lanes",
     "batches",
     "deadletter",
@@ -190,31 +191,36 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core lanes batches deadletter history maintenance parking workers leasing handoff",
+            "core events lanes batches deadletter history maintenance parking workers leasing"
+            " handoff",
         ),
-        ("claim", "core lanes batches deadletter history maintenance parking workers leasing"),
-        ("complete", "core lanes batches acks"),
+        (
+            "claim",
+            "core events lanes batches deadletter history maintenance parking workers leasing",
+        ),
+        ("complete", "core events lanes batches acks"),
         (
             "complete_claim",
-            "core lanes batches deadletter history acks maintenance parking workers leasing",
+            "core events lanes batches deadletter history acks maintenance parking workers leasing",
         ),
-        ("fail", "core lanes batches deadletter history acks"),
-        ("release", "core lanes batches deadletter history acks"),
+        ("fail", "core events lanes batches deadletter history acks"),
+        ("release", "core events lanes batches deadletter history acks"),
         ("extend", "core"),
         ("watch", "core"),
-        ("reap", "core lanes batches deadletter history maintenance parking workers"),
-        ("beat", "core"),
-        ("configure", "core lanes"),
-        ("batch", "core lanes batches"),
-        ("cancel", "core lanes batches"),
-        ("schedule", "core lanes"),
+        ("reap", "core events lanes batches deadletter history maintenance parking workers"),
+        ("beat", "core events"),
+        ("configure", "core events lanes"),
+        ("batch", "core events lanes batches"),
+        ("cancel", "core events lanes batches"),
+        ("schedule", "core events lanes"),
         ("schedules", ""),
-        ("requeue", "core lanes"),
-        ("promote", "core lanes"),
-        ("purge", "core lanes batches"),
-        ("replace", "core lanes"),
+        ("requeue", "core events lanes"),
+        ("promote", "core events lanes"),
+        ("purge", "core events lanes batches"),
+        ("replace", "core events lanes"),
         ("page", ""),
         ("peek", "core"),
+        ("progress", "core events"),
     )
 }
 

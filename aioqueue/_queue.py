@@ -26,6 +26,7 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._convert import Convert
+from ._events import QueueEvents
 from ._exceptions import ConfigurationError, JobNotFound
 from ._job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
 from ._keys import QueueKeys
@@ -46,7 +47,7 @@ T = TypeVar("T")
 CANCEL_CHUNK = 500
 
 
-class Queue(QueuePull, QueueAdmin):
+class Queue(QueuePull, QueueAdmin, QueueEvents):
     """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App.
 
     The pull API (``reserve``, ``complete``, ``fail``, ``release``, ``extend``,

@@ -95,7 +95,7 @@ class QueueReads:
 
     async def set_progress(self, job_id: str, data: bytes) -> None:
         """Record a running job's progress (JSON)."""
-        await self.read(self.client.hset(self.keys.job(job_id), "pg", data))
+        await self._run("progress", (self.base, job_id, data))
 
     async def stats(self) -> dict[bytes, bytes]:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.stats)))

@@ -167,3 +167,10 @@ def test_the_dashboard_lists_its_public_names() -> None:
     exec("from aioqueue.dashboard import *", namespace)
     assert set(namespace) - {"__builtins__"} == set(dashboard.__all__)
     assert "auth" in inspect.signature(dashboard.create_app).parameters
+
+
+def test_the_event_api_is_public() -> None:
+    assert {"JobEvent", "JobEventKind"} <= set(aioqueue.__all__)
+    for method in ("set_events", "events_maxlen", "events_page"):
+        assert inspect.iscoroutinefunction(getattr(aioqueue.Queue, method)), method
+    assert callable(aioqueue.App.events)

@@ -16,6 +16,7 @@ if period <= 0 then
   -- a worker that stopped: its leases were all returned or finished (any left run out)
   call('ZREM', K_WORKERS, wid)
   call('DEL', wk)
+  emit('worker_down', '', nil, nil, wid, 'stopped')
   if call('SCARD', held_key(wid)) == 0 then call('DEL', held_key(wid)) end
   return {now}
 end
@@ -25,6 +26,7 @@ if call('HEXISTS', wk, 'ln') == 0 then
   -- a new registration (or one that was buried): its next lease ordinals follow what it
   -- has started
   call('HSET', wk, 'ln', started, 'sn', started)
+  emit('worker_up', '', nil, nil, wid)
 elseif num(call('HGET', wk, 'sn'), 0) < started then
   call('HSET', wk, 'sn', started)
 end

@@ -9,6 +9,8 @@
                                    every group without its own
     rate          ARGV[4] N ARGV[5] period ms   rate limit of a group, of the queue (group '')
     group_rate    ARGV[4] N ARGV[5] period ms   the default rate of groups without their own
+    events        ARGV[4] cap      write the queue's event stream (see lib/events), keeping
+                                   about the newest cap events ('' off; the stream is kept)
   Returns 1, or an error for an unknown operation ]]
 local op, g, v1, v2 = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
@@ -62,6 +64,8 @@ elseif op == 'group_rate' then
   set_or_clear(K_QCONF, 'grate_n', v1)
   set_or_clear(K_QCONF, 'grate_ms', v2)
   reactivate_all()
+elseif op == 'events' then
+  set_or_clear(K_QCONF, 'events', v1)
 else
   return redis.error_reply('unknown operation ' .. tostring(op))
 end

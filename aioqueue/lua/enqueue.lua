@@ -88,6 +88,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       if bid ~= '' and bhome == '' then batch_add(bid, id) end
       added = added + 1
+      emit_add('enqueued', id, task, 0, nil, state == 'scheduled' and due or nil)
     end
   end
 end
@@ -104,4 +105,5 @@ if added > 0 then
   if runnable > 0 then hand_off(now) end
   if scheduled or has_ready() then wake() end
 end
+emit_flush()
 return out

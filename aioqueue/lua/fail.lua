@@ -39,6 +39,7 @@ if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
   end_attempt(jk, r[3], r[7], 'retried', err, now)
   call('HSET', jk, 'e', err)
   requeue(id, jk, delay, now, r[5], r[6], false)
+  emit_job('retried', id, jk, err, delay > 0 and now + delay or nil)
   wake()
   call('HINCRBY', K_STATS, 'retried', 1)
   return 1

@@ -14,6 +14,7 @@ for i = 2, #ARGV do
     call('HDEL', jk, 'due')
     call('HSET', jk, 's', 'queued')
     push_ready(id, r[2], false, r[3])
+    emit_job('promoted', id, jk)
     done = done + 1
   else
     skipped = skipped + 1

@@ -44,6 +44,7 @@ for i = 0, n - 1 do
       call('HINCRBY', K_STATS, 'failed', 1)
     else
       requeue(id, jk, delay, now, r[3], r[4], true)
+      emit_job('released', id, jk, nil, delay > 0 and now + delay or nil)
     end
     any = true
     out[#out + 1] = 1

@@ -16,6 +16,7 @@ for i = 2, #ARGV do
     call('HDEL', jk, 'e', 'f', 'due', 'x')
     call('HSET', jk, 's', 'queued', 'a', 0)
     push_ready(id, r[2], false, r[3])
+    emit_job('requeued', id, jk)
     done = done + 1
   else
     if not r[1] then call('ZREM', K_DEAD, id) end

@@ -1,7 +1,7 @@
 --[[ batches: fan-out / fan-in bookkeeping; counting sub-jobs in (batch_add) and their
   outcomes (batch_outcome, batch_apply), and firing the batch once all are in
   (batch_maybe_finish: its callback runs, or is cancelled).
-  Needs: core, lanes (push_ready and cancel_waiting, for the callback job).
+  Needs: core, events (emit_job), lanes (push_ready and cancel_waiting, for the callback job).
 
   A batch lives on its home queue (the queue of its callback):
   base.."batch:"..bid        HASH  s state (open|completed|failed|cancelled), total, done, failed,
@@ -122,6 +122,7 @@ local function to_cancelled(id, jk, err, now, dead_ttl)
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   index_finished(K_CANCELLED, now, {id})
+  emit_job('cancelled', id, jk, err)
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
 end

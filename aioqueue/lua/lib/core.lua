@@ -122,6 +122,9 @@ local function repair(err, cmd, key, field)
     note_garbled(to, key, 'field ' .. field .. ' is not an integer', now)
   elseif (cmd == 'INCR' or cmd == 'INCRBY') and string.find(msg, 'not an integer', 1, true) then
     set_aside(key, 'not an integer')
+  elseif cmd == 'XADD' then
+    -- a stream that refuses new entries (its last id planted at the end of the id space)
+    set_aside(key, 'refused XADD: ' .. msg)
   else
     error(err)
   end

@@ -2,13 +2,14 @@
   (to_dead); so is one whose record was garbled (dead_if_corrupt) and a queued one whose id a
   consumer could not read (dead_if_garbled_id). Either tells whoever awaits
   the job, and its batch.
-  Needs: core, batches (batch_outcome). ]]
+  Needs: core, events (emit_job), batches (batch_outcome). ]]
 
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
   unlock(id, call('HGET', jk, 'uk'))
   call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
   call('ZADD', K_DEAD, now, id)
+  emit_job('failed', id, jk, err)
   if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)

@@ -1,7 +1,7 @@
 --[[ lanes: where runnable jobs wait, and the ring that serves their lanes in turn; a job
   entering its lane (push_ready) or leaving it before it started (leave_lane, cancel_waiting),
   a group's slot freed (release_slot), a lane let back into the ring (activate).
-  Needs: core.
+  Needs: core, events (emit_job).
 
   Runnable jobs without a group wait in the default lane (ready LIST for priority 0, prio ZSET
   otherwise); a group's runnable jobs wait in the ZSET base.."g:"..group.
@@ -94,6 +94,7 @@ local function cancel_waiting(id, jk, now, ttl)
   if s == 'queued' then leave_lane(id, r[2], r[3]) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
   index_finished(K_CANCELLED, now, {id})
+  emit_job('cancelled', id, jk, 'Cancelled')
   announce(jk, id)
   return true
 end

@@ -4,7 +4,7 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Each lease writes its start (st) next to its worker (wk), for the job's history.
-  Needs: core, lanes (the ring, has_ready), batches (batch_outcome, to_cancelled), deadletter
+  Needs: core, events (emit_add, emit_flush), lanes (the ring, has_ready), batches (batch_outcome, to_cancelled), deadletter
   (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
   (park, unpark), workers (bury_dead). ]]
 
@@ -155,6 +155,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
       else
         call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'st', now)
       end
+      emit_add('started', id, r[3], a, h.wid)
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = id
       local n = #out
@@ -167,6 +168,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
       out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
     end
   end
+  emit_flush()
   return taken
 end
 

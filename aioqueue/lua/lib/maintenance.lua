@@ -1,7 +1,7 @@
 --[[ maintenance: what time does to a queue; leases that ran out are handed back (recover),
   delayed jobs that fell due and groups whose rate window passed become servable (promote),
   and when a consumer that found nothing should look again (next_wake).
-  Needs: core, lanes (push_ready, activate, release_slot), batches (batch_outcome, to_cancelled),
+  Needs: core, events (emit_job), lanes (push_ready, activate, release_slot), batches (batch_outcome, to_cancelled),
   deadletter (to_dead, dead_if_corrupt), history (end_attempt). ]]
 
 -- recovered jobs after the first are spread this far apart (and at most this many steps), so
@@ -53,6 +53,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
     call('HSET', jk, 's', 'queued')
     push_ready(id, r[4], true, r[5])
   end
+  emit_job('recovered', id, jk, why)
   return 'queued'
 end
 

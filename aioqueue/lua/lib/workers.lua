@@ -8,13 +8,14 @@
   A worker past its deadline is dead: the next claim, or reap, buries it (bury): its leases
   are handed back at once instead of when they run out, and the jobs it never started (still
   in its hand list, or with an ordinal past what it reported started) get their attempt back.
-  Needs: core, maintenance (recover_job, count_recovered),
+  Needs: core, events (emit), maintenance (recover_job, count_recovered),
   parking (hand_key, unregister). ]]
 
 -- bury worker wid: hand back the jobs it held (at most MAX_JOBS_PER_CALL of them a call; the
 -- rest at the next call) and, once none is left, drop its registration. Returns how many
 -- jobs were handed back
 local function bury(wid, now, dead_ttl)
+  emit('worker_down', '', nil, nil, wid, 'dead')
   local hk = hand_key(wid)
   local unstarted = {}
   local hand = call('LRANGE', hk, 0, -1)
