@@ -5,8 +5,9 @@ fresh process on one embedded Valkey and a fresh key prefix; it reports wall-clo
 process's CPU µs per job and the server's (``INFO cpu``), and the medians over the rounds with
 each variant's ratio to ``off``.
 
-Variants (``VARIANTS``; a "metrics on" variant is one more entry): ``off`` (events off, the
-default), ``events`` (the queue's event stream on, capped at 10,000). With ``--base DIR`` (an
+Variants (``VARIANTS``): ``off`` (events and metrics off, the defaults), ``events`` (the
+queue's event stream on, capped at 10,000), ``metrics`` (the worker's Prometheus metrics on,
+``Worker(metrics=WorkerMetrics())``) and ``both``. With ``--base DIR`` (an
 export of an older aioqueue, e.g. ``git archive d5035fd aioqueue | tar -x -C DIR``) the variant
 ``before`` runs ``off`` on that code, to compare "off" with the code before events existed.
 
@@ -44,7 +45,11 @@ async def _nothing(app: Any) -> None:
 VARIANTS: dict[str, Callable[[Any], Awaitable[None]]] = {
     "off": _nothing,
     "events": _events_on,
+    "metrics": _nothing,
+    "both": _events_on,
 }
+#: the variants whose worker keeps Prometheus metrics (aioqueue[metrics])
+WITH_METRICS = frozenset({"metrics", "both"})
 
 
 async def _server_cpu(client: Any) -> float:
@@ -75,7 +80,12 @@ async def one_run(url: str, n: int, variant: str) -> dict[str, float]:
             await noop.enqueue_many([{"i": i} for i in range(start, min(start + 5000, n))])
         u1, s1, t1 = await _script_us(app.redis), await _server_cpu(app.redis), time.perf_counter()
         c1 = time.process_time()
-        await Worker(app, concurrency=100, burst=True, idle_block=0.1).run()
+        observer = None
+        if variant in WITH_METRICS:
+            from aioqueue.metrics import WorkerMetrics
+
+            observer = WorkerMetrics()
+        await Worker(app, concurrency=100, burst=True, idle_block=0.1, metrics=observer).run()
         s2, t2, c2 = await _server_cpu(app.redis), time.perf_counter(), time.process_time()
         u2 = await _script_us(app.redis)
         assert (await app.queue().stats())["completed"] == n
