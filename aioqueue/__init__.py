@@ -24,6 +24,7 @@ from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
+from ._exceptions import NotReplicated as NotReplicated
 from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
@@ -99,6 +100,7 @@ __all__ = [
     "JobSummary",
     "JsonSerializer",
     "LeaseLost",
+    "NotReplicated",
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",

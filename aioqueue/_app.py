@@ -24,6 +24,7 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
+from ._durable import durability_setting, set_durability
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
@@ -87,6 +88,13 @@ class App(HookDecorators, ScheduleDecorators):
             (refused otherwise: unsigned pickle is code execution for anyone who can write
             to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
+        wait_replicas: durability mode (docs/scaling.md): after each enqueue and each
+            completion, wait until this many replicas acknowledged the write (``WAIT``);
+            ``enqueue`` and the pull API's ``complete`` raise ``NotReplicated`` when fewer
+            did within ``wait_timeout``, a worker logs a warning. 0 (default): off.
+        wait_timeout: seconds to wait for the replicas' acknowledgement.
+        wait_aof: wait with ``WAITAOF`` instead: the write fsynced to the append-only file
+            of the primary and of ``wait_replicas`` replicas (needs ``appendonly yes``).
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -112,6 +120,9 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: Sequence[str | bytes] = (),
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float | timedelta = 1.0,
+        wait_aof: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -139,6 +150,7 @@ class App(HookDecorators, ScheduleDecorators):
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
+        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")
@@ -187,6 +199,7 @@ class App(HookDecorators, ScheduleDecorators):
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+        set_durability(self._redis, self.durability)
         self._state = _State.OPEN
 
     def _pool_options(

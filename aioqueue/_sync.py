@@ -23,6 +23,7 @@ import redis.exceptions as rexc
 from redis.retry import Retry
 
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
+from ._connect import sync_pool
 from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTimeout
 from ._job import JobInfo, JobState, typed_result
 from ._keys import QueueKeys
@@ -71,6 +72,7 @@ class SyncClient:
             self.closed = True
             if self._redis is not None:
                 self._redis.close()
+                self._redis.connection_pool.close()  # and the sentinels', if any
                 self._redis = None
 
     @property
@@ -83,7 +85,7 @@ class SyncClient:
                     raise ClosedError("this SyncClient was closed; call app.sync() for a new one")
                 if self._redis is None:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
-                    pool = redis.BlockingConnectionPool.from_url(self.app.url, **opts)
+                    pool = sync_pool(self.app.url, opts)
                     self._redis = redis.Redis(connection_pool=pool)
                 client = self._redis
         return client
