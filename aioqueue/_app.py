@@ -32,6 +32,7 @@ from ._queue import Queue
 from ._results import ResultWaiter
 from ._schedules import ScheduleDecorators, Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
+from ._sharded import ShardedQueue
 from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task
@@ -169,6 +170,7 @@ class App(HookDecorators, ScheduleDecorators):
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
         self._queues: dict[str, Queue] = {}
+        self._sharded: dict[str, ShardedQueue] = {}
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
@@ -388,18 +390,46 @@ class App(HookDecorators, ScheduleDecorators):
             retention=to_seconds(retention, "retention"),
         )
 
-    def queue(self, name: str | None = None) -> Queue:
+    @overload
+    def queue(self, name: str | None = None) -> Queue: ...
+
+    @overload
+    def queue(self, name: str | None = None, *, shards: int) -> ShardedQueue: ...
+
+    def queue(self, name: str | None = None, *, shards: int | None = None) -> Queue | ShardedQueue:
         """The queue called ``name`` (default: the App's default queue). No I/O.
 
+        With ``shards=K``, declares it sharded (docs/scaling.md): K sub-queues that tasks
+        sent to ``name`` spread over and workers consuming ``name`` take from. Declare it
+        the same way in producers and workers (e.g. where the App is made); asking again
+        with the same K returns the same ``ShardedQueue``.
+
         Raises:
-            ConfigurationError: ``name`` is not a valid queue name (``""`` included).
+            ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
+                declared sharded and asked for without (or with other) ``shards``.
         """
         if name is None:
             name = self.default_queue
+        sharded = self._sharded.get(name)
+        if sharded is None and shards is not None:
+            if name in self._queues:
+                raise ConfigurationError(f"queue {name!r} is in use unsharded: declare it first")
+            sharded = self._sharded[name] = ShardedQueue(self, name, shards)
+        if sharded is not None:
+            if shards != sharded.shards:
+                raise ConfigurationError(
+                    f"queue {name!r} is sharded: use app.queue({name!r}, shards={sharded.shards})"
+                )
+            return sharded
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = Queue(self, name)
         return q
+
+    def _shard_names(self, name: str) -> list[str]:
+        """The queues a worker consuming ``name`` takes from: its shards, or itself."""
+        sharded = self._sharded.get(name)
+        return [name] if sharded is None else [q.name for q in sharded.queues]
 
 
 class _TaskDecorator:

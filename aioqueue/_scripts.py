@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._durable import durability_of, durable_calls
 from ._lua import (
     _COMPLETE as _COMPLETE,
 )
@@ -114,7 +115,6 @@ from ._lua import (
 from ._lua import (
     wrap_redis_error as wrap_redis_error,
 )
-from ._durable import durability_of, durable_calls
 from ._record import (
     ClaimResult,
     JobRecord,

@@ -105,9 +105,7 @@ def parse(url: str) -> SentinelURL:
         if name not in _QUERY:
             raise bad(f"unknown parameter {name!r} (known: {', '.join(_QUERY)})")
         extra[name] = values[-1]
-    return SentinelURL(
-        sentinels, unquote(service), int(db or 0), username, password, **extra
-    )
+    return SentinelURL(sentinels, unquote(service), int(db or 0), username, password, **extra)
 
 
 def redact(url: str) -> str:
@@ -149,14 +147,14 @@ def async_pool(url: str, opts: dict[str, Any]) -> BlockingSentinelPool:
     """A pool on the primary the sentinels of ``url`` name (``opts``: the App's pool
     options)."""
     parsed = parse(url)
-    manager = Sentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())
+    manager = Sentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
-    return BlockingSentinelPool(parsed.service, manager, **options)
+    return BlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
 
 
 def sync_pool(url: str, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
     """The same as ``async_pool``, for redis-py's blocking client."""
     parsed = parse(url)
-    manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())
+    manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
-    return SyncBlockingSentinelPool(parsed.service, manager, **options)
+    return SyncBlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]

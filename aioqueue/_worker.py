@@ -100,6 +100,7 @@ class Worker(WorkerLoops):
         names = list(queues) if queues else [app.default_queue]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
+        names = [n for name in names for n in app._shard_names(name)]  # a sharded queue's
         self.queue_names = names
         self.concurrency = concurrency
         self.burst = burst

@@ -36,7 +36,7 @@ LAYERS: list[list[str]] = [
     ["_leases", "_registry", "_connect"],
     ["_lister", "_inspect", "_admin", "_pull"],
     ["_unique", "_queue"],
-    ["_results", "_context"],
+    ["_results", "_context", "_sharded"],
     ["_batch"],
     ["_task"],
     ["_schedules", "_sync"],

@@ -159,7 +159,7 @@ class SentinelGroup:
             if port not in by_port:
                 return False
             with by_port[port].client() as c:
-                return c.info("replication").get("role") == "master"
+                return bool(c.info("replication").get("role") == "master")
 
         self._wait(promoted, timeout, "the sentinels to promote a replica")
         port = self.primary_port()
