@@ -107,7 +107,7 @@ async def test_ids_and_unique_keys_stay_global(app: App) -> None:
     d1 = await work.options(unique=True).enqueue(7)
     d2 = await work.options(unique=True).enqueue(7)  # a key derived from the arguments
     assert d1.id == d2.id
-    many = await work.options(unique=True).enqueue_many([{"i": 7}, {"i": 8}, {"i": 9}])
+    many = await work.options(unique=True).enqueue_many([((7,), {}), ((8,), {}), ((9,), {})])
     assert many[0].id == d1.id
     assert (await sq.counts())["queued"] == 5
     assert (await sq.locate("order-1")).id == "order-1"
