@@ -170,7 +170,7 @@ async def test_the_pull_api_reserves_across_shards(app: App) -> None:
 
         task = asyncio.create_task(consume())
         await target.enqueue("noop")
-        await wait_until(lambda r=reserved: bool(r), timeout=30, what="the reservation")
+        await wait_until(task.done, timeout=30, what="the reservation")
         await task
         assert reserved[0].queue == target.name
 
