@@ -54,6 +54,7 @@ from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
+from ._sharded import ShardedQueue as ShardedQueue
 from ._sync import SyncClient as SyncClient
 from ._sync import SyncJob as SyncJob
 from ._task import Backoff as Backoff
@@ -113,6 +114,7 @@ __all__ = [
     "Serializer",
     "ServerRefused",
     "ServerUnavailable",
+    "ShardedQueue",
     "StartupFailed",
     "State",
     "SyncClient",
