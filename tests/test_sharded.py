@@ -47,6 +47,8 @@ def test_declaring_a_sharded_queue(app: App) -> None:
     assert shard_name("hot", 2) == "hot:s2"
     assert app._shard_names("hot") == ["hot:s0", "hot:s1", "hot:s2"]
     assert app._shard_names("plain") == ["plain"]
+    with pytest.raises(ConfigurationError, match="twice"):
+        Worker(app, queues=["hot", "hot:s1"])  # a shard of a queue listed as well
 
 
 async def test_jobs_spread_round_robin(app: App) -> None:
