@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from aioqueue import (
     App,
@@ -20,6 +22,8 @@ from aioqueue import (
 )
 from aioqueue._sharded import ShardedQueue, shard_index, shard_name
 
+from .shardapp import ran_key
+from .support.processes import WorkerProcesses
 from .support.waiting import wait_until
 
 
@@ -187,3 +191,42 @@ async def test_pause_and_resume_every_shard(app: App) -> None:
     assert len(await sq.reserve(1)) == 1
     assert not any([await q.is_paused() for q in sq.queues])
     assert JobState.QUEUED.value == "queued"
+
+
+@pytest.mark.slow
+async def test_worker_processes_drain_every_shard_and_a_killed_one_loses_nothing(
+    tmp_path: Path, redis_url: str, redis: Redis, prefix: str
+) -> None:
+    """``python -m aioqueue worker tests.shardapp:app --queue hot`` takes from every shard;
+    a worker SIGKILLed mid-run loses nothing: its jobs come back to their shards."""
+    procs = WorkerProcesses(tmp_path, redis_url, prefix, lease=2.0, app="tests.shardapp:app")
+    try:
+        async with App(redis_url, prefix=prefix) as producer:
+            sq = producer.queue("hot", shards=3)
+
+            @producer.task(queue="hot")
+            async def mark(i: int) -> int:
+                return i
+
+            jobs = await mark.enqueue_many([{"i": i} for i in range(300)])
+            assert await spread_of(sq) == [100, 100, 100]
+            first = procs.start(concurrency=4, extra=("--queue", "hot"))
+
+            async def some_ran() -> bool:
+                return int(await redis.hlen(ran_key(prefix))) >= 20
+
+            await wait_until(some_ran, timeout=60, what="the first worker to run jobs")
+            procs.kill(first)
+            procs.start(concurrency=8, extra=("--queue", "hot"))
+
+            async def all_done() -> bool:
+                return (await sq.stats()).get("completed", 0) >= 300
+
+            await wait_until(all_done, timeout=90, interval=0.2, what="every job completed")
+            assert sorted([await j.result(timeout=10) for j in jobs]) == list(range(300))
+            counts = await sq.counts()
+            assert (counts["queued"], counts["active"], counts["failed"]) == (0, 0, 0)
+            assert int(await redis.hlen(ran_key(prefix))) == 300
+    finally:
+        procs.close()
+        print(procs.logs())
