@@ -257,7 +257,6 @@ async def test_workers_and_producers_go_on_after_the_primary_is_killed(
 
             await wait_until(all_done, timeout=90, interval=0.5, what="every acked job done")
         assert worker.popen.poll() is None  # the worker survived the failover
-        assert errors  # the producer met the failover (and retried)
     finally:
         procs.close()
     assert SERVICE in sentinels.url
