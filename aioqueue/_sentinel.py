@@ -18,7 +18,10 @@ from urllib.parse import parse_qs, unquote
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
+from redis.retry import Retry as SyncRetry
 from redis.sentinel import Sentinel as SyncSentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelConnectionPool
 
@@ -49,9 +52,12 @@ class SentinelURL:
             opts["password"] = self.password
         return opts
 
-    def sentinel_options(self) -> dict[str, Any]:
-        """The options of connections to the sentinels."""
+    def sentinel_options(self, retry: Any) -> dict[str, Any]:
+        """The options of connections to the sentinels: no retries of their own (redis-py's
+        default waits seconds on a dead sentinel before asking the next one; the App's pool
+        retries the whole look-up)."""
         opts: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 5.0}
+        opts["retry"] = retry(NoBackoff(), 0)
         if self.sentinel_username:
             opts["username"] = self.sentinel_username
         if self.sentinel_password:
@@ -147,7 +153,8 @@ def async_pool(url: str, opts: dict[str, Any]) -> BlockingSentinelPool:
     """A pool on the primary the sentinels of ``url`` name (``opts``: the App's pool
     options)."""
     parsed = parse(url)
-    manager = Sentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())  # type: ignore[no-untyped-call]
+    kwargs = parsed.sentinel_options(AsyncRetry)
+    manager = Sentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
     return BlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
 
@@ -155,6 +162,7 @@ def async_pool(url: str, opts: dict[str, Any]) -> BlockingSentinelPool:
 def sync_pool(url: str, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
     """The same as ``async_pool``, for redis-py's blocking client."""
     parsed = parse(url)
-    manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=parsed.sentinel_options())  # type: ignore[no-untyped-call]
+    kwargs = parsed.sentinel_options(SyncRetry)
+    manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
     return SyncBlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]

@@ -13,14 +13,21 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, ConfigurationError, JobState, NotReplicated, Worker
+from aioqueue import (
+    App,
+    ConfigurationError,
+    JobState,
+    NotReplicated,
+    ServerUnavailable,
+    Worker,
+)
 from aioqueue._connect import redact, resolve_url
 from aioqueue._embedded import EmbeddedServer
 from aioqueue._sentinel import parse
 
 from .support.apps import unique_prefix
 from .support.processes import WorkerProcesses
-from .support.sentinel import SERVICE, SentinelGroup
+from .support.sentinel import SERVICE, SentinelGroup, free_port
 from .support.waiting import wait_until
 
 # ------------------------------------------------------------------ the URL
@@ -61,6 +68,15 @@ def test_passwords_are_redacted() -> None:
     assert "secret" not in shown
     assert "other" not in shown
     assert shown == "redis+sentinel://u:***@h1:1,h2:2/svc?sentinel_password=***"
+
+
+async def test_no_sentinel_answering_is_server_unavailable() -> None:
+    port = free_port()  # nothing listens there
+    app = App(f"redis+sentinel://:secret@127.0.0.1:{port}/svc", socket_timeout=2)
+    with pytest.raises(ServerUnavailable) as info:
+        await app.open()
+    assert "secret" not in str(info.value)
+    assert f"127.0.0.1:{port}/svc" in str(info.value)
 
 
 # ------------------------------------------------------------------ a live deployment

@@ -17,7 +17,7 @@ from pathlib import Path
 import redis
 
 SERVICE = "aqsvc"
-DOWN_AFTER_MS = 1000  # how long the primary must be silent before a sentinel calls it down
+DOWN_AFTER_MS = 2000  # how long the primary must be silent before a sentinel calls it down
 
 
 def valkey_binary() -> Path:
