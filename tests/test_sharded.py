@@ -230,3 +230,25 @@ async def test_worker_processes_drain_every_shard_and_a_killed_one_loses_nothing
     finally:
         procs.close()
         print(procs.logs())
+
+
+async def test_the_blocking_producer_sends_to_the_shards(app: App) -> None:
+    sq = declare(app)
+
+    @app.task(queue="hot")
+    async def work(i: int) -> int:
+        return i
+
+    def produce() -> list[str]:
+        with app.sync() as sync:
+            one = [sync.enqueue(work, i).queue for i in range(6)]
+            group = sync.enqueue(work.options(group="tenant-a"), 1).queue
+            many = sync.enqueue_many(work, [{"i": i} for i in range(3)])
+            by_name = sync.enqueue_by_name("hot", "work", [1]).queue
+            return [*one, group, *(j.queue for j in many), by_name]
+
+    queues = await asyncio.to_thread(produce)
+    assert set(queues) <= {q.name for q in sq.queues}  # never the unsharded "hot"
+    assert Counter(queues[:6]) == {"hot:s0": 2, "hot:s1": 2, "hot:s2": 2}
+    assert queues[6] == shard_name("hot", shard_index("tenant-a", 3))
+    assert sum(await spread_of(sq)) == 11
