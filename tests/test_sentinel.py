@@ -199,7 +199,19 @@ async def test_wait_aof_waits_for_the_local_fsync(fresh_server: EmbeddedServer) 
         job = await app.queue().enqueue("noop")  # WAITAOF 1 0: fsynced locally
         assert (await job.info()).state is JobState.QUEUED
         stats = await app.redis.info("commandstats")
-    assert int(stats["cmdstat_waitaof"]["calls"]) >= 1
+        assert int(stats["cmdstat_waitaof"]["calls"]) >= 1
+        # the scripts flushed: the calls that met NOSCRIPT run again once loaded, and wait
+        q = app.queue()
+        await app.redis.script_flush()
+        await q.enqueue("noop", job_id="after-flush")
+        await app.redis.script_flush()
+        jobs = await q.reserve(2)
+        assert {r.id for r in jobs} == {job.id, "after-flush"}
+        await app.redis.script_flush()
+        await q.complete(jobs[0], None)
+        assert (await q.job(jobs[0].id).info()).state is JobState.COMPLETED
+        after = await app.redis.info("commandstats")
+        assert int(after["cmdstat_waitaof"]["calls"]) >= int(stats["cmdstat_waitaof"]["calls"]) + 2
 
 
 def test_durability_settings_are_checked() -> None:
