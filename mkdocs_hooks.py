@@ -23,6 +23,7 @@ SECTIONS = {
     "aioqueue._job": "Jobs",
     "aioqueue._context": "The running job",
     "aioqueue._queue": "Queues and the pull API",
+    "aioqueue._sharded": "Sharded queues",
     "aioqueue._batch": "Batches and chains",
     "aioqueue._schedules": "Schedules",
     "aioqueue._worker": "Workers",

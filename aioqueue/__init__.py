@@ -26,6 +26,7 @@ from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
+from ._exceptions import NotReplicated as NotReplicated
 from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
@@ -57,6 +58,7 @@ from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
 from ._serialize import PickleSerializer as PickleSerializer
 from ._serialize import Serializer as Serializer
+from ._sharded import ShardedQueue as ShardedQueue
 from ._sync import SyncClient as SyncClient
 from ._sync import SyncJob as SyncJob
 from ._task import Backoff as Backoff
@@ -107,6 +109,7 @@ __all__ = [
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
+    "NotReplicated",
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
@@ -119,6 +122,7 @@ __all__ = [
     "Serializer",
     "ServerRefused",
     "ServerUnavailable",
+    "ShardedQueue",
     "StartupFailed",
     "State",
     "SyncClient",

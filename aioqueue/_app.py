@@ -25,6 +25,7 @@ from ._checks import (
 from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
 from ._events import JobEvent, JobEventKind, iterate_events
+from ._durable import durability_setting, set_durability
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
@@ -32,6 +33,7 @@ from ._queue import Queue
 from ._results import ResultWaiter
 from ._schedules import ScheduleDecorators, Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
+from ._sharded import ShardedQueue
 from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task
@@ -88,6 +90,13 @@ class App(HookDecorators, ScheduleDecorators):
             (refused otherwise: unsigned pickle is code execution for anyone who can write
             to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
+        wait_replicas: durability mode (docs/scaling.md): after each enqueue and each
+            completion, wait until this many replicas acknowledged the write (``WAIT``);
+            ``enqueue`` and the pull API's ``complete`` raise ``NotReplicated`` when fewer
+            did within ``wait_timeout``, a worker logs a warning. 0 (default): off.
+        wait_timeout: seconds to wait for the replicas' acknowledgement.
+        wait_aof: wait with ``WAITAOF`` instead: the write fsynced to the append-only file
+            of the primary and of ``wait_replicas`` replicas (needs ``appendonly yes``).
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -113,6 +122,9 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: Sequence[str | bytes] = (),
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float | timedelta = 1.0,
+        wait_aof: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -140,6 +152,7 @@ class App(HookDecorators, ScheduleDecorators):
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
+        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")
@@ -160,6 +173,7 @@ class App(HookDecorators, ScheduleDecorators):
         self._queues: dict[str, Queue] = {}
         #: the class of its queues (aioqueue.otel.instrument swaps in one that traces)
         self._queue_type: type[Queue] = Queue
+        self._sharded: dict[str, ShardedQueue] = {}
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
@@ -190,6 +204,7 @@ class App(HookDecorators, ScheduleDecorators):
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+        set_durability(self._redis, self.durability)
         self._state = _State.OPEN
 
     def _pool_options(
@@ -378,14 +393,37 @@ class App(HookDecorators, ScheduleDecorators):
             retention=to_seconds(retention, "retention"),
         )
 
-    def queue(self, name: str | None = None) -> Queue:
+    @overload
+    def queue(self, name: str | None = None) -> Queue: ...
+
+    @overload
+    def queue(self, name: str | None = None, *, shards: int) -> ShardedQueue: ...
+
+    def queue(self, name: str | None = None, *, shards: int | None = None) -> Queue | ShardedQueue:
         """The queue called ``name`` (default: the App's default queue). No I/O.
 
+        With ``shards=K``, declares it sharded (docs/scaling.md): K sub-queues that tasks
+        sent to ``name`` spread over and workers consuming ``name`` take from. Declare it
+        the same way in producers and workers (e.g. where the App is made); asking again
+        with the same K returns the same ``ShardedQueue``.
+
         Raises:
-            ConfigurationError: ``name`` is not a valid queue name (``""`` included).
+            ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
+                declared sharded and asked for without (or with other) ``shards``.
         """
         if name is None:
             name = self.default_queue
+        sharded = self._sharded.get(name)
+        if sharded is None and shards is not None:
+            if name in self._queues:
+                raise ConfigurationError(f"queue {name!r} is in use unsharded: declare it first")
+            sharded = self._sharded[name] = ShardedQueue(self, name, shards)
+        if sharded is not None:
+            if shards != sharded.shards:
+                raise ConfigurationError(
+                    f"queue {name!r} is sharded: use app.queue({name!r}, shards={sharded.shards})"
+                )
+            return sharded
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = self._queue_type(self, name)
@@ -420,6 +458,10 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
+    def _shard_names(self, name: str) -> list[str]:
+        """The queues a worker consuming ``name`` takes from: its shards, or itself."""
+        sharded = self._sharded.get(name)
+        return [name] if sharded is None else [q.name for q in sharded.queues]
 
 
 class _TaskDecorator:

@@ -9,10 +9,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.backoff import ExponentialWithJitterBackoff
 
+from . import _sentinel
 from ._exceptions import ConfigurationError, ServerUnavailable
 from ._scripts import check_script_access, load_scripts
 from ._wire import use_fast_packing
@@ -25,6 +27,9 @@ _SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
 def resolve_url(url: str | None) -> str:
     """The Redis URL: the argument, else ``$AIOQUEUE_REDIS_URL``, else localhost."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    if _sentinel.is_sentinel(url):  # several hosts: urlsplit cannot read it
+        _sentinel.parse(url)  # raises ConfigurationError
+        return "redis" + url[len("valkey") :] if url.startswith("valkey") else url
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
@@ -33,7 +38,8 @@ def resolve_url(url: str | None) -> str:
     scheme = parts.scheme
     if scheme not in _SCHEMES:
         raise ConfigurationError(
-            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://"
+            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
+            "unix:// or redis+sentinel://"
         )
     if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]
@@ -42,6 +48,8 @@ def resolve_url(url: str | None) -> str:
 
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
+    if _sentinel.is_sentinel(url):
+        return _sentinel.redact(url)
     parts = urlsplit(url)
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
@@ -90,7 +98,11 @@ async def connect(
             an ACL user without a command aioqueue needs (retrying cannot help).
     """
     # a blocking pool: a burst of callers waits for a free connection instead of failing
-    pool = aioredis.BlockingConnectionPool.from_url(url, **opts)
+    pool: aioredis.BlockingConnectionPool
+    if _sentinel.is_sentinel(url):  # the sentinels name the primary (again after a failover)
+        pool = _sentinel.async_pool(url, opts)
+    else:
+        pool = aioredis.BlockingConnectionPool.from_url(url, **opts)
     client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
     use_fast_packing(client, socket_timeout)
     try:
@@ -108,7 +120,15 @@ async def connect(
         if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
             reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
             raise ConfigurationError(f"Redis at {redact(url)} refused: {reply}") from exc
-        if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):  # or LOADING
+        # or LOADING; or no sentinel knows the primary (MasterNotFoundError)
+        if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
             raise ServerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from exc
         raise
     return client
+
+
+def sync_pool(url: str, opts: dict[str, Any]) -> redis.BlockingConnectionPool:
+    """The blocking producer's pool (``app.sync()``): standalone or through Sentinel."""
+    if _sentinel.is_sentinel(url):
+        return _sentinel.sync_pool(url, opts)
+    return redis.BlockingConnectionPool.from_url(url, **opts)

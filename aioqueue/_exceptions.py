@@ -7,6 +7,7 @@
     │   └── PayloadTooLarge       a serialised payload over the configured limit
     ├── ServerUnavailable         Redis could not be reached or dropped the connection
     ├── ServerRefused             Redis answered a call with an error (a script's, a command's)
+    ├── NotReplicated             durability mode: a write not acknowledged by enough replicas
     ├── LeaseLost                 complete/fail/release/extend with a stale lease token
     ├── JobNotFound               no record of the job (never existed, or its retention ran out)
     ├── CorruptRecord             a job's stored state cannot be read (garbled in Redis)
@@ -55,6 +56,18 @@ class ServerUnavailable(AioQueueError, OSError):
     """Raised when Redis cannot be reached or drops the connection during a call (after the
     connection pool's own retries). Also an ``OSError``; named so that it does not shadow the
     builtin ``ConnectionError`` in ``from aioqueue import *``."""
+
+
+class NotReplicated(AioQueueError):
+    """Raised in durability mode (``App(wait_replicas=...)``) by ``enqueue`` and the pull
+    API's ``complete`` when fewer replicas than asked acknowledged the write within
+    ``wait_timeout``. The write was made on the primary (a retry with the same job id is
+    safe); it is only not yet known to survive a failover. ``acknowledged`` is how many
+    replicas did."""
+
+    def __init__(self, message: str, acknowledged: int = 0) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged
 
 
 class ServerRefused(AioQueueError):

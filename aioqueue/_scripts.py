@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._durable import durability_of, durable_calls
 from ._lua import (
     _COMPLETE as _COMPLETE,
 )
@@ -149,7 +150,7 @@ class QueueScripts(QueueReads):
         else the id of the job that holds its lock."""
         out: list[str | None] = []
         for i in range(0, len(jobs), 500):
-            res = await self._run("enqueue", enqueue_args(self.base, jobs[i : i + 500]))
+            res = await self._run_durable("enqueue", enqueue_args(self.base, jobs[i : i + 500]))
             out += [text_of(c) if isinstance(c, bytes) else None for c in res[1:]]
         return out
 
@@ -169,8 +170,19 @@ class QueueScripts(QueueReads):
         args = (self.base, key, holder, job.payload, t.options, delay_ms, at_ms, ttl_ms)
         return _REPLACE[int(await self._run("replace", args))]
 
+    async def _run_durable(self, name: str, args: Sequence[Any], strict: bool = True) -> Any:
+        """``_run`` with, in durability mode, WAIT in the same round trip."""
+        durability = durability_of(self.client)
+        if durability is None:
+            return await self._run(name, args)
+        call = (SCRIPTS[name], self.lanes, args)
+        return (await durable_calls(self.client, durability, [call], strict))[0]
+
     async def _enqueue_calls(self, calls: Sequence[ScriptCall]) -> None:
-        if len(calls) == 1:
+        durability = durability_of(self.client)
+        if durability is not None:  # durability mode: WAIT in the same round trip
+            await durable_calls(self.client, durability, calls, strict=True)
+        elif len(calls) == 1:
             await evalsha(self.client, *calls[0])
         elif calls:
             await evalsha_many(self.client, calls)
@@ -208,7 +220,12 @@ class QueueScripts(QueueReads):
         args += (s, free, len(items))
         for item in items:
             args.extend(item)
-        res = await self._run("complete_claim", args)
+        # a worker's completions: a missing acknowledgement is logged, not raised (raising
+        # would lose the jobs this claim leased until their leases ran out)
+        if items:
+            res = await self._run_durable("complete_claim", args, strict=False)
+        else:
+            res = await self._run("complete_claim", args)
         m = len(items)
         if not m:
             return parse_claim(res), []
@@ -219,7 +236,7 @@ class QueueScripts(QueueReads):
         args: list[Any] = [self.base, len(items)]
         for item in items:
             args.extend(item)
-        return [_COMPLETE[c] for c in await self._run("complete", args)]
+        return [_COMPLETE[c] for c in await self._run_durable("complete", args)]
 
     async def fail(
         self,

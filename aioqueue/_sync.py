@@ -23,11 +23,13 @@ import redis.exceptions as rexc
 from redis.retry import Retry
 
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
+from ._connect import sync_pool
 from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTimeout
 from ._job import JobInfo, JobState, typed_result
 from ._keys import QueueKeys
 from ._queue import job_info_from, state_counts, watched_outcome
 from ._record import JobOptions, JobRecord, Template
+from ._sharded import on_shard
 from ._syncdoor import BlockingScripts, blocking_call
 from ._task import BoundTask, Task
 from ._timeutil import Deadline
@@ -71,6 +73,7 @@ class SyncClient:
             self.closed = True
             if self._redis is not None:
                 self._redis.close()
+                self._redis.connection_pool.close()  # and the sentinels', if any
                 self._redis = None
 
     @property
@@ -83,7 +86,7 @@ class SyncClient:
                     raise ClosedError("this SyncClient was closed; call app.sync() for a new one")
                 if self._redis is None:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
-                    pool = redis.BlockingConnectionPool.from_url(self.app.url, **opts)
+                    pool = sync_pool(self.app.url, opts)
                     self._redis = redis.Redis(connection_pool=pool)
                 client = self._redis
         return client
@@ -111,7 +114,7 @@ class SyncClient:
         t, opts = (task.task, task.opts) if isinstance(task, BoundTask) else (task, task._defaults)
         _no_unique(opts)
         t._sig.check(args, kwargs)
-        queue = opts.queue or t.queue
+        queue = self._target(opts.queue or t.queue, opts, t.name, args, kwargs)
         record = t._record(opts, args, kwargs, queue)
         self._store(queue, t.name, (record.id,), lambda door: door.enqueue([record]))
         return SyncJob(self, queue, record.id, t.result_converter)
@@ -131,7 +134,7 @@ class SyncClient:
         else:
             t, opts = task, task._defaults
         _no_unique(opts)
-        queue = opts.queue or t.queue
+        queue = self._target(opts.queue or t.queue, opts, t.name)  # a sharded queue: one shard
         template = t._template(opts)
         pairs = t._pairs(queue, template.options, calls)
         if not pairs:
@@ -155,6 +158,7 @@ class SyncClient:
         if not isinstance(args, list | tuple):
             raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
         template = Template(task, check_attempts(self.app.max_attempts), -1, -1, 0, "")
+        queue = self._target(queue, JobOptions(), task)
         job_id = new_job_id()
         payload = self.app.codec.dump_args(
             queue, job_id, task, tuple(args), dict(kwargs or {}), template.options
@@ -162,6 +166,20 @@ class SyncClient:
         record = JobRecord(job_id, payload, template)
         self._store(queue, task, (job_id,), lambda door: door.enqueue([record]))
         return SyncJob(self, queue, job_id)
+
+    def _target(
+        self,
+        queue: str,
+        opts: JobOptions,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
+        """``queue``, or the shard of it a job goes to if it is sharded (docs/scaling.md)."""
+        sharded = self.app._sharded.get(queue)
+        if sharded is None:
+            return queue
+        return on_shard(sharded, opts, task, args, kwargs or {}).queue or queue
 
     def _store(self, queue: str, task: str, ids: tuple[str, ...], store: Any) -> None:
         door = self._door(queue)

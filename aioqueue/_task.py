@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import random
@@ -27,6 +28,7 @@ from ._convert import ArgsDecoder, Convert, task_types
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._record import JobOptions, JobRecord, Template
+from ._sharded import on_shard, spread
 from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
@@ -287,6 +289,9 @@ class Task(Generic[P, R]):
         self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> Job[R]:
         self._sig.check(args, kwargs)
+        sharded = self.app._sharded.get(opts.queue or self.queue)
+        if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
+            opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
@@ -320,6 +325,18 @@ class Task(Generic[P, R]):
         opts: JobOptions,
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
+        sharded = self.app._sharded.get(opts.queue or self.queue)
+        if sharded is not None:  # each shard's calls in one round trip of their own
+            split = [_split(call) for call in calls]
+            parts = spread(sharded, opts, self.name, split)
+            done = await asyncio.gather(
+                *(self._enqueue_many(o, [split[i] for i in idx]) for o, idx in parts)
+            )
+            jobs: list[Job[R]] = [None] * len(split)  # type: ignore[list-item]
+            for (_, idx), part in zip(parts, done, strict=True):
+                for i, job in zip(idx, part, strict=True):
+                    jobs[i] = job
+            return jobs
         queue = self.app.queue(opts.queue or self.queue)
         if opts.unique is not None:
             pairs = [_split(call) for call in calls]

@@ -104,6 +104,7 @@ class Worker(WorkerLoops):
         check_int(concurrency, 1, "concurrency")
         self.app = app
         names = list(queues) if queues else [app.default_queue]
+        names = [n for name in names for n in app._shard_names(name)]  # a sharded queue's
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names

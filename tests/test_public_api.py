@@ -100,6 +100,7 @@ def test_every_duration_parameter_accepts_a_timedelta() -> None:
     assert {
         "App.__init__(lease)",
         "App.__init__(socket_timeout)",
+        "App.__init__(wait_timeout)",
         "App.batch(retention)",
         "Job.result(timeout)",
         "Batch.wait(timeout)",
