@@ -24,8 +24,8 @@ from ._checks import (
 )
 from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
-from ._events import JobEvent, JobEventKind, iterate_events
 from ._durable import durability_setting, set_durability
+from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
@@ -36,7 +36,7 @@ from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
 from ._signing import Signer
 from ._sync import SyncClient
-from ._task import Backoff, Task
+from ._task import Backoff, Task, check_backoff, retention_seconds
 
 if TYPE_CHECKING:
     from ._batch import Batch, Call
@@ -145,7 +145,7 @@ class App(HookDecorators, ScheduleDecorators):
         self.dead_ttl_ms = 0 if dt is None else max(to_ms(dt, "dead_ttl"), 1)
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
-        self.backoff = _check_backoff(backoff) or Backoff()
+        self.backoff = check_backoff(backoff) or Backoff()
         self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
         st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
@@ -337,8 +337,8 @@ class App(HookDecorators, ScheduleDecorators):
                 queue=check_name("queue name", self.default_queue if queue is None else queue),
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
                 timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
-                backoff=_check_backoff(backoff) or self.backoff,
-                result_ttl=_retention(result_ttl, keep_result),
+                backoff=check_backoff(backoff) or self.backoff,
+                result_ttl=retention_seconds(result_ttl, keep_result),
                 priority=priority,
             )
             self.tasks[task_name] = t
@@ -458,6 +458,7 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
+
     def _shard_names(self, name: str) -> list[str]:
         """The queues a worker consuming ``name`` takes from: its shards, or itself."""
         sharded = self._sharded.get(name)
@@ -480,28 +481,3 @@ class _TaskDecorator:
 
     def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
         return self._register(fn)
-
-
-def _retention(
-    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
-) -> float | None:
-    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
-    if keep_result is None:
-        return to_seconds(result_ttl, "result_ttl")
-    if result_ttl is not None:
-        raise ConfigurationError("give keep_result= or result_ttl=, not both")
-    if keep_result is True:
-        return -1.0
-    if keep_result is False:
-        return 0.0
-    return to_seconds(keep_result, "keep_result")
-
-
-def _check_backoff(backoff: object) -> Backoff | None:
-    """A ``backoff=`` option: a ``Backoff`` or None (a bare number would crash the job
-    wrapper at the first failure, long after the mistake)."""
-    if backoff is not None and not isinstance(backoff, Backoff):
-        raise ConfigurationError(
-            f"backoff must be a Backoff(base=..., factor=..., max=...), not {backoff!r}"
-        )
-    return backoff

@@ -465,3 +465,28 @@ class BoundTask(Generic[P, R]):
         if self.opts.job_id is not None:
             raise ConfigurationError("job_id= names one job; it cannot be used with enqueue_many")
         return await self.task._enqueue_many(self.opts, calls)
+
+
+def retention_seconds(
+    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
+) -> float | None:
+    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
+    if keep_result is None:
+        return to_seconds(result_ttl, "result_ttl")
+    if result_ttl is not None:
+        raise ConfigurationError("give keep_result= or result_ttl=, not both")
+    if keep_result is True:
+        return -1.0
+    if keep_result is False:
+        return 0.0
+    return to_seconds(keep_result, "keep_result")
+
+
+def check_backoff(backoff: object) -> Backoff | None:
+    """A ``backoff=`` option: a ``Backoff`` or None (a bare number would crash the job
+    wrapper at the first failure, long after the mistake)."""
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise ConfigurationError(
+            f"backoff must be a Backoff(base=..., factor=..., max=...), not {backoff!r}"
+        )
+    return backoff
