@@ -143,6 +143,11 @@ class QueueScripts(QueueReads):
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
         await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
 
+    async def enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
+        """Store jobs in one call (at most 500): enqueue.lua's code per job, in order."""
+        res = await self._run("enqueue", enqueue_args(self.base, jobs))
+        return list(res[1:])
+
     async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:
         """Store unique jobs in order (each job after the ones before it, so a conflict
         between two of them names the first): per job None when stored (or its id existed),

@@ -32,7 +32,7 @@ LAYERS: list[list[str]] = [
     ["_lua"],
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
-    ["_leases", "_registry", "_connect"],
+    ["_leases", "_registry", "_connect", "_coalesce"],
     ["_lister", "_inspect", "_admin", "_pull"],
     ["_unique", "_queue"],
     ["_results", "_context"],
