@@ -40,6 +40,9 @@ from ._lua import (
     LIB as LIB,
 )
 from ._lua import (
+    LIBRARY as LIBRARY,
+)
+from ._lua import (
     SCRIPTS as SCRIPTS,
 )
 from ._lua import (
@@ -83,6 +86,9 @@ from ._lua import (
 )
 from ._lua import (
     evalsha_many as evalsha_many,
+)
+from ._lua import (
+    function_missing as function_missing,
 )
 from ._lua import (
     group_names as group_names,

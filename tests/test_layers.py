@@ -24,6 +24,7 @@ LAYERS: list[list[str]] = [
         "_checks",
         "_record",
         "_wire",
+        "_funclib",
         "_cron",
     ],
     ["_job"],
