@@ -26,6 +26,7 @@ from ._codec import Codec
 from ._connect import connect, pool_options, resolve_url
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
+from ._hot import close_hot_connection
 from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
@@ -214,6 +215,7 @@ class App(HookDecorators, ScheduleDecorators):
             await self._results.aclose()
             self._results = None
         if self._redis is not None:
+            await close_hot_connection(self._redis)
             await self._redis.aclose()
             self._redis = None
         self._state = _State.CLOSED

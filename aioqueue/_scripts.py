@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis.exceptions as rexc
+
+from ._exceptions import ServerUnavailable
+from ._hot import hot_connection
 from ._lua import (
     _COMPLETE as _COMPLETE,
 )
@@ -128,6 +132,7 @@ from ._record import (
     parse_claim,
 )
 from ._scriptreads import QueueReads as QueueReads
+from ._wire import call_timeout, evalsha_command
 
 
 class QueueScripts(QueueReads):
@@ -150,8 +155,22 @@ class QueueScripts(QueueReads):
         await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
 
     async def enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
-        """Store jobs in one call (at most 500): enqueue.lua's code per job, in order."""
-        res = await self._run("enqueue", enqueue_args(self.base, jobs))
+        """Store jobs in one call (at most 500): enqueue.lua's code per job, in order; over
+        the App's held connection when it is free (``_hot``), else through the pool."""
+        args = enqueue_args(self.base, jobs)
+        hot = hot_connection(self.client)
+        if hot is None or hot.busy:
+            return list((await self._run("enqueue", args))[1:])
+        command = evalsha_command(self.client, SCRIPTS["enqueue"], self.lanes, args)
+        try:
+            res = await hot.call(command, call_timeout(self.client))
+        except TimeoutError as exc:  # the server is slow: as the pool's path would say
+            raise ServerUnavailable(f"Redis connection failed: {exc!r}") from exc
+        except (rexc.ConnectionError, rexc.ResponseError, OSError):
+            # lost, or not run (the library or script missing, an error reply): the pool's
+            # path sends it again, with its retries and reloading (enqueue is idempotent on
+            # the job id: a call that did run stores nothing twice)
+            return list((await self._run("enqueue", args))[1:])
         return list(res[1:])
 
     async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:

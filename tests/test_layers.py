@@ -25,6 +25,7 @@ LAYERS: list[list[str]] = [
         "_record",
         "_wire",
         "_funclib",
+        "_hot",
         "_cron",
     ],
     ["_job"],
