@@ -73,13 +73,15 @@ class Coalescer:
                 self._busy = False
 
     async def _flush(self) -> None:
+        batch: list[_Waiter] = []
         try:
             while self._pending:
                 batch = self._take()
                 await self._send(batch)
+                batch = []
         finally:
             # cancelled (the loop is closing): no caller is left waiting for ever
-            for _, fut in self._pending:
+            for _, fut in (*batch, *self._pending):
                 if not fut.done():
                     fut.cancel()
             self._pending = []

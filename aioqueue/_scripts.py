@@ -164,9 +164,9 @@ class QueueScripts(QueueReads):
         command = evalsha_command(self.client, SCRIPTS["enqueue"], self.lanes, args)
         try:
             res = await hot.call(command, call_timeout(self.client))
-        except TimeoutError as exc:  # the server is slow: as the pool's path would say
+        except (TimeoutError, rexc.TimeoutError) as exc:  # slow: as the pool's path would say
             raise ServerUnavailable(f"Redis connection failed: {exc!r}") from exc
-        except (rexc.ConnectionError, rexc.ResponseError, OSError):
+        except (rexc.RedisError, OSError):
             # lost, or not run (the library or script missing, an error reply): the pool's
             # path sends it again, with its retries and reloading (enqueue is idempotent on
             # the job id: a call that did run stores nothing twice)

@@ -31,8 +31,9 @@ class CountingScripts(QueueScripts):
     call can be held until ``release`` is set, and a job id in ``refuse`` makes a call
     that carries it fail the way an error reply does."""
 
-    def __init__(self, queue: Queue, hold: bool = False) -> None:
+    def __init__(self, queue: Queue, hold: bool = False, hold_at: int = 1) -> None:
         super().__init__(queue.app.redis, queue._keys)
+        self.hold_at = hold_at
         self.batches: list[list[str]] = []
         self.held = asyncio.Event()
         self.go = asyncio.Event()
@@ -43,7 +44,7 @@ class CountingScripts(QueueScripts):
 
     async def enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
         self.batches.append([j.id for j in jobs])
-        if len(self.batches) == 1:
+        if len(self.batches) == self.hold_at:
             self.held.set()
             await self.go.wait()
         if self.refuse & {j.id for j in jobs}:
@@ -243,3 +244,22 @@ async def test_a_coalescer_follows_its_queue_to_another_client(app: App) -> None
     assert isinstance(c, Coalescer)
     assert c.scripts is q._scripts
     assert q._coalescer is c  # cached while the client is the same
+
+
+async def test_callers_of_a_cancelled_shared_call_are_not_left_waiting(app: App) -> None:
+    """The task that sends a shared call is cancelled (the loop is closing): its callers'
+    awaits end with CancelledError instead of waiting for ever."""
+    q = app.queue("co")
+    scripts = CountingScripts(q, hold=True, hold_at=2)
+    first = asyncio.create_task(q.enqueue("t", job_id="first"))  # the lone call: not held
+    waiting = [asyncio.create_task(q.enqueue("t", job_id=f"w{i}")) for i in range(3)]
+    assert (await first).id == "first"
+    await asyncio.wait_for(scripts.held.wait(), 10)  # the shared call, held
+    task = q._coalescer._task
+    assert task is not None
+    task.cancel()
+    for w in waiting:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(w, 10)
+    assert not q._coalescer._busy
+    assert (await q.enqueue("t", job_id="after")).id == "after"  # and the queue goes on
