@@ -276,7 +276,8 @@ async def test_every_operation_works_after_script_flush(
     await q.extend(b, lease=30)
     assert await reloaded("extend")
     await flushed()
-    assert await q.fail(b, "retry me", delay=0.05) is True
+    # (a delay long enough that the reserve below cannot promote it on a busy machine)
+    assert await q.fail(b, "retry me", delay=1.0) is True
     assert await reloaded("fail")
     await flushed()
     await q.release(c, delay=0)
