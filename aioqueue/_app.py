@@ -28,6 +28,7 @@ from ._durable import durability_setting, set_durability
 from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
+from ._hot import close_hot_connection
 from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
@@ -232,6 +233,7 @@ class App(HookDecorators, ScheduleDecorators):
             await self._results.aclose()
             self._results = None
         if self._redis is not None:
+            await close_hot_connection(self._redis)
             await self._redis.aclose()
             self._redis = None
         self._state = _State.CLOSED

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from ._checks import check_int, to_ms
 from ._exceptions import ConfigurationError, NotReplicated, ServerRefused
-from ._lua import ScriptCall, bounded, pipeline_failures, wrap_redis_error
+from ._lua import ScriptCall, bounded, load_scripts, pipeline_failures, wrap_redis_error
 from ._wire import evalsha_command
 
 logger = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ async def durable_calls(
     if missed:  # NOSCRIPT: those calls did not run. Load the scripts, then run them again
         # and WAIT again: WAIT covers the replication offset of the connection's last
         # write, which is past the writes of the calls that did run
-        for script in {calls[i][0] for i in missed}:
-            await bounded(client, client.script_load(script.source))
+        await bounded(client, load_scripts(client))  # the library (or each script) again
         again, reply = await _run_and_wait(client, durability, [calls[i] for i in missed])
         if pipeline_failures(again):  # NOSCRIPT again: the server flushed them meanwhile
             raise ServerRefused("the scripts were flushed while they were being loaded")
@@ -113,7 +112,7 @@ async def _run_and_wait(
     """The calls' results (errors as values) and WAIT's reply, from one pipeline."""
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
-        pipe.execute_command(*evalsha_command(client, script.sha, keys, args))
+        pipe.execute_command(*evalsha_command(client, script, keys, args))
     pipe.execute_command(*durability.command())
     results: list[Any] = await bounded(client, pipe.execute(raise_on_error=False))
     reply = results.pop()

@@ -1,7 +1,9 @@
 """The Lua scripts and how they run: loaded from ``lua/*.lua``, each headed by its KEYS, ARGV
 and return codes, with the parts of the library in ``lua/lib/`` that it needs prepended
-(``LIB``, ``SCRIPTS``); run with EVALSHA and reloaded transparently after a ``SCRIPT FLUSH`` or
-a failover to a server that has not seen them (NOSCRIPT); every call bounded by the App's
+(``LIB``, ``SCRIPTS``); all of them also form one function library (``LIBRARY``, see
+``_funclib``): run with FCALL where the server has functions (Redis/Valkey 7+), else with
+EVALSHA, and reloaded transparently after a ``FUNCTION FLUSH``/``SCRIPT FLUSH`` or a failover
+to a server that has not seen them (function not found / NOSCRIPT); every call bounded by the App's
 socket timeout, its errors wrapped (``ServerUnavailable``, ``ServerRefused``). The per-job codes
 of the scripts become ``Outcome`` values here and nowhere else. ``QueueScripts`` (in
 ``_scripts``) is the typed door built on this.
@@ -22,6 +24,8 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
+from ._funclib import FunctionLibrary
+from ._funclib import function_missing as function_missing
 from ._keys import QueueKeys
 from ._record import (
     JobRecord,
@@ -29,7 +33,7 @@ from ._record import (
     enqueue_args,
     runs_args,
 )
-from ._wire import call_timeout, evalsha_command
+from ._wire import call_timeout, evalsha_command, functions_on, use_functions
 
 T = TypeVar("T")
 
@@ -169,9 +173,9 @@ _LIB: Final = {part: _lua(f"lib/{part}") for part in LIB}
 
 class Script:
     """One Lua script: its source (the library parts it needs, in ``LIB`` order, then its own
-    file) and its SHA1."""
+    file), its SHA1 and its function's name in ``LIBRARY``."""
 
-    __slots__ = ("name", "parts", "sha", "source")
+    __slots__ = ("function", "name", "parts", "sha", "source")
 
     def __init__(self, name: str, parts: str) -> None:
         needs = parts.split()
@@ -181,6 +185,7 @@ class Script:
         self.parts = tuple(part for part in LIB if part in needs)
         self.source = "\n".join([*(_LIB[part] for part in self.parts), _lua(name)])
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.function = ""  # set below, once LIBRARY is made
 
 
 #: every script, with the library parts it needs: only those, as each part prepended costs
@@ -225,6 +230,12 @@ SCRIPTS: Final = {
 }
 
 
+#: every script in one function library, loaded once (``load_scripts``)
+LIBRARY: Final = FunctionLibrary([_LIB[p] for p in LIB], [(n, _lua(n)) for n in SCRIPTS])
+for _script in SCRIPTS.values():
+    _script.function = LIBRARY.functions[_script.name]
+
+
 #: one script call of a pipeline: the script, its KEYS, its ARGV (ARGV[1]: the key base)
 ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
 
@@ -267,7 +278,9 @@ def pipeline_failures(results: list[Any]) -> list[int]:
     run again once their script is loaded; any other error is raised (wrapped)."""
     again = []
     for i, res in enumerate(results):
-        if isinstance(res, rexc.NoScriptError):
+        if isinstance(res, rexc.NoScriptError) or (
+            isinstance(res, rexc.ResponseError) and function_missing(res)
+        ):
             again.append(i)
         elif isinstance(res, Exception):
             wrapped = wrap_redis_error(res)
@@ -328,44 +341,75 @@ async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | 
 async def evalsha(
     client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    """Run a script with EVALSHA, loading it first if the server does not know it.
-    ``args[0]`` is always the queue's key base (every script's ARGV[1])."""
+    """Run a script (FCALL, or EVALSHA without functions), loading it first if the server
+    does not know it. ``args[0]`` is always the queue's key base (every script's ARGV[1])."""
     return await bounded(client, _evalsha(client, script, keys, args))
 
 
 async def _evalsha(
     client: aioredis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    command = evalsha_command(client, script.sha, keys, args)
+    command = evalsha_command(client, script, keys, args)
     try:
         return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except rexc.NoScriptError:
         await client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
-        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    except rexc.ResponseError as exc:
+        if not function_missing(exc):
+            raise
+        await load_library(client)
+    return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+async def load_library(client: aioredis.Redis) -> None:
+    """FUNCTION LOAD the library (one that is there already is kept: its name is its code)."""
+    try:
+        await client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+    except rexc.ResponseError as exc:
+        if "already exists" not in str(exc):
+            raise
 
 
 async def load_scripts(client: aioredis.Redis) -> None:
-    """SCRIPT LOAD every script, in one round trip."""
-    pipe = client.pipeline(transaction=False)
-    for script in SCRIPTS.values():
-        pipe.execute_command("SCRIPT", "LOAD", script.source)
-    await pipe.execute()
+    """Load every script once, on the server behind ``client`` (one node of a cluster: call it
+    for each primary): the function library, after which this client's calls are FCALLs; or,
+    where the server has no functions (Redis 6.2) or the ACL user may not load them, each
+    script with SCRIPT LOAD (one round trip), after which its calls are EVALSHAs."""
+    try:
+        await load_library(client)
+    except rexc.ResponseError:  # unknown command FUNCTION, or NOPERM: EVALSHA, as before 7.0
+        use_functions(client, False)
+        pipe = client.pipeline(transaction=False)
+        for script in SCRIPTS.values():
+            pipe.execute_command("SCRIPT", "LOAD", script.source)
+        await pipe.execute()
+    else:
+        use_functions(client, True)
 
 
 async def check_script_access(client: aioredis.Redis, key: str) -> None:
     """Fail now, with the server's NOPERM error, if this connection's ACL user may not run
-    scripts on keys like ``key``: an EVALSHA of a SHA no script has answers NOSCRIPT when it
-    is allowed, and runs nothing."""
+    scripts on keys like ``key``: an FCALL of a function no library has answers "function
+    not found" when it is allowed (an EVALSHA of a SHA no script has, NOSCRIPT), and runs
+    nothing."""
+    if functions_on(client):
+        try:
+            await client.execute_command("FCALL", "aq_no_such_function", 1, key)  # type: ignore[no-untyped-call]
+        except rexc.ResponseError as exc:
+            if not function_missing(exc):
+                raise
+        return
     with contextlib.suppress(rexc.NoScriptError):
         await client.execute_command("EVALSHA", "0" * 40, 1, key)  # type: ignore[no-untyped-call]
 
 
 async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
     """Run many script calls in one round trip (a non-transactional pipeline). Calls that met
-    NOSCRIPT did not run, so they are run again, alone, once their script is loaded."""
+    NOSCRIPT (or function not found) did not run, so they are run again, alone, once their
+    script is loaded."""
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
-        pipe.execute_command(*evalsha_command(client, script.sha, keys, args))
+        pipe.execute_command(*evalsha_command(client, script, keys, args))
     results: list[Any] = await bounded(client, pipe.execute(raise_on_error=False))
     for i in pipeline_failures(results):
         results[i] = await evalsha(client, *calls[i])

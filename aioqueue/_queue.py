@@ -24,6 +24,7 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
+from ._coalesce import Coalescer
 from ._codec import Codec
 from ._convert import Convert
 from ._events import QueueEvents
@@ -60,6 +61,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         self._keys = QueueKeys(app.prefix, name)
         self._scripts_obj: QueueScripts | None = None
         self._leases_obj: Leases | None = None
+        self._coalescer_obj: Coalescer | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
@@ -70,6 +72,14 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         if s is None or s.client is not self.app.redis:
             s = self._scripts_obj = QueueScripts(self.app.redis, self._keys)
         return s
+
+    @property
+    def _coalescer(self) -> Coalescer:
+        c = self._coalescer_obj
+        scripts = self._scripts
+        if c is None or c.scripts is not scripts:
+            c = self._coalescer_obj = Coalescer(scripts)
+        return c
 
     @property
     def _leases(self) -> Leases:
@@ -164,11 +174,18 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         hooks = self.app.hooks
         if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
             event = hooks.before(self.name, jobs[0].template.task, tuple(j.id for j in jobs))
-            await self._scripts.enqueue(jobs)
+            await self._store(jobs)
             hooks.after(event)
         else:
-            await self._scripts.enqueue(jobs)
+            await self._store(jobs)
         return [Job(self, job.id, convert) for job in jobs]
+
+    async def _store(self, jobs: Sequence[JobRecord]) -> None:
+        # one job shares the round trip of the others enqueued meanwhile (_coalesce.py)
+        if len(jobs) == 1:
+            await self._coalescer.enqueue(jobs[0])
+        else:
+            await self._scripts.enqueue(jobs)
 
     async def _enqueue_run(
         self, template: Template, pairs: list[Any], convert: Convert | None = None

@@ -15,7 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis.exceptions as rexc
+
 from ._durable import durability_of, durable_calls
+from ._exceptions import ServerUnavailable
+from ._hot import hot_connection
 from ._lua import (
     _COMPLETE as _COMPLETE,
 )
@@ -39,6 +43,9 @@ from ._lua import (
 )
 from ._lua import (
     LIB as LIB,
+)
+from ._lua import (
+    LIBRARY as LIBRARY,
 )
 from ._lua import (
     SCRIPTS as SCRIPTS,
@@ -86,6 +93,9 @@ from ._lua import (
     evalsha_many as evalsha_many,
 )
 from ._lua import (
+    function_missing as function_missing,
+)
+from ._lua import (
     group_names as group_names,
 )
 from ._lua import (
@@ -123,6 +133,7 @@ from ._record import (
     parse_claim,
 )
 from ._scriptreads import QueueReads as QueueReads
+from ._wire import call_timeout, evalsha_command
 
 
 class QueueScripts(QueueReads):
@@ -143,6 +154,27 @@ class QueueScripts(QueueReads):
     async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
         await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
+
+    async def enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
+        """Store jobs in one call (at most 500): enqueue.lua's code per job, in order; over
+        the App's held connection when it is free (``_hot``), else through the pool."""
+        args = enqueue_args(self.base, jobs)
+        if durability_of(self.client) is not None:  # durability mode: WAIT in the same trip
+            return list((await self._run_durable("enqueue", args))[1:])
+        hot = hot_connection(self.client)
+        if hot is None or hot.busy:
+            return list((await self._run("enqueue", args))[1:])
+        command = evalsha_command(self.client, SCRIPTS["enqueue"], self.lanes, args)
+        try:
+            res = await hot.call(command, call_timeout(self.client))
+        except (TimeoutError, rexc.TimeoutError) as exc:  # slow: as the pool's path would say
+            raise ServerUnavailable(f"Redis connection failed: {exc!r}") from exc
+        except (rexc.RedisError, OSError):
+            # lost, or not run (the library or script missing, an error reply): the pool's
+            # path sends it again, with its retries and reloading (enqueue is idempotent on
+            # the job id: a call that did run stores nothing twice)
+            return list((await self._run("enqueue", args))[1:])
+        return list(res[1:])
 
     async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:
         """Store unique jobs in order (each job after the ones before it, so a conflict

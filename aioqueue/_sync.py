@@ -11,6 +11,7 @@ bounded by its timeout.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,13 +25,19 @@ from redis.retry import Retry
 
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
 from ._connect import sync_pool
-from ._exceptions import ClosedError, ConfigurationError, JobNotFound, ResultTimeout
+from ._exceptions import (
+    ClosedError,
+    ConfigurationError,
+    JobNotFound,
+    ResultTimeout,
+    ServerUnavailable,
+)
 from ._job import JobInfo, JobState, typed_result
 from ._keys import QueueKeys
 from ._queue import job_info_from, state_counts, watched_outcome
 from ._record import JobOptions, JobRecord, Template
 from ._sharded import on_shard
-from ._syncdoor import BlockingScripts, blocking_call
+from ._syncdoor import BlockingScripts, blocking_call, load_library_blocking
 from ._task import BoundTask, Task
 from ._timeutil import Deadline
 
@@ -88,6 +95,9 @@ class SyncClient:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
                     pool = sync_pool(self.app.url, opts)
                     self._redis = redis.Redis(connection_pool=pool)
+                    # FCALLs from now on (EVALSHAs if the library cannot be loaded now)
+                    with contextlib.suppress(ServerUnavailable):
+                        load_library_blocking(self._redis)
                 client = self._redis
         return client
 

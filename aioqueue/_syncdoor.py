@@ -16,11 +16,13 @@ import redis.exceptions as rexc
 from ._keys import QueueKeys
 from ._record import JobRecord, Template
 from ._scripts import (
+    LIBRARY,
     SCRIPTS,
     Script,
     ScriptCall,
     enqueue_calls,
     enqueue_run_calls,
+    function_missing,
     group_names,
     parse_watch,
     pipeline_failures,
@@ -28,6 +30,7 @@ from ._scripts import (
     read_lane_counts,
     wrap_redis_error,
 )
+from ._wire import evalsha_command, use_functions
 
 T = TypeVar("T")
 
@@ -40,19 +43,39 @@ def blocking_call(call: Callable[[], T]) -> T:
         raise wrap_redis_error(exc) from exc
 
 
+def load_library_blocking(client: redis.Redis) -> None:
+    """Load the function library on a new blocking client: its calls are then FCALLs; where
+    the server has no functions (or the ACL user may not load them), EVALSHAs."""
+
+    def load() -> None:
+        try:
+            client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+        except rexc.ResponseError as exc:
+            if "already exists" not in str(exc):
+                use_functions(client, False)
+                return
+        use_functions(client, True)
+
+    blocking_call(load)
+
+
 def evalsha_blocking(
     client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    """Run a script with EVALSHA on a blocking client, loading it first if the server does
-    not know it (NOSCRIPT)."""
-    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    """Run a script (FCALL, or EVALSHA) on a blocking client, loading it first if the server
+    does not know it (function not found, NOSCRIPT)."""
+    command = evalsha_command(client, script, keys, args)
 
     def run() -> Any:
         try:
             return client.execute_command(*command)  # type: ignore[no-untyped-call]
         except rexc.NoScriptError:
             client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
-            return client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except rexc.ResponseError as exc:
+            if not function_missing(exc):
+                raise
+            client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+        return client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     return blocking_call(run)
 
@@ -77,7 +100,7 @@ class BlockingScripts:
         elif calls:
             pipe = self.client.pipeline(transaction=False)
             for script, keys, args in calls:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+                pipe.execute_command(*evalsha_command(self.client, script, keys, args))  # type: ignore[no-untyped-call]
             results = blocking_call(lambda: pipe.execute(raise_on_error=False))
             for i in pipeline_failures(results):
                 evalsha_blocking(self.client, *calls[i])

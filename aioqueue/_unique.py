@@ -20,7 +20,7 @@ from ._checks import check_text, to_ms
 from ._exceptions import ConfigurationError
 from ._job import Job
 from ._record import JobRecord, UniqueOptions
-from ._scripts import ReplaceOutcome
+from ._scripts import ReplaceOutcome, text_of
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -107,7 +107,11 @@ async def enqueue_unique(
     pending = list(range(len(records)))
     for round_ in range(_ROUNDS):
         again: list[int] = []
-        holders = await scripts.enqueue_unique([records[i] for i in pending])
+        if len(pending) == 1:  # shares a round trip with concurrent enqueues (_coalesce.py)
+            code = await queue._coalescer.enqueue(records[pending[0]])
+            holders = [text_of(code) if isinstance(code, bytes) else None]
+        else:
+            holders = await scripts.enqueue_unique([records[i] for i in pending])
         for i, holder in zip(pending, holders, strict=True):
             if holder is None:
                 out[i] = Job(queue, records[i].id, convert)

@@ -1,7 +1,8 @@
 """Wire-level packing of script calls: the one place that depends on redis-py internals.
 
-A script call's start (``EVALSHA <sha> <numkeys> <keys...> <key base>``) is the same for every
-call of one script on one queue. ``Head`` carries it packed once; connections of the class that
+A script call's start (``FCALL <function> <numkeys> <keys...> <key base>``, or ``EVALSHA
+<sha> ...`` on a server without functions) is the same for every call of one script on one
+queue. ``Head`` carries it packed once; connections of the class that
 ``use_fast_packing`` installs splice it in, so a call only encodes its varying arguments.
 
 It relies on two redis-py internals, checked by tests/test_wire.py: a pool's
@@ -12,7 +13,7 @@ It relies on two redis-py internals, checked by tests/test_wire.py: a pool's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
@@ -22,16 +23,17 @@ def _bulk(arg: bytes) -> bytes:
 
 
 class Head(str):
-    """The command name ``EVALSHA`` carrying the packed, unchanging start of a script call:
-    the SHA, the KEYS and the key base (ARGV[1]). A connection of the fast class sends it as
-    is, so a call only encodes its varying arguments."""
+    """The command name (``FCALL`` or ``EVALSHA``) carrying the packed, unchanging start of a
+    script call: the function name (or SHA), the KEYS and the key base (ARGV[1]). A
+    connection of the fast class sends it as is, so a call only encodes its varying
+    arguments."""
 
     packed: bytes
     nargs: int
 
-    def __new__(cls, sha: str, keys: Sequence[str], base: str) -> Head:
-        head = super().__new__(cls, "EVALSHA")
-        fixed = [b"EVALSHA", sha.encode(), b"%d" % len(keys)]
+    def __new__(cls, command: str, target: str, keys: Sequence[str], base: str) -> Head:
+        head = super().__new__(cls, command)
+        fixed = [command.encode(), target.encode(), b"%d" % len(keys)]
         fixed += [k.encode() for k in keys]
         fixed.append(base.encode())
         head.packed = b"".join(_bulk(a) for a in fixed)
@@ -39,16 +41,16 @@ class Head(str):
         return head
 
 
-_HEADS: dict[tuple[str, tuple[str, ...], str], Head] = {}
+_HEADS: dict[tuple[str, str, tuple[str, ...], str], Head] = {}
 
 
-def head_for(sha: str, keys: Sequence[str], base: str) -> Head:
-    key = (sha, tuple(keys), base)
+def head_for(command: str, target: str, keys: Sequence[str], base: str) -> Head:
+    key = (command, target, tuple(keys), base)
     head = _HEADS.get(key)
     if head is None:
         if len(_HEADS) > 10_000:  # many queues come and go: do not grow without bound
             _HEADS.clear()
-        head = _HEADS[key] = Head(sha, keys, base)
+        head = _HEADS[key] = Head(command, target, keys, base)
     return head
 
 
@@ -101,10 +103,36 @@ def call_timeout(client: aioredis.Redis) -> float | None:
     return getattr(client.connection_pool, "aioqueue_timeout", None)
 
 
+class ScriptName(Protocol):
+    """What a script call is addressed by: its function in the library, or its SHA1."""
+
+    @property
+    def sha(self) -> str: ...
+    @property
+    def function(self) -> str: ...
+
+
+def use_functions(client: Any, on: bool) -> None:
+    """Record on the client's pool whether its server runs aioqueue's function library
+    (then calls are ``FCALL``s), set once the library is loaded (``load_scripts``)."""
+    client.connection_pool.aioqueue_functions = on
+
+
+def functions_on(client: Any) -> bool:
+    """Whether script calls on this client are ``FCALL``s (else ``EVALSHA``s)."""
+    return bool(getattr(client.connection_pool, "aioqueue_functions", False))
+
+
 def evalsha_command(
-    client: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]
+    client: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]
 ) -> tuple[Any, ...]:
-    """The arguments of ``execute_command`` for a script call (``args[0]``: the key base)."""
-    if issubclass(client.connection_pool.connection_class, FastPack):
-        return (head_for(sha, keys, args[0]), *args[1:])
-    return ("EVALSHA", sha, len(keys), *keys, *args)
+    """The arguments of ``execute_command`` for a script call (``args[0]``: the key base):
+    an ``FCALL`` of its function where the library is loaded, else an ``EVALSHA``."""
+    pool = client.connection_pool
+    if getattr(pool, "aioqueue_functions", False):
+        command, target = "FCALL", script.function
+    else:
+        command, target = "EVALSHA", script.sha
+    if issubclass(pool.connection_class, FastPack):
+        return (head_for(command, target, keys, args[0]), *args[1:])
+    return (command, target, len(keys), *keys, *args)

@@ -81,8 +81,8 @@ class Tasks:
 
 
 async def script_usec(app: App) -> int:
-    entry = (await app.redis.info("commandstats")).get("cmdstat_evalsha", {})
-    return int(entry.get("usec", 0))
+    stats = await app.redis.info("commandstats")  # script calls: FCALL (or EVALSHA)
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("fcall", "evalsha"))
 
 
 async def fresh(app: App) -> None:

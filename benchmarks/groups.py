@@ -144,9 +144,10 @@ SCENARIOS: dict[str, tuple[str, Filler]] = {
 
 
 async def script_stats(app: App) -> tuple[int, int]:
-    """(calls, microseconds) of EVALSHA on the server so far."""
-    entry = (await app.redis.info("commandstats")).get("cmdstat_evalsha", {})
-    return int(entry.get("calls", 0)), int(entry.get("usec", 0))
+    """(calls, microseconds) of script calls (FCALL, or EVALSHA) on the server so far."""
+    stats = await app.redis.info("commandstats")
+    entries = [stats.get(f"cmdstat_{c}", {}) for c in ("fcall", "evalsha")]
+    return sum(int(e.get("calls", 0)) for e in entries), sum(int(e.get("usec", 0)) for e in entries)
 
 
 async def acked(app: App, n: int) -> None:

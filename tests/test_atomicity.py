@@ -319,7 +319,7 @@ async def test_an_ack_whose_reply_is_lost_takes_effect_exactly_once(
         job = await q.enqueue("t", max_attempts=3)
         (r,) = await q.reserve()
         await app.redis.script_load(SCRIPTS[op].source)  # so that the call runs, not NOSCRIPT
-        proxy.arm(SCRIPTS[op].sha.encode())
+        proxy.arm(SCRIPTS[op].function.encode() + b"\r\n")
         await _ack(q, r, op)
         assert proxy.dropped == 1
         info = await job.info()
@@ -344,7 +344,7 @@ async def test_an_ack_retried_after_a_lost_reply_is_not_reported_as_lease_lost(
         job = await q.enqueue("t", max_attempts=3)
         (r,) = await q.reserve()
         await app.redis.script_load(SCRIPTS[op].source)
-        proxy.arm(SCRIPTS[op].sha.encode())
+        proxy.arm(SCRIPTS[op].function.encode() + b"\r\n")
         try:
             await _ack(q, r, op)  # it succeeded on the server: must not say the lease was lost
         finally:

@@ -166,10 +166,11 @@ async def test_an_acl_user_without_a_needed_command_fails_clearly(
 async def test_an_acl_user_that_may_not_run_scripts_fails_clearly(
     app_dir: Path, redis: Redis, redis_url: str
 ) -> None:
-    # issue 19: a user that could load scripts but not run them (no EVALSHA) got a worker
-    # that logged NOPERM and retried forever
+    # issue 19: a user that could load scripts but not run them (no EVALSHA; now that the
+    # scripts are a function library, no FCALL) got a worker that logged NOPERM and retried
+    # forever
     user = f"cli-{uuid4().hex[:8]}"
-    rules = ["reset", "on", f">{user}-pw", "~*", "&*", "+@all", "-evalsha"]
+    rules = ["reset", "on", f">{user}-pw", "~*", "&*", "+@all", "-fcall"]
     await redis.execute_command("ACL", "SETUSER", user, *rules)  # type: ignore[no-untyped-call]
     url = f"redis://{user}:{user}-pw@{redis_url.split('//', 1)[1]}"
     try:
@@ -177,7 +178,7 @@ async def test_an_acl_user_that_may_not_run_scripts_fails_clearly(
     finally:
         await redis.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
     assert proc.returncode == 1
-    assert "no permissions to run the 'evalsha' command" in one_line_error(proc)
+    assert "no permissions to run the 'fcall' command" in one_line_error(proc)
 
 
 async def test_bad_credentials_fail_at_once(app_dir: Path, limited_user: str) -> None:

@@ -296,7 +296,7 @@ async def test_an_acl_user_that_cannot_run_scripts_on_the_apps_keys_is_refused_a
     host = redis_url.split("//", 1)[1]
     prefix = unique_prefix()
     cases = {
-        "no-evalsha": (["~*", "+@all", "-evalsha"], "evalsha"),
+        "no-fcall": (["~*", "+@all", "-fcall"], "fcall"),
         "other-keys": (["~elsewhere:*", "+@all"], "key"),
     }
     for name, (rules, says) in cases.items():

@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from aioqueue import App, JobState, _limits
 from aioqueue._embedded import EmbeddedServer
-from aioqueue._scripts import LIB, SCRIPTS
+from aioqueue._scripts import LIB, LIBRARY, SCRIPTS
+from aioqueue._wire import functions_on, use_functions
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
@@ -207,15 +208,34 @@ async def private_app(fresh_server: EmbeddedServer) -> AsyncIterator[tuple[App, 
         await observer.aclose()
 
 
-async def test_every_operation_works_after_script_flush(private_app: tuple[App, Redis]) -> None:
+async def _library_loaded(redis: Redis) -> bool:
+    found = await redis.execute_command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY.name)  # type: ignore[no-untyped-call]
+    return bool(found)  # (the pattern has no wildcard: this library, or none)
+
+
+@pytest.mark.parametrize("mode", ["functions", "scripts"])
+async def test_every_operation_works_after_script_flush(
+    private_app: tuple[App, Redis], mode: str
+) -> None:
+    """FCALL after FUNCTION FLUSH ("function not found"), and EVALSHA after SCRIPT FLUSH
+    (NOSCRIPT, the calls of a server without functions): each call loads and runs again."""
     app, observer = private_app
     q = app.queue()
+    assert functions_on(app.redis)  # the embedded Valkey has functions
+    if mode == "scripts":
+        use_functions(app.redis, False)
 
     async def flushed() -> None:
+        if mode == "functions":
+            await observer.function_flush()
+            assert not await _library_loaded(observer)
+            return
         await observer.script_flush()
         assert not any(await observer.script_exists(*(s.sha for s in SCRIPTS.values())))
 
     async def reloaded(name: str) -> bool:
+        if mode == "functions":
+            return await _library_loaded(observer)
         return (await observer.script_exists(SCRIPTS[name].sha)) == [True]
 
     @app.task
@@ -256,7 +276,8 @@ async def test_every_operation_works_after_script_flush(private_app: tuple[App, 
     await q.extend(b, lease=30)
     assert await reloaded("extend")
     await flushed()
-    assert await q.fail(b, "retry me", delay=0.05) is True
+    # (a delay long enough that the reserve below cannot promote it on a busy machine)
+    assert await q.fail(b, "retry me", delay=1.0) is True
     assert await reloaded("fail")
     await flushed()
     await q.release(c, delay=0)

@@ -54,9 +54,10 @@ ACL_COMMANDS = (
     "ping",
     "client|setinfo",
     "client|setname",
-    # called by aioqueue directly
-    "evalsha",
-    "script|load",
+    # called by aioqueue directly (the scripts are a function library; on a server without
+    # functions, Redis 6.2, evalsha and script|load instead)
+    "fcall",
+    "function|load",
     "blpop",
     "blmpop",
     "lpush",

@@ -6,13 +6,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
 from aioqueue import App
 from aioqueue._keys import QueueKeys
 from aioqueue._scripts import SCRIPTS, QueueScripts
-from aioqueue._wire import FastPack, evalsha_command, use_fast_packing
+from aioqueue._wire import FastPack, evalsha_command, use_fast_packing, use_functions
 
 
 def test_the_connection_hooks_we_rely_on_still_exist() -> None:
@@ -25,22 +26,26 @@ def test_the_connection_hooks_we_rely_on_still_exist() -> None:
     assert hasattr(pool.connection_class(**pool.connection_kwargs), "encoder")
 
 
-def test_a_spliced_script_call_packs_to_the_same_bytes_as_redis_py() -> None:
+@pytest.mark.parametrize("command", ["FCALL", "EVALSHA"])
+def test_a_spliced_script_call_packs_to_the_same_bytes_as_redis_py(command: str) -> None:
     client = aioredis.Redis.from_url("redis://localhost:1/0")
     plain_pool = client.connection_pool
     plain = plain_pool.connection_class(**plain_pool.connection_kwargs)
     use_fast_packing(client, 5.0)
+    use_functions(client, command == "FCALL")
     pool = client.connection_pool
     assert issubclass(pool.connection_class, FastPack)
     fast = pool.connection_class(**pool.connection_kwargs)
     keys = QueueKeys("aq", "wire")
     lanes = keys.lanes()
     args: list[Any] = [keys.base, 7, "w:1", b"\x00payload\xff", 2.5, -1, ""]
-    command = evalsha_command(client, SCRIPTS["claim"].sha, lanes, args)
-    assert command[0] == "EVALSHA"
-    assert type(command[0]) is not str  # the pre-packed head
-    expected = plain.pack_command("EVALSHA", SCRIPTS["claim"].sha, len(lanes), *lanes, *args)
-    assert b"".join(fast.pack_command(*command)) == b"".join(expected)
+    script = SCRIPTS["claim"]
+    command_args = evalsha_command(client, script, lanes, args)
+    assert command_args[0] == command
+    assert type(command_args[0]) is not str  # the pre-packed head
+    target = script.function if command == "FCALL" else script.sha
+    expected = plain.pack_command(command, target, len(lanes), *lanes, *args)
+    assert b"".join(fast.pack_command(*command_args)) == b"".join(expected)
     # any other command is packed by redis-py itself
     assert fast.pack_command("GET", "k") == plain.pack_command("GET", "k")
 

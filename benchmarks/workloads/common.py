@@ -21,6 +21,7 @@ async def fresh(url: str) -> None:
         # trial measures used_memory
         await r.execute_command("FLUSHALL", "SYNC")
         await r.script_flush()
+        await r.function_flush()
     finally:
         await r.aclose()
 

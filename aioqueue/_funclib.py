@@ -1,0 +1,72 @@
+"""The scripts as one server-side function library (``FUNCTION LOAD`` / ``FCALL``).
+
+Run with EVALSHA, a script's whole source (the library parts it needs, then its own file)
+runs on every call, defining every function of those parts again: 20-30 µs of the enqueue
+script's ~50 µs on the server (docs/benchmarks.md, Round 2). In a function library that
+prelude runs once, when the library is loaded; a call only runs the script's body.
+
+The library is made from the same files, unchanged:
+
+- the library parts come once, in ``LIB`` order, then each script's file as the body of a
+  function (``local function main_<name>() ... end``), registered as ``<library>_<name>``;
+- ``KEYS`` and ``ARGV`` are locals of the library that each call sets first, so the files
+  read them as they do under EVALSHA;
+- a part's top-level ``local X = <expr>`` whose value depends on the call (its expression
+  names ``KEYS``, ``ARGV``, ``BASE``, a ``K_`` key, or ``cjson``/``redis``, which a library
+  may not use while it loads) is declared at load and assigned at the start of every call,
+  in the parts' order. Such a statement must fit on one line (tests/test_funclib.py runs
+  every script through the library).
+
+The library's name carries a hash of its code (``aq_<16 hex>``), and so does each function's
+name, so two releases of aioqueue use two libraries side by side on one server during a
+rolling deploy; a library is never replaced, only added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+_LOCAL = re.compile(r"^local ([A-Za-z_][\w, ]*?) = (.+)$")
+_PER_CALL = re.compile(r"\b(KEYS|ARGV|BASE|K_\w+|cjson|redis)\b")
+
+
+class FunctionLibrary:
+    """One function library holding every script: its name, its source and the name of
+    each script's function."""
+
+    __slots__ = ("functions", "name", "source")
+
+    def __init__(self, parts: Sequence[str], scripts: Sequence[tuple[str, str]]) -> None:
+        """``parts``: the library parts' sources in order; ``scripts``: (name, source)."""
+        bind: list[str] = []
+        body = ["local KEYS, ARGV = {}, {''}"]
+        for part in parts:
+            lines = []
+            for line in part.splitlines():
+                m = _LOCAL.match(line)
+                if m and _PER_CALL.search(m.group(2)):
+                    lines.append(f"local {m.group(1)}")
+                    bind.append(f"  {m.group(1)} = {m.group(2)}")
+                else:
+                    lines.append(line)
+            body.append("\n".join(lines))
+        body.append("local function bind__(keys, args)\n  KEYS, ARGV = keys, args")
+        body += [*bind, "end"]
+        for name, source in scripts:
+            body.append(f"local function main__{name}()\n{source}\nend")
+        code = "\n".join(body)
+        self.name = "aq_" + hashlib.sha1(code.encode()).hexdigest()[:16]
+        self.functions = {name: f"{self.name}_{name}" for name, _ in scripts}
+        register = [
+            f"redis.register_function('{self.functions[name]}', "
+            f"function(keys, args) bind__(keys, args) return main__{name}() end)"
+            for name, _ in scripts
+        ]
+        self.source = "\n".join([f"#!lua name={self.name}", code, *register, ""])
+
+
+def function_missing(exc: Exception) -> bool:
+    """The server does not know the function called (``FCALL``): load the library again."""
+    return "function not found" in str(exc).lower()

@@ -1,0 +1,71 @@
+"""A connection of its own for the producer's hot path: the enqueue calls of an App's
+coalescers (``_coalesce``) go over one connection held outside the pool while it is free.
+
+Taking a connection from redis-py's blocking pool and giving it back costs a lock, a
+readiness check of the socket (a system call) and redis-py's retry and command layers on
+every call: measured, about as much as the rest of a one-job enqueue on the client. The
+coalescer sends one call at a time per queue, so a held connection is free most of the time;
+when it is busy (another queue's call is in flight), a call takes the pool's path as before.
+
+Only enqueue calls use it: they are idempotent on the job id, so a call whose connection
+failed is simply sent again by the pool's path (with its retries and its reloading of the
+scripts). A connection that failed, timed out or was cancelled mid-call is disconnected
+(its reply could still arrive) and connects again on its next use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import redis.exceptions as rexc
+
+
+class HotConnection:
+    """One connection of an App's pool class, held for enqueue calls; ``busy`` while one is
+    in flight."""
+
+    __slots__ = ("busy", "conn")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.busy = False
+
+    async def call(self, command: Sequence[Any], timeout: float | None) -> Any:
+        """Send one command and read its reply (an error reply is raised as redis-py's
+        ``ResponseError``, and leaves the connection usable)."""
+        self.busy = True
+        conn = self.conn
+        try:
+            async with asyncio.timeout(timeout):
+                await conn.send_command(*command)
+                return await conn.read_response()
+        except rexc.ResponseError:
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            self.busy = False
+
+
+def hot_connection(client: Any) -> HotConnection | None:
+    """The App's held connection (made on first use), or None for a client that is not an
+    App's (no pool of aioqueue's, see ``_wire.use_fast_packing``)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not hasattr(pool, "aioqueue_timeout"):
+        return None
+    hot: HotConnection | None = getattr(pool, "aioqueue_hot", None)
+    if hot is None:
+        hot = pool.aioqueue_hot = HotConnection(pool.make_connection())
+    return hot
+
+
+async def close_hot_connection(client: Any) -> None:
+    """Close the App's held connection, if it has one (before the App closes its pool)."""
+    pool = getattr(client, "connection_pool", None)
+    hot: HotConnection | None = getattr(pool, "aioqueue_hot", None)
+    if hot is not None:
+        pool.aioqueue_hot = None  # type: ignore[union-attr]
+        await hot.conn.disconnect()

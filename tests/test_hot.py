@@ -1,0 +1,75 @@
+"""The App's held connection for enqueue calls (_hot.py): used while free, replaced when it
+fails (the call then goes through the pool), closed with the App."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from aioqueue import App
+from aioqueue._embedded import EmbeddedServer
+from aioqueue._hot import hot_connection
+
+from .support.apps import open_app
+from .support.server import text
+
+
+def local_port(conn: object) -> int:
+    writer = getattr(conn, "_writer", None)
+    assert writer is not None, "not connected"
+    return int(writer.get_extra_info("sockname")[1])
+
+
+async def test_enqueues_use_the_held_connection_and_the_app_closes_it(
+    fresh_server: EmbeddedServer,
+) -> None:
+    admin = Redis.from_url(fresh_server.url)
+    try:
+        async with open_app(fresh_server.url) as app:
+            q = app.queue()
+            await q.enqueue("t", job_id="a")
+            hot = hot_connection(app.redis)
+            assert hot is not None
+            assert hot.conn.is_connected
+            port = local_port(hot.conn)
+            clients = {int(c["addr"].rsplit(":", 1)[1]): c for c in await admin.client_list()}
+            assert clients[port]["cmd"] == "fcall"  # the enqueue went over it
+        assert not hot.conn.is_connected  # closed with the App
+        clients = {int(c["addr"].rsplit(":", 1)[1]): c for c in await admin.client_list()}
+        assert port not in clients
+    finally:
+        await admin.aclose()
+
+
+async def test_a_killed_held_connection_loses_no_enqueue(fresh_server: EmbeddedServer) -> None:
+    admin = Redis.from_url(fresh_server.url)
+    try:
+        async with open_app(fresh_server.url) as app:
+            q = app.queue()
+            await q.enqueue("t", job_id="a")
+            hot = hot_connection(app.redis)
+            assert hot is not None
+            port = local_port(hot.conn)
+            await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")  # type: ignore[no-untyped-call]
+            await q.enqueue("t", job_id="b")  # its connection is dead: sent again by the pool
+            await q.enqueue("t", job_id="c")  # and the held one connects again
+            assert hot.conn.is_connected
+            assert local_port(hot.conn) != port
+            ids = [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
+            assert ids == ["a", "b", "c"]
+    finally:
+        await admin.aclose()
+
+
+async def test_while_it_is_busy_other_queues_use_the_pool(app: App, redis: Redis) -> None:
+    queues = [app.queue(f"h{i}") for i in range(5)]
+    jobs = await asyncio.gather(
+        *(q.enqueue("t", job_id=f"{q.name}-{i}") for q in queues for i in range(20))
+    )
+    assert len({j.id for j in jobs}) == 100
+    for q in queues:
+        assert await redis.llen(q._keys.ready) == 20
+    hot = hot_connection(app.redis)
+    assert hot is not None
+    assert not hot.busy
