@@ -15,7 +15,11 @@ The library is made from the same files, unchanged:
   names ``KEYS``, ``ARGV``, ``BASE``, a ``K_`` key, or ``cjson``/``redis``, which a library
   may not use while it loads) is declared at load and assigned at the start of every call,
   in the parts' order. Such a statement must fit on one line (tests/test_funclib.py runs
-  every script through the library).
+  every script through the library);
+- so is one marked ``-- per call`` at the end of its line: state of one call (a cache, a
+  buffer) that a library would otherwise carry from one call into the next, where EVALSHA
+  starts each call afresh (tests/test_funclib.py checks that every top-level local a
+  function assigns to is marked).
 
 The library's name carries a hash of its code (``aq_<16 hex>``), and so does each function's
 name, so two releases of aioqueue use two libraries side by side on one server during a
@@ -29,6 +33,8 @@ import re
 from collections.abc import Sequence
 
 _LOCAL = re.compile(r"^local ([A-Za-z_][\w, ]*?) = (.+)$")
+#: the end of a part's top-level ``local`` line whose value is reset at the start of each call
+PER_CALL_MARK = "-- per call"
 _PER_CALL = re.compile(r"\b(KEYS|ARGV|BASE|K_\w+|cjson|redis)\b")
 
 
@@ -46,7 +52,7 @@ class FunctionLibrary:
             lines = []
             for line in part.splitlines():
                 m = _LOCAL.match(line)
-                if m and _PER_CALL.search(m.group(2)):
+                if m and (_PER_CALL.search(m.group(2)) or line.endswith(PER_CALL_MARK)):
                     lines.append(f"local {m.group(1)}")
                     bind.append(f"  {m.group(1)} = {m.group(2)}")
                 else:

@@ -5,6 +5,7 @@ and EVALSHA where the library cannot be loaded."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from uuid import uuid4
 
@@ -139,3 +140,30 @@ async def test_without_function_load_the_scripts_run_with_evalsha(
         await q.enqueue("t", job_id="y")  # NOSCRIPT: loaded, run again
         assert [text(x) for x in await observer.lrange(q._keys.ready, 0, -1)] == ["x", "y"]
     assert await libraries(observer) == set()
+
+
+def test_every_top_level_local_a_function_assigns_is_reset_per_call() -> None:
+    """A function library keeps its parts' top-level values from one call to the next, where
+    EVALSHA runs each call afresh: a part's top-level local that its functions assign to (a
+    cache, a buffer) must be marked ``-- per call`` (or depend on the call) so that the
+    library resets it at the start of every call, or one call's state leaks into the next
+    (a queue's events switch read by a call on another queue, say)."""
+    from aioqueue._funclib import _PER_CALL, PER_CALL_MARK
+
+    unmarked = []
+    for part in LIB:
+        source = _LIB[part]
+        for line in source.splitlines():
+            m = re.match(r"^local (?!function\b)([A-Za-z_][\w, ]*?)(?: = (.+))?$", line)
+            if (
+                not m
+                or line.endswith(PER_CALL_MARK)
+                or (m.group(2) and _PER_CALL.search(m.group(2)))
+            ):
+                continue
+            for name in (n.strip() for n in m.group(1).split(",")):
+                # assigned inside a function body (an indented statement), alone or in a list
+                target = rf"^\s+(?:[\w.]+\s*,\s*)*{name}\s*(?:,\s*[\w.]+\s*)*=(?!=)"
+                if re.search(target, source, re.M):
+                    unmarked.append(f"{part}: {name}")
+    assert not unmarked, unmarked

@@ -13,8 +13,9 @@
   Needs: core. ]]
 local K_EVENTS = BASE .. 'events'
 local EVENT_REASON = 200
--- the stream's cap, read once per call (0: off)
-local events_cap
+-- the stream's cap, read once per call (0: off); state of one call, reset at each (a function
+-- library keeps its top-level values from call to call: see _funclib.py)
+local events_cap = nil -- per call
 
 -- whether this queue writes events (read at the first call of each script run)
 local function events_on()
@@ -30,7 +31,7 @@ end
 -- the events of one kind that a loop of this call added (emit_add), written as one entry by
 -- emit_flush: EVENT_VALUES values each (id, task, attempt, worker, due)
 local EVENTS_PER_ENTRY, EVENT_VALUES = 100, 5
-local ev_kind, ev_vals, ev_n = nil, nil, 0
+local ev_kind, ev_vals, ev_n = nil, nil, 0 -- per call
 
 -- write the events added since the last flush as one entry: an entry of one event has the
 -- plain fields, one of n > 1 events has n and e, a JSON array of their EVENT_VALUES values in
