@@ -26,20 +26,23 @@ local function join_ring(g)
   end
 end
 
--- put a lane in the ring if it has runnable jobs and nothing blocks it
-local function activate(g)
+-- put a lane in the ring if it has runnable jobs and nothing blocks it; active: its group's
+-- running count when the caller has just read it (nil: read here). A lane already in the ring
+-- costs one lookup (the common case when a job of a busy group finishes)
+local function activate(g, active)
   if g == '' then
     if call('LLEN', K_READY) > 0 or call('ZCARD', K_PRIO) > 0 then join_ring('') end
     return
   end
+  if call('ZSCORE', K_RING, g) then return end
   if call('ZCARD', lane_key(g)) == 0 then return end
-  if call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
+  local gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g)
+  if gc[1] then return end
   if call('ZSCORE', K_GWAIT, g) then return end
   -- its concurrency limit, or the queue's default one (nil: none)
-  local limit = tonumber(call('HGET', K_GCONF, 'limit:' .. g)
-    or call('HGET', K_QCONF, 'glimit'))
-  if limit and (tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
-  join_ring(g)
+  local limit = tonumber(gc[2] or call('HGET', K_QCONF, 'glimit'))
+  if limit and (active or tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
+  call('ZADD', K_RING, call('INCR', K_SEQ), g)
 end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
@@ -65,8 +68,12 @@ end
 -- a job of group g left the active state: free its slot, and the group may run again
 local function release_slot(g)
   if g and g ~= '' then
-    if call('HINCRBY', K_GACTIVE, g, -1) <= 0 then call('HDEL', K_GACTIVE, g) end
-    activate(g)
+    local active = call('HINCRBY', K_GACTIVE, g, -1)
+    if active <= 0 then
+      call('HDEL', K_GACTIVE, g)
+      active = 0
+    end
+    activate(g, active)
   end
 end
 

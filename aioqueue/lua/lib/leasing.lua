@@ -33,19 +33,24 @@ local function queue_terms(want, now)
   return want, qt
 end
 
+local NO_SETTINGS = {}
+
 -- group g's terms for one turn: room, cut to what its concurrency limit and rate allow;
 -- blocked when it is paused, at its limit or out of rate (wait_until: when its rate window
 -- ends, nil otherwise); and, when it has a limit or a rate, what end_turn charges the jobs
--- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither)
-local function group_terms(g, room, now, qt)
-  -- every setting of the group in one read
-  local gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
-    'rate_ms:' .. g)
+-- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither). active: its running
+-- count (gactive), read by the caller
+local function group_terms(g, room, now, qt, active)
+  -- every setting of the group in one read (none to read while no group has its own)
+  local gc = NO_SETTINGS
+  if qt.gconf then
+    gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g, 'rate_ms:' .. g)
+  end
   if gc[1] then return room, true, nil, nil end
   local blocked, wait_until = false, nil
   local limit = num(gc[2], qt.glimit)
   if limit then
-    local active = num(call('HGET', K_GACTIVE, g), 0)
+    active = num(active, 0)
     if active >= limit then
       blocked = true
     elseif limit - active < room then
@@ -172,10 +177,10 @@ end
 
 -- end lane g's turn, in which taken jobs were leased: charge them to its group (its active
 -- count, and lim from group_terms: its limit and rate window), then give the lane its next
--- turn: the back of the ring, or out of it when it is empty or blocked (parked until what
--- blocks it is lifted; in gwait until its rate window ends). Returns true when it stays in
--- the ring
-local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
+-- turn: the back of the ring (appended to back: the moves are written together, see
+-- serve_ring), or out of it when it is empty or blocked (parked until what blocks it is
+-- lifted; in gwait until its rate window ends). Returns true when it stays in the ring
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back)
   local empty
   if g == '' then
     empty = drained or (call('LLEN', K_READY) == 0 and call('ZCARD', K_PRIO) == 0)
@@ -196,38 +201,80 @@ local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
         end
       end
     end
-    empty = call('EXISTS', lane_key(g)) == 0
+    empty = drained or call('EXISTS', lane_key(g)) == 0
   end
   if empty or blocked then
     call('ZREM', K_RING, g)
     if wait_until and not empty then call('ZADD', K_GWAIT, wait_until, g) end
     return false
   end
-  call('ZADD', K_RING, call('INCR', K_SEQ), g)
+  back[#back + 1] = g
   return true
 end
 
+-- move the lanes in back (in the order they were served) to the back of the ring: turns from
+-- the sequence, one block for all of them
+local function requeue_turns(back)
+  if #back == 0 then return end
+  local seq = call('INCRBY', K_SEQ, #back) - #back
+  local args = {}
+  for i, g in ipairs(back) do
+    args[2 * i - 1] = seq + i
+    args[2 * i] = g
+  end
+  call('ZADD', K_RING, unpack(args))
+  for i = #back, 1, -1 do back[i] = nil end
+end
+
 -- serve the ring's lanes turn by turn until want jobs are leased or no lane can give more;
--- one job per turn while other lanes wait. Bounded: a turn that keeps its lane in the ring
--- takes (or drops) jobs and counts against guard; a turn that parks or empties a lane removes
--- it from the ring. Returns how many jobs were leased
+-- one job per turn while other lanes wait. The lanes due next are read together (as many as
+-- jobs are still wanted): serving them in that order and moving each to the back is what
+-- serving the head one at a time does, so their moves to the back are written together
+-- before the ring is read again. Bounded: a turn that keeps its lane in the ring takes (or
+-- drops) jobs and counts against guard; a turn that parks or empties a lane removes it from
+-- the ring. Returns how many jobs were leased
 local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
+  local back = {}
+  -- groups' own settings exist (else no group's are read); a limit may apply (read the
+  -- running counts of the lanes due, in one go)
+  qt.gconf = call('EXISTS', K_GCONF) == 1
+  local limits = qt.gconf or qt.glimit ~= nil
   while taken_total < want and guard > 0 do
-    local head = call('ZRANGE', K_RING, 0, 0)
-    if #head == 0 then break end
-    local g = head[1]
-    local room = want - taken_total
-    if room > 1 and call('ZCARD', K_RING) > 1 then room = 1 end
-    local blocked, wait_until, lim = false, nil, nil
-    if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt) end
-    local got, drained = nil, false
-    if not blocked then got, drained = take(g, room) end
-    local taken = 0
-    if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs, h) end
-    taken_total = taken_total + taken
-    if end_turn(g, taken, drained, blocked, wait_until, lim, now) then guard = guard - 1 end
+    local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
+    if #heads == 0 then break end
+    local active = {}
+    if limits then
+      local groups = {}
+      for _, g in ipairs(heads) do if g ~= '' then groups[#groups + 1] = g end end
+      if #groups > 0 then
+        local n = call('HMGET', K_GACTIVE, unpack(groups))
+        for i, g in ipairs(groups) do active[g] = n[i] end
+      end
+    end
+    -- a lane alone in the ring gives all it can at once
+    local alone = #heads == 1
+    for _, g in ipairs(heads) do
+      if taken_total >= want or guard <= 0 then break end
+      local room = 1
+      if alone then room = want - taken_total end
+      local blocked, wait_until, lim = false, nil, nil
+      if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt, active[g]) end
+      local got, drained = nil, false
+      if not blocked then got, drained = take(g, room) end
+      local taken = 0
+      if got then
+        taken = lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
+        -- fewer than room taken off a group's lane: it is empty
+        if g ~= '' and #got < room then drained = true end
+      end
+      taken_total = taken_total + taken
+      if end_turn(g, taken, drained, blocked, wait_until, lim, now, back) then
+        guard = guard - 1
+      end
+    end
+    requeue_turns(back)
   end
   return taken_total
 end
