@@ -39,6 +39,7 @@ local function do_complete(first, n, now)
   local done = {}
   local kept = {}  -- the completed ones whose record is kept: the completed index
   local held = {}  -- worker -> its jobs finished here
+  local drop = {}  -- groups whose running count fell to 0 (see release_slot)
   for i = 0, n - 1 do
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
@@ -57,7 +58,7 @@ local function do_complete(first, n, now)
         if not h then h = {}; held[r[6]] = h end
         h[#h + 1] = id
       end
-      release_slot(r[3])
+      release_slot(r[3], drop)
       unlock(id, r[7])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       if r[4] then announce(jk, id) end
@@ -73,6 +74,7 @@ local function do_complete(first, n, now)
       out[#out + 1] = code
     end
   end
+  if #drop > 0 then call('HDEL', K_GACTIVE, unpack(drop)) end
   if ok > 0 then
     call('ZREM', K_ACTIVE, unpack(done))
     index_finished(K_COMPLETED, now, kept)

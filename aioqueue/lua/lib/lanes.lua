@@ -65,12 +65,14 @@ local function push_ready(id, pr, front, g)
   end
 end
 
--- a job of group g left the active state: free its slot, and the group may run again
-local function release_slot(g)
+-- a job of group g left the active state: free its slot, and the group may run again.
+-- drop: a list that collects the groups whose count fell to 0, for the caller to HDEL from
+-- gactive together before anything else counts into it (nil: dropped here)
+local function release_slot(g, drop)
   if g and g ~= '' then
     local active = call('HINCRBY', K_GACTIVE, g, -1)
     if active <= 0 then
-      call('HDEL', K_GACTIVE, g)
+      if drop then drop[#drop + 1] = g else call('HDEL', K_GACTIVE, g) end
       active = 0
     end
     activate(g, active)

@@ -128,14 +128,16 @@ end
 -- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
 -- new token each (a sequence number and the claim's random nonce, so no token can be guessed
 -- from another) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
--- reply), their lease deadlines on zargs. Anything not queued (cancelled, or its record
+-- reply), their lease deadlines on zargs, and (when leased is given) leased[i] = true for the
+-- i-th of got. Anything not queued (cancelled, or its record
 -- expired) is dropped from the lane here; a garbled state is dead-lettered, a job past its
 -- expiry (an option) cancelled. Returns how many were leased
-local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
+local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   if #got == 0 then return 0 end
   local taken = 0
-  local seq = call('INCRBY', K_SEQ, #got) - #got
-  for _, id in ipairs(got) do
+  -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
+  local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
+  for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
@@ -146,6 +148,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
+      if leased then leased[i] = true end
       local tok = string.format('%d', seq) .. '-' .. h.nonce
       local a = math.floor(num(r[2], 0)) + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
@@ -172,6 +175,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
       out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
     end
   end
+  if h.seq then h.seq = seq end
   return taken
 end
 
@@ -228,22 +232,25 @@ end
 
 -- serve the ring's lanes turn by turn until want jobs are leased or no lane can give more;
 -- one job per turn while other lanes wait. The lanes due next are read together (as many as
--- jobs are still wanted): serving them in that order and moving each to the back is what
--- serving the head one at a time does, so their moves to the back are written together
--- before the ring is read again. Bounded: a turn that keeps its lane in the ring takes (or
--- drops) jobs and counts against guard; a turn that parks or empties a lane removes it from
--- the ring. Returns how many jobs were leased
+-- jobs are still wanted) and served in that order: each lane's jobs are taken, then all of
+-- them leased at once, then each lane's turn ends; moving each to the back in that order is
+-- what serving the head one at a time does, so the moves are written together before the
+-- ring is read again. The lease tokens come from one block of the sequence reserved per
+-- claim. Bounded: a turn that keeps its lane in the ring takes (or drops) jobs and counts
+-- against guard; a turn that parks or empties a lane removes it from the ring. Returns how
+-- many jobs were leased
 local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
   local back = {}
-  -- groups' own settings exist (else no group's are read); a limit may apply (read the
-  -- running counts of the lanes due, in one go)
+  -- groups' own settings exist (else no group's are read); a limit may apply (the running
+  -- counts of the lanes due are read in one go)
   qt.gconf = call('EXISTS', K_GCONF) == 1
   local limits = qt.gconf or qt.glimit ~= nil
   while taken_total < want and guard > 0 do
     local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
     if #heads == 0 then break end
+    if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
     local active = {}
     if limits then
       local groups = {}
@@ -253,26 +260,32 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
         for i, g in ipairs(groups) do active[g] = n[i] end
       end
     end
+    -- each lane's turn: {lane, how many ids it gave, drained, blocked, wait_until, lim}
+    local turns, all = {}, {}
     -- a lane alone in the ring gives all it can at once
     local alone = #heads == 1
-    for _, g in ipairs(heads) do
-      if taken_total >= want or guard <= 0 then break end
+    for i, g in ipairs(heads) do
       local room = 1
       if alone then room = want - taken_total end
       local blocked, wait_until, lim = false, nil, nil
       if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt, active[g]) end
       local got, drained = nil, false
-      if not blocked then got, drained = take(g, room) end
-      local taken = 0
-      if got then
-        taken = lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
+      if not blocked then
+        got, drained = take(g, room)
         -- fewer than room taken off a group's lane: it is empty
         if g ~= '' and #got < room then drained = true end
+        for _, id in ipairs(got) do all[#all + 1] = id end
       end
-      taken_total = taken_total + taken
-      if end_turn(g, taken, drained, blocked, wait_until, lim, now, back) then
-        guard = guard - 1
-      end
+      turns[i] = {g, got and #got or 0, drained, blocked, wait_until, lim}
+    end
+    local leased = {}
+    taken_total = taken_total + lease_jobs(all, now, lease, dead_ttl, out, zargs, h, leased)
+    local at = 0
+    for _, t in ipairs(turns) do
+      local taken = 0
+      for k = at + 1, at + t[2] do if leased[k] then taken = taken + 1 end end
+      at = at + t[2]
+      if end_turn(t[1], taken, t[3], t[4], t[5], t[6], now, back) then guard = guard - 1 end
     end
     requeue_turns(back)
   end
