@@ -243,14 +243,18 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
   local back = {}
-  -- groups' own settings exist (else no group's are read); a limit may apply (the running
-  -- counts of the lanes due are read in one go)
-  qt.gconf = call('EXISTS', K_GCONF) == 1
-  local limits = qt.gconf or qt.glimit ~= nil
+  -- once a group's lane is due: whether groups' own settings exist (else no group's are
+  -- read), and whether a limit may apply (the running counts of the lanes due are then read in
+  -- one go); nothing of it while only the default lane is served
+  local limits = nil
   while taken_total < want and guard > 0 do
     local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
     if #heads == 0 then break end
     if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
+    if limits == nil and (#heads > 1 or heads[1] ~= '') then
+      qt.gconf = call('EXISTS', K_GCONF) == 1
+      limits = qt.gconf or qt.glimit ~= nil
+    end
     local active = {}
     if limits then
       local groups = {}
