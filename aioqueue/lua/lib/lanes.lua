@@ -65,17 +65,58 @@ local function push_ready(id, pr, front, g)
   end
 end
 
--- a job of group g left the active state: free its slot, and the group may run again.
--- drop: a list that collects the groups whose count fell to 0, for the caller to HDEL from
--- gactive together before anything else counts into it (nil: dropped here)
-local function release_slot(g, drop)
+-- a job of group g left the active state: free its slot, and the group may run again
+local function release_slot(g)
   if g and g ~= '' then
     local active = call('HINCRBY', K_GACTIVE, g, -1)
     if active <= 0 then
-      if drop then drop[#drop + 1] = g else call('HDEL', K_GACTIVE, g) end
+      call('HDEL', K_GACTIVE, g)
       active = 0
     end
     activate(g, active)
+  end
+end
+
+-- a running count read from gactive that HINCRBY would take (an integer, or absent)
+local function clean_count(v)
+  return not v or string.match(v, '^%-?%d+$') ~= nil
+end
+
+-- add delta[g] to the running count of each group in groups (distinct, non-empty; at most
+-- MAX_JOBS_PER_CALL) with one read and one write of gactive, given their counts as read
+-- (cur; nil: read here); a count that is not an integer goes through HINCRBY, which sets it
+-- aside (see call in lib/core). Counts that fall to 0 are dropped. Returns the new counts
+local function add_counts(groups, delta, cur)
+  cur = cur or call('HMGET', K_GACTIVE, unpack(groups))
+  local now, set, del = {}, {}, {}
+  for i, g in ipairs(groups) do
+    local n
+    if clean_count(cur[i]) then n = (tonumber(cur[i]) or 0) + delta[g]
+    else n = call('HINCRBY', K_GACTIVE, g, delta[g]) end
+    if n <= 0 then
+      n = 0
+      del[#del + 1] = g
+    else
+      set[#set + 1] = g
+      set[#set + 1] = n
+    end
+    now[i] = n
+  end
+  if #set > 0 then call('HSET', K_GACTIVE, unpack(set)) end
+  if #del > 0 then call('HDEL', K_GACTIVE, unpack(del)) end
+  return now
+end
+
+-- jobs of these groups left the active state (freed[g] of group g; groups distinct, in the
+-- order their first job left): free their slots, and each group may run again
+local function release_slots(groups, freed)
+  if #groups == 0 then return end
+  local minus = {}
+  for _, g in ipairs(groups) do minus[g] = -freed[g] end
+  local active = add_counts(groups, minus)
+  local ring = call('ZMSCORE', K_RING, unpack(groups))
+  for i, g in ipairs(groups) do
+    if not ring[i] then activate(g, active[i]) end
   end
 end
 

@@ -4,9 +4,9 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Each lease writes its start (st) next to its worker (wk), for the job's history.
-  Needs: core, lanes (the ring, has_ready), batches (batch_outcome, to_cancelled), deadletter
-  (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
-  (park, unpark), workers (bury_dead). ]]
+  Needs: core, lanes (the ring, has_ready, add_counts), batches (batch_outcome,
+  to_cancelled), deadletter (dead_if_corrupt, dead_if_garbled_id), maintenance (recover,
+  promote, next_wake), parking (park, unpark), workers (bury_dead). ]]
 
 -- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
 -- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
@@ -179,19 +179,19 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   return taken
 end
 
--- end lane g's turn, in which taken jobs were leased: charge them to its group (its active
--- count, and lim from group_terms: its limit and rate window), then give the lane its next
+-- end lane g's turn, in which taken jobs were leased and charged to its group's running count
+-- (now active, see serve_ring): charge them to lim from group_terms (its limit and rate
+-- window), then give the lane its next
 -- turn: the back of the ring (appended to back: the moves are written together, see
 -- serve_ring), or out of it when it is empty or blocked (parked until what blocks it is
 -- lifted; in gwait until its rate window ends). Returns true when it stays in the ring
-local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back)
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back, active)
   local empty
   if g == '' then
     empty = drained or (call('LLEN', K_READY) == 0 and call('ZCARD', K_PRIO) == 0)
   else
     -- with nothing taken, the limit and the rate still allow more (or blocked is set)
     if taken > 0 then
-      local active = call('HINCRBY', K_GACTIVE, g, taken)
       if lim then
         local used = 0
         if lim.rate_key then
@@ -243,26 +243,20 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
   local back = {}
-  -- once a group's lane is due: whether groups' own settings exist (else no group's are
-  -- read), and whether a limit may apply (the running counts of the lanes due are then read in
-  -- one go); nothing of it while only the default lane is served
-  local limits = nil
   while taken_total < want and guard > 0 do
     local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
     if #heads == 0 then break end
     if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
-    if limits == nil and (#heads > 1 or heads[1] ~= '') then
-      qt.gconf = call('EXISTS', K_GCONF) == 1
-      limits = qt.gconf or qt.glimit ~= nil
-    end
+    -- the running counts of the groups due, in one read (and once: whether groups' own
+    -- settings exist, else no group's are read); nothing of it while only the default lane
+    -- is served
     local active = {}
-    if limits then
-      local groups = {}
-      for _, g in ipairs(heads) do if g ~= '' then groups[#groups + 1] = g end end
-      if #groups > 0 then
-        local n = call('HMGET', K_GACTIVE, unpack(groups))
-        for i, g in ipairs(groups) do active[g] = n[i] end
-      end
+    local groups = {}
+    for _, g in ipairs(heads) do if g ~= '' then groups[#groups + 1] = g end end
+    if #groups > 0 then
+      if qt.gconf == nil then qt.gconf = call('EXISTS', K_GCONF) == 1 end
+      local n = call('HMGET', K_GACTIVE, unpack(groups))
+      for i, g in ipairs(groups) do active[g] = n[i] end
     end
     -- each lane's turn: {lane, how many ids it gave, drained, blocked, wait_until, lim}
     local turns, all = {}, {}
@@ -284,12 +278,27 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
     end
     local leased = {}
     taken_total = taken_total + lease_jobs(all, now, lease, dead_ttl, out, zargs, h, leased)
-    local at = 0
+    -- what each turn leased, charged to its group's running count (one write for all)
+    local at, charged, delta, cur = 0, {}, {}, {}
     for _, t in ipairs(turns) do
       local taken = 0
       for k = at + 1, at + t[2] do if leased[k] then taken = taken + 1 end end
       at = at + t[2]
-      if end_turn(t[1], taken, t[3], t[4], t[5], t[6], now, back) then guard = guard - 1 end
+      t[7] = taken
+      if taken > 0 and t[1] ~= '' then
+        charged[#charged + 1] = t[1]
+        delta[t[1]] = taken
+        cur[#cur + 1] = active[t[1]]
+      end
+    end
+    local counts = {}
+    if #charged > 0 then
+      for i, n in ipairs(add_counts(charged, delta, cur)) do counts[charged[i]] = n end
+    end
+    for _, t in ipairs(turns) do
+      if end_turn(t[1], t[7], t[3], t[4], t[5], t[6], now, back, counts[t[1]]) then
+        guard = guard - 1
+      end
     end
     requeue_turns(back)
   end
