@@ -7,6 +7,7 @@ short (each queued job stores its id twice); records written by the previous ver
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -195,3 +196,31 @@ async def test_a_record_written_by_the_previous_version_still_runs(app: App, red
     info = await q.job(job_id).info()
     assert (info.state.value, info.attempts, info.max_attempts) == ("completed", 1, 3)
     assert await q.job(job_id).result(timeout=5) == 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_claims_of_any_size_give_the_order_of_one_job_claims(app: App, seed: int) -> None:
+    """Random lanes (groups of random sizes and priorities, the default lane, a default group
+    limit on half the seeds) queued alike on two queues: claims of random sizes on one give the
+    jobs in the same order as claims of one job on the other."""
+    rng = random.Random(seed)
+    work = define(app)
+    plan = []
+    for i in range(rng.randint(3, 12)):
+        label = f"g{i}" if rng.random() < 0.8 else None
+        plan.append((label or f"d{i}", rng.randint(1, 6), label, rng.choice([None, 0, 5, -5])))
+    limit = 2 if seed % 2 else None
+    for queue in ("many", "one"):
+        if limit:
+            await app.queue(queue).set_group_limit(None, limit)
+        for name, n, group, priority in plan:
+            opts = work.options(group=group, priority=priority, queue=queue)
+            await opts.enqueue_many([((name, k), {}) for k in range(n)])
+    total = sum(n for _, n, _, _ in plan)
+    many: list[Reservation] = []
+    for _ in range(total + 1):
+        many += await app.queue("many").reserve(rng.randint(1, 7), lease=60)
+    one = await reserve_each(app.queue("one"), total + 1)
+    assert labels(many) == labels(one)
+    if not limit:
+        assert len(one) == total
