@@ -114,10 +114,9 @@ local function release_slots(groups, freed)
   local minus = {}
   for _, g in ipairs(groups) do minus[g] = -freed[g] end
   local active = add_counts(groups, minus)
-  local ring = call('ZMSCORE', K_RING, unpack(groups))
-  for i, g in ipairs(groups) do
-    if not ring[i] then activate(g, active[i]) end
-  end
+  -- (activate looks the lane up in the ring first: one ZSCORE while it is there; not
+  -- ZMSCORE, which the least-privilege ACL of docs/security.md does not grant)
+  for i, g in ipairs(groups) do activate(g, active[i]) end
 end
 
 -- take a queued job (of group g, priority pr) out of its lane (LREM on the plain FIFO list is
