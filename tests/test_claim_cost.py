@@ -133,7 +133,7 @@ async def commands(redis: Redis) -> int:
 async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
     private: Redis, limit: int | None
 ) -> None:
-    """Claiming jobs of 100 groups 10 a claim, completing each with its own call: about 21
+    """Claiming jobs of 100 groups 10 a claim, completing each with its own call: about 20
     Redis commands per job inside the scripts (30 before the ring was read in one go and a
     finished job's group checked in one lookup; 31 with a limit)."""
     url = private.connection_pool.connection_kwargs
