@@ -1,7 +1,7 @@
 --[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
-  Needs: core, events (emit_add, emit_flush), lanes (push_ready, release_slot, has_ready), batches (batch_outcome).
+  Needs: core, events (emit_add, emit_flush), lanes (push_ready, release_slots, has_ready), batches (batch_outcome).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -39,6 +39,7 @@ local function do_complete(first, n, now)
   local done = {}
   local kept = {}  -- the completed ones whose record is kept: the completed index
   local held = {}  -- worker -> its jobs finished here
+  local groups, freed = {}, {}  -- the groups of the jobs finished here, and how many each
   for i = 0, n - 1 do
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
@@ -57,7 +58,11 @@ local function do_complete(first, n, now)
         if not h then h = {}; held[r[6]] = h end
         h[#h + 1] = id
       end
-      release_slot(r[3])
+      local g = r[3]
+      if g and g ~= '' then
+        if not freed[g] then groups[#groups + 1] = g; freed[g] = 0 end
+        freed[g] = freed[g] + 1
+      end
       unlock(id, r[7])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
@@ -74,6 +79,8 @@ local function do_complete(first, n, now)
       out[#out + 1] = code
     end
   end
+  -- their groups' slots freed together (a freed slot may make a parked group runnable)
+  release_slots(groups, freed)
   if ok > 0 then
     call('ZREM', K_ACTIVE, unpack(done))
     index_finished(K_COMPLETED, now, kept)

@@ -26,20 +26,23 @@ local function join_ring(g)
   end
 end
 
--- put a lane in the ring if it has runnable jobs and nothing blocks it
-local function activate(g)
+-- put a lane in the ring if it has runnable jobs and nothing blocks it; active: its group's
+-- running count when the caller has just read it (nil: read here). A lane already in the ring
+-- costs one lookup (the common case when a job of a busy group finishes)
+local function activate(g, active)
   if g == '' then
     if call('LLEN', K_READY) > 0 or call('ZCARD', K_PRIO) > 0 then join_ring('') end
     return
   end
+  if call('ZSCORE', K_RING, g) then return end
   if call('ZCARD', lane_key(g)) == 0 then return end
-  if call('HEXISTS', K_GCONF, 'paused:' .. g) == 1 then return end
+  local gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g)
+  if gc[1] then return end
   if call('ZSCORE', K_GWAIT, g) then return end
   -- its concurrency limit, or the queue's default one (nil: none)
-  local limit = tonumber(call('HGET', K_GCONF, 'limit:' .. g)
-    or call('HGET', K_QCONF, 'glimit'))
-  if limit and (tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
-  join_ring(g)
+  local limit = tonumber(gc[2] or call('HGET', K_QCONF, 'glimit'))
+  if limit and (active or tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
+  call('ZADD', K_RING, call('INCR', K_SEQ), g)
 end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
@@ -65,9 +68,55 @@ end
 -- a job of group g left the active state: free its slot, and the group may run again
 local function release_slot(g)
   if g and g ~= '' then
-    if call('HINCRBY', K_GACTIVE, g, -1) <= 0 then call('HDEL', K_GACTIVE, g) end
-    activate(g)
+    local active = call('HINCRBY', K_GACTIVE, g, -1)
+    if active <= 0 then
+      call('HDEL', K_GACTIVE, g)
+      active = 0
+    end
+    activate(g, active)
   end
+end
+
+-- a running count read from gactive that HINCRBY would take (an integer, or absent)
+local function clean_count(v)
+  return not v or string.match(v, '^%-?%d+$') ~= nil
+end
+
+-- add delta[g] to the running count of each group in groups (distinct, non-empty; at most
+-- MAX_JOBS_PER_CALL) with one read and one write of gactive, given their counts as read
+-- (cur; nil: read here); a count that is not an integer goes through HINCRBY, which sets it
+-- aside (see call in lib/core). Counts that fall to 0 are dropped. Returns the new counts
+local function add_counts(groups, delta, cur)
+  cur = cur or call('HMGET', K_GACTIVE, unpack(groups))
+  local now, set, del = {}, {}, {}
+  for i, g in ipairs(groups) do
+    local n
+    if clean_count(cur[i]) then n = (tonumber(cur[i]) or 0) + delta[g]
+    else n = call('HINCRBY', K_GACTIVE, g, delta[g]) end
+    if n <= 0 then
+      n = 0
+      del[#del + 1] = g
+    else
+      set[#set + 1] = g
+      set[#set + 1] = n
+    end
+    now[i] = n
+  end
+  if #set > 0 then call('HSET', K_GACTIVE, unpack(set)) end
+  if #del > 0 then call('HDEL', K_GACTIVE, unpack(del)) end
+  return now
+end
+
+-- jobs of these groups left the active state (freed[g] of group g; groups distinct, in the
+-- order their first job left): free their slots, and each group may run again
+local function release_slots(groups, freed)
+  if #groups == 0 then return end
+  local minus = {}
+  for _, g in ipairs(groups) do minus[g] = -freed[g] end
+  local active = add_counts(groups, minus)
+  -- (activate looks the lane up in the ring first: one ZSCORE while it is there; not
+  -- ZMSCORE, which the least-privilege ACL of docs/security.md does not grant)
+  for i, g in ipairs(groups) do activate(g, active[i]) end
 end
 
 -- take a queued job (of group g, priority pr) out of its lane (LREM on the plain FIFO list is

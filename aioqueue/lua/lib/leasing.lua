@@ -4,9 +4,9 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Each lease writes its start (st) next to its worker (wk), for the job's history.
-  Needs: core, events (emit_add, emit_flush), lanes (the ring, has_ready), batches (batch_outcome, to_cancelled), deadletter
-  (dead_if_corrupt, dead_if_garbled_id), maintenance (recover, promote, next_wake), parking
-  (park, unpark), workers (bury_dead). ]]
+  Needs: core, events (emit_add, emit_flush), lanes (the ring, has_ready, add_counts), batches
+  (batch_outcome, to_cancelled), deadletter (dead_if_corrupt, dead_if_garbled_id), maintenance
+  (recover, promote, next_wake), parking (park, unpark), workers (bury_dead). ]]
 
 -- the queue-wide terms of a claim: want, cut to what a pause and the queue's rate allow, and a
 -- table: paused, the queue's rate window (rate_key, rate_ms; nil without a rate), rate_wake
@@ -33,19 +33,24 @@ local function queue_terms(want, now)
   return want, qt
 end
 
+local NO_SETTINGS = {}
+
 -- group g's terms for one turn: room, cut to what its concurrency limit and rate allow;
 -- blocked when it is paused, at its limit or out of rate (wait_until: when its rate window
 -- ends, nil otherwise); and, when it has a limit or a rate, what end_turn charges the jobs
--- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither)
-local function group_terms(g, room, now, qt)
-  -- every setting of the group in one read
-  local gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g,
-    'rate_ms:' .. g)
+-- taken to: {limit, rate_key, rate_n, rate_ms} (nil when it has neither). active: its running
+-- count (gactive), read by the caller
+local function group_terms(g, room, now, qt, active)
+  -- every setting of the group in one read (none to read while no group has its own)
+  local gc = NO_SETTINGS
+  if qt.gconf then
+    gc = call('HMGET', K_GCONF, 'paused:' .. g, 'limit:' .. g, 'rate_n:' .. g, 'rate_ms:' .. g)
+  end
   if gc[1] then return room, true, nil, nil end
   local blocked, wait_until = false, nil
   local limit = num(gc[2], qt.glimit)
   if limit then
-    local active = num(call('HGET', K_GACTIVE, g), 0)
+    active = num(active, 0)
     if active >= limit then
       blocked = true
     elseif limit - active < room then
@@ -123,14 +128,16 @@ end
 -- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
 -- new token each (a sequence number and the claim's random nonce, so no token can be guessed
 -- from another) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
--- reply), their lease deadlines on zargs. Anything not queued (cancelled, or its record
+-- reply), their lease deadlines on zargs, and (when leased is given) leased[i] = true for the
+-- i-th of got. Anything not queued (cancelled, or its record
 -- expired) is dropped from the lane here; a garbled state is dead-lettered, a job past its
 -- expiry (an option) cancelled. Returns how many were leased
-local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
+local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   if #got == 0 then return 0 end
   local taken = 0
-  local seq = call('INCRBY', K_SEQ, #got) - #got
-  for _, id in ipairs(got) do
+  -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
+  local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
+  for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
@@ -141,6 +148,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
+      if leased then leased[i] = true end
       local tok = string.format('%d', seq) .. '-' .. h.nonce
       local a = math.floor(num(r[2], 0)) + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
@@ -169,22 +177,23 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h)
     end
   end
   emit_flush()
+  if h.seq then h.seq = seq end
   return taken
 end
 
--- end lane g's turn, in which taken jobs were leased: charge them to its group (its active
--- count, and lim from group_terms: its limit and rate window), then give the lane its next
--- turn: the back of the ring, or out of it when it is empty or blocked (parked until what
--- blocks it is lifted; in gwait until its rate window ends). Returns true when it stays in
--- the ring
-local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
+-- end lane g's turn, in which taken jobs were leased and charged to its group's running count
+-- (now active, see serve_ring): charge them to lim from group_terms (its limit and rate
+-- window), then give the lane its next
+-- turn: the back of the ring (appended to back: the moves are written together, see
+-- serve_ring), or out of it when it is empty or blocked (parked until what blocks it is
+-- lifted; in gwait until its rate window ends). Returns true when it stays in the ring
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back, active)
   local empty
   if g == '' then
     empty = drained or (call('LLEN', K_READY) == 0 and call('ZCARD', K_PRIO) == 0)
   else
     -- with nothing taken, the limit and the rate still allow more (or blocked is set)
     if taken > 0 then
-      local active = call('HINCRBY', K_GACTIVE, g, taken)
       if lim then
         local used = 0
         if lim.rate_key then
@@ -198,38 +207,102 @@ local function end_turn(g, taken, drained, blocked, wait_until, lim, now)
         end
       end
     end
-    empty = call('EXISTS', lane_key(g)) == 0
+    empty = drained or call('EXISTS', lane_key(g)) == 0
   end
   if empty or blocked then
     call('ZREM', K_RING, g)
     if wait_until and not empty then call('ZADD', K_GWAIT, wait_until, g) end
     return false
   end
-  call('ZADD', K_RING, call('INCR', K_SEQ), g)
+  back[#back + 1] = g
   return true
 end
 
+-- move the lanes in back (in the order they were served) to the back of the ring: turns from
+-- the sequence, one block for all of them
+local function requeue_turns(back)
+  if #back == 0 then return end
+  local seq = call('INCRBY', K_SEQ, #back) - #back
+  local args = {}
+  for i, g in ipairs(back) do
+    args[2 * i - 1] = seq + i
+    args[2 * i] = g
+  end
+  call('ZADD', K_RING, unpack(args))
+  for i = #back, 1, -1 do back[i] = nil end
+end
+
 -- serve the ring's lanes turn by turn until want jobs are leased or no lane can give more;
--- one job per turn while other lanes wait. Bounded: a turn that keeps its lane in the ring
--- takes (or drops) jobs and counts against guard; a turn that parks or empties a lane removes
--- it from the ring. Returns how many jobs were leased
+-- one job per turn while other lanes wait. The lanes due next are read together (as many as
+-- jobs are still wanted) and served in that order: each lane's jobs are taken, then all of
+-- them leased at once, then each lane's turn ends; moving each to the back in that order is
+-- what serving the head one at a time does, so the moves are written together before the
+-- ring is read again. The lease tokens come from one block of the sequence reserved per
+-- claim. Bounded: a turn that keeps its lane in the ring takes (or drops) jobs and counts
+-- against guard; a turn that parks or empties a lane removes it from the ring. Returns how
+-- many jobs were leased
 local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   local taken_total = 0
   local guard = 2 * want + 100
+  local back = {}
   while taken_total < want and guard > 0 do
-    local head = call('ZRANGE', K_RING, 0, 0)
-    if #head == 0 then break end
-    local g = head[1]
-    local room = want - taken_total
-    if room > 1 and call('ZCARD', K_RING) > 1 then room = 1 end
-    local blocked, wait_until, lim = false, nil, nil
-    if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt) end
-    local got, drained = nil, false
-    if not blocked then got, drained = take(g, room) end
-    local taken = 0
-    if got then taken = lease_jobs(got, now, lease, dead_ttl, out, zargs, h) end
-    taken_total = taken_total + taken
-    if end_turn(g, taken, drained, blocked, wait_until, lim, now) then guard = guard - 1 end
+    local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
+    if #heads == 0 then break end
+    if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
+    -- the running counts of the groups due, in one read (and once: whether groups' own
+    -- settings exist, else no group's are read); nothing of it while only the default lane
+    -- is served
+    local active = {}
+    local groups = {}
+    for _, g in ipairs(heads) do if g ~= '' then groups[#groups + 1] = g end end
+    if #groups > 0 then
+      if qt.gconf == nil then qt.gconf = call('EXISTS', K_GCONF) == 1 end
+      local n = call('HMGET', K_GACTIVE, unpack(groups))
+      for i, g in ipairs(groups) do active[g] = n[i] end
+    end
+    -- each lane's turn: {lane, how many ids it gave, drained, blocked, wait_until, lim}
+    local turns, all = {}, {}
+    -- a lane alone in the ring gives all it can at once
+    local alone = #heads == 1
+    for i, g in ipairs(heads) do
+      local room = 1
+      if alone then room = want - taken_total end
+      local blocked, wait_until, lim = false, nil, nil
+      if g ~= '' then room, blocked, wait_until, lim = group_terms(g, room, now, qt, active[g]) end
+      local got, drained = nil, false
+      if not blocked then
+        got, drained = take(g, room)
+        -- fewer than room taken off a group's lane: it is empty
+        if g ~= '' and #got < room then drained = true end
+        for _, id in ipairs(got) do all[#all + 1] = id end
+      end
+      turns[i] = {g, got and #got or 0, drained, blocked, wait_until, lim}
+    end
+    local leased = {}
+    taken_total = taken_total + lease_jobs(all, now, lease, dead_ttl, out, zargs, h, leased)
+    -- what each turn leased, charged to its group's running count (one write for all)
+    local at, charged, delta, cur = 0, {}, {}, {}
+    for _, t in ipairs(turns) do
+      local taken = 0
+      for k = at + 1, at + t[2] do if leased[k] then taken = taken + 1 end end
+      at = at + t[2]
+      t[7] = taken
+      if taken > 0 and t[1] ~= '' then
+        charged[#charged + 1] = t[1]
+        delta[t[1]] = taken
+        cur[#cur + 1] = active[t[1]]
+      end
+    end
+    local counts = {}
+    if #charged > 0 then
+      for i, n in ipairs(add_counts(charged, delta, cur)) do counts[charged[i]] = n end
+    end
+    for _, t in ipairs(turns) do
+      if end_turn(t[1], t[7], t[3], t[4], t[5], t[6], now, back, counts[t[1]]) then
+        guard = guard - 1
+      end
+    end
+    requeue_turns(back)
   end
   return taken_total
 end
