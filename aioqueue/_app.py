@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -23,7 +23,7 @@ from ._checks import (
     to_seconds,
 )
 from ._codec import Codec
-from ._connect import connect, pool_options, resolve_url
+from ._connect import adopt, connect, pool_options, resolve_url
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._keys import QueueKeys
@@ -87,6 +87,9 @@ class App(HookDecorators, ScheduleDecorators):
             (refused otherwise: unsigned pickle is code execution for anyone who can write
             to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
+        client: a redis-py asyncio client you configured (``Redis``, e.g. on your own pool
+            or a Sentinel's, or ``RedisCluster``) to use instead of connecting to ``url``;
+            the App does not close it. ``app.sync()`` still connects to ``url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -112,6 +115,7 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: Sequence[str | bytes] = (),
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
+        client: aioredis.Redis | aioredis.RedisCluster | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -160,6 +164,8 @@ class App(HookDecorators, ScheduleDecorators):
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
+        #: the user's client (App(client=...)): used, never closed
+        self._given = cast("aioredis.Redis | None", client)
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
         self._sync: SyncClient | None = None
@@ -186,7 +192,11 @@ class App(HookDecorators, ScheduleDecorators):
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
-        self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+        if self._given is not None:
+            await adopt(self._given, self.socket_timeout, probe)
+            self._redis = self._given
+        else:
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
         self._state = _State.OPEN
 
     def _pool_options(
@@ -214,7 +224,8 @@ class App(HookDecorators, ScheduleDecorators):
             await self._results.aclose()
             self._results = None
         if self._redis is not None:
-            await self._redis.aclose()
+            if self._redis is not self._given:
+                await self._redis.aclose()
             self._redis = None
         self._state = _State.CLOSED
 

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
+from ._cluster import MOVING_ERRORS, is_cluster, slot_runs
 from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._keys import QueueKeys
 from ._record import (
@@ -228,6 +229,8 @@ def wrap_redis_error(exc: Exception) -> Exception:
     an error reply ``ServerRefused``; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
         return ServerUnavailable(f"Redis connection failed: {exc}")
+    if isinstance(exc, MOVING_ERRORS):  # a cluster's slot on the move: the call did not run
+        return ServerUnavailable(f"Redis Cluster is moving the slot: {exc}")
     if isinstance(exc, rexc.ResponseError):
         return ServerRefused(f"Redis refused the call: {exc}")
     return exc
@@ -314,7 +317,13 @@ async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | 
     try:
         async with asyncio.timeout(limit):
             return await call
-    except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError) as exc:
+    except (
+        rexc.ConnectionError,
+        rexc.TimeoutError,
+        rexc.ResponseError,
+        *MOVING_ERRORS,
+        OSError,
+    ) as exc:
         # OSError covers TimeoutError: the call outlived the App's socket_timeout
         raise wrap_redis_error(exc) from exc
 
@@ -357,6 +366,17 @@ async def check_script_access(client: aioredis.Redis, key: str) -> None:
 async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
     """Run many script calls in one round trip (a non-transactional pipeline). Calls that met
     NOSCRIPT did not run, so they are run again, alone, once their script is loaded."""
+    if is_cluster(client) and len(calls) > 1:
+        # a cluster pipeline sends each node its calls at once: keep the order across slots
+        # (a batch counts its members in before they exist) by running slot after slot
+        results = []
+        for run in slot_runs(calls, lambda call: call[1]):
+            results += await _evalsha_pipeline(client, run)
+        return results
+    return await _evalsha_pipeline(client, calls)
+
+
+async def _evalsha_pipeline(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         pipe.execute_command(*evalsha_command(client, script.sha, keys, args))
@@ -371,14 +391,14 @@ async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
     listings, not for hot paths)."""
     pattern = f"{prefix}:{{*}}:cron:defs"
     found: set[str] = set()
-    cursor: int = 0
-    while True:
-        cursor, keys = await bounded(client, client.scan(cursor, match=pattern, count=1000))
-        for key in cast(list[bytes], keys):
-            name = key.decode(errors="replace")[len(prefix) + 2 :]
+
+    async def scan() -> None:  # scan_iter: on a cluster, every primary's keys
+        async for key in client.scan_iter(match=pattern, count=1000):
+            name = cast(bytes, key).decode(errors="replace")[len(prefix) + 2 :]
             found.add(name.rsplit("}:cron:defs", 1)[0])
-        if not cursor:
-            return sorted(found)
+
+    await bounded(client, scan())
+    return sorted(found)
 
 
 async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) -> list[str]:

@@ -84,8 +84,13 @@ _FAST: dict[type, type] = {}
 
 def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> None:
     """Make the client's pool create connections that splice pre-packed script heads, and
-    give aioqueue's calls on it a time limit (``timeout`` seconds, see ``call_timeout``)."""
-    pool = client.connection_pool
+    give aioqueue's calls on it a time limit (``timeout`` seconds, see ``call_timeout``).
+    A cluster client (no one pool: redis-py reads a script call's keys to route it) only
+    gets the time limit."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        client.aioqueue_timeout = timeout  # type: ignore[attr-defined]
+        return
     pool.aioqueue_timeout = timeout  # type: ignore[attr-defined]
     base = pool.connection_class
     if issubclass(base, FastPack):
@@ -98,13 +103,14 @@ def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> No
 
 def call_timeout(client: aioredis.Redis) -> float | None:
     """The time limit of one of aioqueue's calls on this client (the App's socket_timeout)."""
-    return getattr(client.connection_pool, "aioqueue_timeout", None)
+    return getattr(getattr(client, "connection_pool", client), "aioqueue_timeout", None)
 
 
 def evalsha_command(
     client: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]
 ) -> tuple[Any, ...]:
     """The arguments of ``execute_command`` for a script call (``args[0]``: the key base)."""
-    if issubclass(client.connection_pool.connection_class, FastPack):
+    pool = getattr(client, "connection_pool", None)  # None: a cluster client
+    if pool is not None and issubclass(pool.connection_class, FastPack):
         return (head_for(sha, keys, args[0]), *args[1:])
     return ("EVALSHA", sha, len(keys), *keys, *args)

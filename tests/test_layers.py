@@ -25,6 +25,7 @@ LAYERS: list[list[str]] = [
         "_record",
         "_wire",
         "_cron",
+        "_cluster",
     ],
     ["_job"],
     ["_batchinfo"],
