@@ -51,6 +51,9 @@ from .support.proxy import ReplyDropProxy
 from .support.server import clients_named, server_ms, text
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 OTHER = "other"  # the queue of ``work_other``
 
 

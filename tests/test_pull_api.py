@@ -31,6 +31,9 @@ from .support.invariants import check_invariants
 from .support.server import blocked_in, clients_named, server_ms
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 
 async def lease_deadline(redis: Redis, queue: Queue, job_id: str) -> int:
     score = await redis.zscore(queue._keys.active, job_id)

@@ -43,6 +43,9 @@ from .support.invariants import JobRecord, check_records
 from .support.server import blocked_in, server_ms
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 MODES = ["cancel", "force"]  # cancel the task running Worker.run(), or Worker.stop(force=True)
 
 
