@@ -17,13 +17,14 @@ What differs on a cluster client, and is decided here:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 
 from ._exceptions import ConfigurationError
@@ -111,9 +112,35 @@ def cluster_client(url: str, pool_opts: dict[str, Any]) -> RedisCluster:
     opts.update({k: pool_opts[k] for k in extra})
     nodes = [ClusterNode(host, port) for host, port in seeds]
     try:
-        return RedisCluster(startup_nodes=nodes, **opts)
+        return WaitingCluster(startup_nodes=nodes, **opts)
     except TypeError as exc:
         raise ConfigurationError(f"invalid cluster client option: {exc}") from exc
+
+
+class WaitingCluster(RedisCluster):
+    """A ``RedisCluster`` whose callers wait for a free connection, as the standalone
+    client's blocking pool makes them, rather than fail with ``MaxConnectionsError``: at most
+    ``max_connections`` commands and pipelines are in flight at once (each node keeps a few
+    connections more, for the pub/sub listener)."""
+
+    def __init__(self, *args: Any, max_connections: int = 100, **kwargs: Any) -> None:
+        super().__init__(*args, max_connections=max_connections + 8, **kwargs)
+        self._in_flight = asyncio.Semaphore(max_connections)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._in_flight:
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        run = pipe.execute
+
+        async def execute(raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+            async with self._in_flight:
+                return await run(raise_on_error, allow_redirections)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
 
 
 class _NodePipeline:

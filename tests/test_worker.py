@@ -40,7 +40,7 @@ from aioqueue import (
 
 from .support.instrumented import Gate, instrument, stopping
 from .support.invariants import JobRecord, check_records
-from .support.server import blocked_in, server_ms
+from .support.server import blocked_in, clients_named, server_ms
 from .support.waiting import wait_until
 
 # also on a local Valkey Cluster (tests/conftest.py)
@@ -635,8 +635,7 @@ async def test_idle_wait_stays_within_the_socket_timeout(
             async def blocked_for_2s() -> bool:
                 return any(
                     "b" in c["flags"] and int(c["age"]) >= 2
-                    for c in await redis.client_list()
-                    if c.get("name") == name
+                    for c in await clients_named(redis, name)
                 )
 
             # idle past the socket timeout, on one connection re-armed, never dropped
