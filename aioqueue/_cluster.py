@@ -219,3 +219,11 @@ def server_time(target: Any, client: object, key: str) -> Any:
         node = cast(RedisCluster, client).get_node_from_key(key)
         return target.execute_command("TIME", target_nodes=node)
     return target.time()
+
+
+def every_primary(client: object) -> dict[str, Any]:
+    """The keyword arguments that send a keyless command (``SCRIPT LOAD``) to every primary
+    of a cluster client (none for a standalone client)."""
+    if not is_cluster(client):
+        return {}
+    return {"target_nodes": cast(RedisCluster, client).get_primaries()}

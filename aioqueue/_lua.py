@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from ._cluster import MOVING_ERRORS, is_cluster, slot_runs
+from ._cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
 from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._keys import QueueKeys
 from ._record import (
@@ -343,7 +343,9 @@ async def _evalsha(
     try:
         return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except rexc.NoScriptError:
-        await client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
+        # on a cluster, on every primary: one just promoted or given slots has none
+        load = ("SCRIPT", "LOAD", script.source)
+        await client.execute_command(*load, **every_primary(client))  # type: ignore[no-untyped-call]
         return await client.execute_command(*command)  # type: ignore[no-untyped-call]
 
 
