@@ -124,7 +124,8 @@ class WaitingCluster(RedisCluster):
     connections more, for the pub/sub listener)."""
 
     def __init__(self, *args: Any, max_connections: int = 100, **kwargs: Any) -> None:
-        super().__init__(*args, max_connections=max_connections + 8, **kwargs)
+        kwargs["max_connections"] = max_connections + 8
+        super().__init__(*args, **kwargs)
         self._in_flight = asyncio.Semaphore(max_connections)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
@@ -208,7 +209,6 @@ def slot_runs(calls: Sequence[T], keys_of: Callable[[T], Sequence[str]]) -> list
             runs.append([call])
             last = slot
     return runs
-
 
 
 def server_time(target: Any, client: object, key: str) -> Any:

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.exceptions import RedisClusterException
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisClusterException
 
 from ._cluster import (
     CLUSTER_SCHEMES,

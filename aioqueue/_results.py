@@ -97,7 +97,7 @@ class ResultWaiter:
                 self._pubsub = self.app.redis.pubsub()
                 self._sharded = is_cluster(self.app.redis)
             if self._sharded:  # on a cluster: on the node that serves the queue's slot
-                await self._pubsub.ssubscribe(channel)  # type: ignore[attr-defined]
+                await self._pubsub.ssubscribe(channel)
             else:
                 await self._pubsub.subscribe(channel)
             if self._listener is None:

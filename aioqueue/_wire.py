@@ -91,7 +91,7 @@ def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> No
     if pool is None:
         client.aioqueue_timeout = timeout  # type: ignore[attr-defined]
         return
-    pool.aioqueue_timeout = timeout  # type: ignore[attr-defined]
+    pool.aioqueue_timeout = timeout
     base = pool.connection_class
     if issubclass(base, FastPack):
         return

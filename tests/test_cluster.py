@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis as redis_sync
@@ -41,7 +41,12 @@ def test_cluster_urls_name_several_seeds_with_credentials_and_tls() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["redis+cluster://", "redis+cluster://h:notaport", "redis+cluster://h:1/3", "redis+cluster://h:0"],
+    [
+        "redis+cluster://",
+        "redis+cluster://h:notaport",
+        "redis+cluster://h:1/3",
+        "redis+cluster://h:0",
+    ],
 )
 def test_bad_cluster_urls_are_refused_at_once(url: str) -> None:
     with pytest.raises(ConfigurationError, match="cluster URL"):
@@ -63,7 +68,7 @@ async def test_a_client_of_ones_own_is_used_and_left_open(local_cluster: LocalCl
     client = RedisCluster(host="127.0.0.1", port=seed)
     try:
         async with App(client=client, prefix=unique_prefix()) as app:
-            assert app.redis is client
+            assert app.redis is cast(Redis, client)
 
             @app.task
             async def double(x: int) -> int:
@@ -192,7 +197,7 @@ class Traffic:
 
 def _blocking(node: Node, *args: Any) -> Any:
     with node.client() as r:
-        return r.execute_command(*args)  # type: ignore[no-untyped-call]
+        return r.execute_command(*args)
 
 
 @pytest.mark.slow
@@ -209,8 +214,12 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
         producing = asyncio.create_task(traffic.produce())
         async with Worker(app, queues=["moving"], concurrency=8):
             await wait_until(lambda: len(traffic.runs) >= 20, timeout=30, what="jobs running")
-            await asyncio.to_thread(_blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id)
-            await asyncio.to_thread(_blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id)
+            await asyncio.to_thread(
+                _blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id
+            )
+            await asyncio.to_thread(
+                _blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id
+            )
             moved = 0
             while True:  # a few keys at a time, with traffic in between (ASK, TRYAGAIN)
                 keys = await asyncio.to_thread(_blocking, src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
@@ -223,7 +232,9 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
                 await asyncio.sleep(0.02)
             for node in own_cluster.running():
                 if own_cluster.role(node) == "master":
-                    await asyncio.to_thread(_blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id)
+                    await asyncio.to_thread(
+                        _blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id
+                    )
             assert own_cluster.primary_for(stats) is dst
             after = len(traffic.acked)
             await wait_until(lambda: len(traffic.acked) >= after + 20, timeout=30, what="enqueues")
@@ -287,4 +298,4 @@ async def test_a_primary_killed_and_its_replica_promoted(own_cluster: LocalClust
 def _mark_and_wait(node: Node, key: str) -> int:
     with redis_sync.Redis(port=node.port, socket_timeout=10) as r:
         r.set(key, 1)
-        return int(r.execute_command("WAIT", 1, 5000))  # type: ignore[no-untyped-call]
+        return int(r.execute_command("WAIT", 1, 5000))

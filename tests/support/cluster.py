@@ -70,7 +70,7 @@ class Node:
 
     def info(self) -> dict[str, str]:
         with self.client() as r:
-            raw: str = r.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+            raw: str = r.execute_command("CLUSTER", "INFO")
         return dict(line.split(":", 1) for line in raw.splitlines() if ":" in line)
 
 
@@ -132,28 +132,28 @@ class LocalCluster:
         primaries = self.nodes[: self.primaries_n]
         for node in self.nodes:
             with node.client() as r:
-                node.node_id = r.execute_command("CLUSTER", "MYID")  # type: ignore[no-untyped-call]
+                node.node_id = r.execute_command("CLUSTER", "MYID")
         step = SLOTS // self.primaries_n
         for i, node in enumerate(primaries):
             last = SLOTS - 1 if i == self.primaries_n - 1 else (i + 1) * step - 1
             with node.client() as r:
-                r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, last)  # type: ignore[no-untyped-call]
+                r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, last)
         first = self.nodes[0]
         for node in self.nodes[1:]:
             with node.client() as r:
-                r.execute_command("CLUSTER", "MEET", "127.0.0.1", first.port, first.bus)  # type: ignore[no-untyped-call]
+                r.execute_command("CLUSTER", "MEET", "127.0.0.1", first.port, first.bus)
         _wait("every node meets every other", self._all_known)
         for node in self.nodes:
             if node.replica_of is not None:
                 with node.client() as r:
                     primary = self.nodes[node.replica_of].node_id
-                    r.execute_command("CLUSTER", "REPLICATE", primary)  # type: ignore[no-untyped-call]
+                    r.execute_command("CLUSTER", "REPLICATE", primary)
         self.wait_ok()
 
     def _all_known(self) -> bool:
         for node in self.nodes:
             with node.client() as r:
-                lines = r.execute_command("CLUSTER", "NODES").splitlines()  # type: ignore[no-untyped-call]
+                lines = r.execute_command("CLUSTER", "NODES").splitlines()
             if len(lines) != len(self.nodes) or any("handshake" in x for x in lines):
                 return False
         return True
@@ -165,9 +165,7 @@ class LocalCluster:
         def ok() -> bool:
             for node in self.running():
                 info = node.info()
-                if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != str(
-                    SLOTS
-                ):
+                if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != str(SLOTS):
                     return False
                 with node.client() as r:
                     repl = r.info("replication")
@@ -189,7 +187,7 @@ class LocalCluster:
         slot = key_slot(key.encode())
         for node in self.running():
             with node.client() as r:
-                for start, end, *owners in r.execute_command("CLUSTER", "SLOTS"):  # type: ignore[no-untyped-call]
+                for start, end, *owners in r.execute_command("CLUSTER", "SLOTS"):
                     if start <= slot <= end:
                         port = int(owners[0][1])
                         return next(n for n in self.nodes if n.port == port)
@@ -214,7 +212,7 @@ class LocalCluster:
         """Make ``replica`` a primary now (its primary is dead or alive), and wait until every
         running node sees the cluster whole again."""
         with replica.client() as r:
-            r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")  # type: ignore[no-untyped-call]
+            r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
         _wait("the replica becomes a primary", lambda: self.role(replica) == "master")
         self.wait_ok()
 
