@@ -4,8 +4,9 @@ checkpoint that bounds what a failover may lose.
 
 A failover here: a write on the queue's primary, ``WAIT`` until its replica has it (every
 write acknowledged before it is then on the replica: one ordered stream), SIGKILL the primary
-at once, promote the replica (``CLUSTER FAILOVER TAKEOVER``); the killed node stays down. What was acknowledged between the checkpoint and
-the kill is the window asynchronous replication may lose.
+at once, promote the replica (``CLUSTER FAILOVER TAKEOVER``); the killed node stays down.
+What was acknowledged between the checkpoint and the kill is the window asynchronous
+replication may lose.
 """
 
 from __future__ import annotations
