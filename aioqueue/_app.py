@@ -87,9 +87,10 @@ class App(HookDecorators, ScheduleDecorators):
             (refused otherwise: unsigned pickle is code execution for anyone who can write
             to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
-        client: a redis-py asyncio client you configured (``Redis``, e.g. on your own pool
-            or a Sentinel's, or ``RedisCluster``) to use instead of connecting to ``url``;
-            the App does not close it. ``app.sync()`` still connects to ``url``.
+        client: a redis-py asyncio client you configured (``Redis``, e.g. on a Sentinel's
+            pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
+            connecting to ``url``; the App does not close it. ``app.sync()`` still
+            connects to ``url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -115,7 +116,7 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: Sequence[str | bytes] = (),
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
-        client: aioredis.Redis | aioredis.RedisCluster | None = None,
+        client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -165,6 +166,8 @@ class App(HookDecorators, ScheduleDecorators):
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
         #: the user's client (App(client=...)): used, never closed
+        if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
+            client = aioredis.Redis(connection_pool=client)
         self._given = cast("aioredis.Redis | None", client)
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED

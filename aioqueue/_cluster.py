@@ -25,6 +25,8 @@ from urllib.parse import parse_qsl, unquote
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.cluster import ClusterNode as SyncNode
+from redis.cluster import RedisCluster as SyncCluster
 from redis.crc import key_slot
 
 from ._exceptions import ConfigurationError
@@ -61,8 +63,9 @@ def is_cluster_url(url: str) -> bool:
 
 
 def is_cluster(client: object) -> bool:
-    """Whether ``client`` is a cluster client (redis-py's ``RedisCluster``)."""
-    return isinstance(client, RedisCluster)
+    """Whether ``client`` is a cluster client (redis-py's ``RedisCluster``, async or
+    blocking)."""
+    return isinstance(client, RedisCluster | SyncCluster)
 
 
 def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
@@ -227,3 +230,16 @@ def every_primary(client: object) -> dict[str, Any]:
     if not is_cluster(client):
         return {}
     return {"target_nodes": cast(RedisCluster, client).get_primaries()}
+
+
+def blocking_cluster_client(url: str, pool_opts: dict[str, Any]) -> SyncCluster:
+    """``cluster_client`` for the blocking producer (``app.sync()``)."""
+    seeds, opts = parse_cluster_url(url)
+    for key in _NODE_OPTIONS:
+        if key in pool_opts:
+            opts[key] = pool_opts[key]
+    nodes = [SyncNode(host, port) for host, port in seeds]  # type: ignore[no-untyped-call]
+    try:
+        return SyncCluster(startup_nodes=nodes, **opts)
+    except TypeError as exc:
+        raise ConfigurationError(f"invalid cluster client option: {exc}") from exc

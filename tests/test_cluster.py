@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 import redis as redis_sync
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.crc import key_slot
 
 from aioqueue import App, ConfigurationError, ServerRefused, ServerUnavailable, Worker
@@ -91,6 +91,40 @@ async def test_a_standalone_client_of_ones_own(redis_url: str) -> None:
         assert await client.ping()
     finally:
         await client.aclose()
+
+
+async def test_a_pool_of_ones_own(redis_url: str) -> None:
+    pool = ConnectionPool.from_url(redis_url)
+    try:
+        async with App(client=pool, prefix=unique_prefix()) as app:
+            job = await app.queue().enqueue("t")
+            assert (await job.info()).state.value == "queued"
+        assert await Redis(connection_pool=pool).ping()  # the pool is still open
+    finally:
+        await pool.aclose()
+
+
+def test_the_blocking_producer_on_a_cluster(local_cluster: LocalCluster) -> None:
+    app = App(local_cluster.url, prefix=unique_prefix())
+
+    @app.task(queue="blocking")
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    producer = app.sync()
+    try:
+        job = producer.enqueue(add, 1, 2)
+        assert job.info().state.value == "queued"
+        assert producer.enqueue(add, 1, 2) is not None
+    finally:
+        producer.close()
+
+    async def run() -> int:
+        async with app, Worker(app, queues=["blocking"]):
+            result: int = await app.queue("blocking").job(job.id).result(timeout=30)
+            return result
+
+    assert asyncio.run(run()) == 3
 
 
 def _queue_on(cluster: LocalCluster, prefix: str, node: Node, avoid: str = "") -> str:
