@@ -492,19 +492,21 @@ async def test_extend_keeps_a_lease_alive_past_its_first_deadline(
         open_app(redis_url, prefix=prefix) as rival,
     ):
         job = await holder.queue().enqueue("t")
-        r = await reserve_one(holder.queue(), lease=0.3)
+        # a lease of 1 s renewed every 50 ms: a loaded machine (or a cluster's routing)
+        # cannot hold a renewal back that long
+        r = await reserve_one(holder.queue(), lease=1.0)
         first_deadline = await lease_deadline(redis, holder.queue(), job.id)
 
         async def heartbeat() -> None:
             while True:
-                await holder.queue().extend(r, lease=0.3)
+                await holder.queue().extend(r, lease=1.0)
                 await asyncio.sleep(0.05)
 
         beat = asyncio.create_task(heartbeat())
         try:
             # the rival waits through three original lease lengths and gets nothing
-            assert await rival.queue().reserve(wait=0.9) == []
-            assert await server_ms(redis) > first_deadline + 300
+            assert await rival.queue().reserve(wait=3.0) == []
+            assert await server_ms(redis) > first_deadline + 1000
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)

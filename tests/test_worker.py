@@ -695,7 +695,9 @@ async def test_cancel_while_a_failure_is_recorded(
     async with named_app(redis_url) as (app, name):
         finished: Counter[str] = Counter()
 
-        @app.task(max_attempts=3, backoff=Backoff(base=0.05, jitter=0.0))
+        # the retry falls due 1 s after the failure: not before the worker has stopped,
+        # however slow the machine (with 50 ms, a loaded run saw it claimed meanwhile)
+        @app.task(max_attempts=3, backoff=Backoff(base=1.0, jitter=0.0))
         async def fails_once() -> int:
             job = current_job()
             if job.attempt == 1:
