@@ -6,7 +6,7 @@ import enum
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -22,8 +22,9 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
+from ._cluster import is_cluster_url
 from ._codec import Codec
-from ._connect import connect, pool_options, resolve_url
+from ._connect import adopt, connect, pool_options, resolve_url
 from ._durable import durability_setting, set_durability
 from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
@@ -98,6 +99,10 @@ class App(HookDecorators, ScheduleDecorators):
         wait_timeout: seconds to wait for the replicas' acknowledgement.
         wait_aof: wait with ``WAITAOF`` instead: the write fsynced to the append-only file
             of the primary and of ``wait_replicas`` replicas (needs ``appendonly yes``).
+        client: a redis-py asyncio client you configured (``Redis``, e.g. on a Sentinel's
+            pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
+            connecting to ``url``; the App does not close it. ``app.sync()`` still
+            connects to ``url``.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -126,6 +131,7 @@ class App(HookDecorators, ScheduleDecorators):
         wait_replicas: int = 0,
         wait_timeout: float | timedelta = 1.0,
         wait_aof: bool = False,
+        client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -153,7 +159,8 @@ class App(HookDecorators, ScheduleDecorators):
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
-        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
+        cluster = is_cluster_url(self.url) or isinstance(client, aioredis.RedisCluster)
+        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st, cluster)
         signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")
@@ -178,6 +185,10 @@ class App(HookDecorators, ScheduleDecorators):
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
+        #: the user's client (App(client=...)): used, never closed
+        if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
+            client = aioredis.Redis(connection_pool=client)
+        self._given = cast("aioredis.Redis | None", client)
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
         self._sync: SyncClient | None = None
@@ -204,7 +215,11 @@ class App(HookDecorators, ScheduleDecorators):
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
-        self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+        if self._given is not None:
+            await adopt(self._given, self.socket_timeout, probe)
+            self._redis = self._given
+        else:
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
         set_durability(self._redis, self.durability)
         self._state = _State.OPEN
 
@@ -234,7 +249,8 @@ class App(HookDecorators, ScheduleDecorators):
             self._results = None
         if self._redis is not None:
             await close_hot_connection(self._redis)
-            await self._redis.aclose()
+            if self._redis is not self._given:
+                await self._redis.aclose()
             self._redis = None
         self._state = _State.CLOSED
 
@@ -460,11 +476,6 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
-
-    def _shard_names(self, name: str) -> list[str]:
-        """The queues a worker consuming ``name`` takes from: its shards, or itself."""
-        sharded = self._sharded.get(name)
-        return [name] if sharded is None else [q.name for q in sharded.queues]
 
 
 class _TaskDecorator:

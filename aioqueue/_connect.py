@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisClusterException
 
 from . import _sentinel
+from ._cluster import (
+    CLUSTER_SCHEMES,
+    cluster_client,
+    is_cluster,
+    is_cluster_url,
+    on_each_primary,
+    parse_cluster_url,
+)
 from ._exceptions import ConfigurationError, ServerUnavailable
+from ._lua import load_script_sources
 from ._scripts import check_script_access, load_scripts
 from ._wire import use_fast_packing
 
@@ -29,6 +39,8 @@ def resolve_url(url: str | None) -> str:
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
     if _sentinel.is_sentinel(url):  # several hosts: urlsplit cannot read it
         _sentinel.parse(url)  # raises ConfigurationError
+    if url.partition("://")[0] in CLUSTER_SCHEMES:
+        parse_cluster_url(url)  # raises ConfigurationError for a bad one
         return "redis" + url[len("valkey") :] if url.startswith("valkey") else url
     try:
         parts = urlsplit(url)
@@ -39,7 +51,7 @@ def resolve_url(url: str | None) -> str:
     if scheme not in _SCHEMES:
         raise ConfigurationError(
             f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
-            "unix:// or redis+sentinel://"
+            "unix://, redis+sentinel:// or redis+cluster://"
         )
     if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]
@@ -50,6 +62,12 @@ def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
     if _sentinel.is_sentinel(url):
         return _sentinel.redact(url)
+    if is_cluster_url(url):  # several hosts: urlsplit cannot take it apart
+        head, at, tail = url.rpartition("@")
+        scheme, _, userinfo = head.partition("://")
+        if at and ":" in userinfo:
+            return f"{scheme}://{userinfo.partition(':')[0]}:***@{tail}"
+        return url
     parts = urlsplit(url)
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
@@ -97,34 +115,71 @@ async def connect(
         ConfigurationError: the server refused: bad credentials, a DB index out of range,
             an ACL user without a command aioqueue needs (retrying cannot help).
     """
-    # a blocking pool: a burst of callers waits for a free connection instead of failing
-    pool: aioredis.BlockingConnectionPool
-    if _sentinel.is_sentinel(url):  # the sentinels name the primary (again after a failover)
-        pool = _sentinel.async_pool(url, opts)
+    if is_cluster_url(url):
+        client = cast(aioredis.Redis, cluster_client(url, opts))
     else:
-        pool = aioredis.BlockingConnectionPool.from_url(url, **opts)
-    client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
+        # a blocking pool: a burst of callers waits for a free connection instead of failing
+        pool: aioredis.BlockingConnectionPool
+        if _sentinel.is_sentinel(url):  # the sentinels name the primary (again after a failover)
+            pool = _sentinel.async_pool(url, opts)
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(url, **opts)
+        client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
     use_fast_packing(client, socket_timeout)
     try:
-        await client.ping()
-        # load every script once, so that pipelines (enqueue_many, batches) run in order
-        # rather than replaying the calls that met NOSCRIPT after the others
-        await load_scripts(client)
-        # an ACL user that may load scripts but not run them on this app's keys would
-        # otherwise fail only later, in every call of a worker that retries forever
-        await check_script_access(client, probe_key)
+        await _prepare(client, probe_key)
     except BaseException as exc:
         await client.aclose()
-        # refused, not unreachable (retrying cannot help): bad credentials, a DB index
-        # out of range, an ACL user without a command aioqueue needs (NOPERM)
-        if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
-            reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
-            raise ConfigurationError(f"Redis at {redact(url)} refused: {reply}") from exc
-        # or LOADING; or no sentinel knows the primary (MasterNotFoundError)
-        if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
-            raise ServerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from exc
-        raise
+        wrapped = _refused(exc, url)
+        if wrapped is exc:
+            raise
+        raise wrapped from exc
     return client
+
+
+async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -> None:
+    """Make ready a client the user configured (``App(client=...)``): the same checks and
+    script loading as ``connect``; the client stays the user's (never closed here).
+
+    Raises:
+        ServerUnavailable: the server cannot be reached, or is loading its data (retry).
+        ConfigurationError: the server refused (see ``connect``).
+    """
+    pool = getattr(client, "connection_pool", None)
+    # the time limit of aioqueue's calls only: the user's connections are left as they are
+    (client if pool is None else pool).aioqueue_timeout = socket_timeout  # type: ignore[union-attr]
+    try:
+        await _prepare(client, probe_key)
+    except BaseException as exc:
+        wrapped = _refused(exc, "the given client")
+        if wrapped is exc:
+            raise
+        raise wrapped from exc
+
+
+async def _prepare(client: aioredis.Redis, probe_key: str) -> None:
+    await client.ping()
+    # load every script once (on a cluster, on every primary), so that pipelines
+    # (enqueue_many, batches) run in order rather than replaying the calls that met
+    # NOSCRIPT after the others
+    # (functions where the server has them; on a cluster, EVALSHA's scripts on each primary)
+    await on_each_primary(client, load_script_sources if is_cluster(client) else load_scripts)
+    # an ACL user that may load scripts but not run them on this app's keys would
+    # otherwise fail only later, in every call of a worker that retries forever
+    await check_script_access(client, probe_key)
+
+
+def _refused(exc: BaseException, where: str) -> BaseException:
+    """What a failed connect raises: refused (bad credentials, a DB index out of range, an
+    ACL user without a command aioqueue needs: retrying cannot help) is a
+    ConfigurationError, unreachable (or LOADING) a ServerUnavailable; anything else as is."""
+    where = redact(where)
+    if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
+        reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
+        return ConfigurationError(f"Redis at {where} refused: {reply}")
+    if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError | RedisClusterException):
+        return ServerUnavailable(f"cannot reach Redis at {where}: {exc}")
+    return exc
 
 
 def sync_pool(url: str, opts: dict[str, Any]) -> redis.BlockingConnectionPool:

@@ -43,18 +43,25 @@ class Durability:
 
 
 def durability_setting(
-    replicas: int, timeout: float | timedelta, aof: bool, socket_timeout: float
+    replicas: int, timeout: float | timedelta, aof: bool, socket_timeout: float, cluster: bool
 ) -> Durability | None:
-    """The App's ``wait_replicas`` / ``wait_timeout`` / ``wait_aof`` checked (None: off).
+    """The App's ``wait_replicas`` / ``wait_timeout`` / ``wait_aof`` checked (None: off);
+    ``cluster``: the App talks to a Redis Cluster.
 
     Raises:
-        ConfigurationError: a negative count, a timeout not shorter than the socket timeout.
+        ConfigurationError: a negative count, a timeout not shorter than the socket timeout,
+            durability mode on a Cluster (not supported yet: WAIT must follow each write
+            on the connection of the write's own node).
     """
     check_int(replicas, 0, "wait_replicas")
     if not isinstance(aof, bool):
         raise ConfigurationError(f"wait_aof must be True or False, not {aof!r}")
     if not replicas and not aof:
         return None
+    if cluster:
+        raise ConfigurationError(
+            "durability mode (wait_replicas, wait_aof) is not supported on a Redis Cluster yet"
+        )
     ms = to_ms(timeout, "wait_timeout")
     if not 0 < ms < socket_timeout * 1000:
         raise ConfigurationError("wait_timeout must be more than 0 and less than socket_timeout")
@@ -62,13 +69,16 @@ def durability_setting(
 
 
 def set_durability(client: aioredis.Redis, durability: Durability | None) -> None:
-    """Turn durability mode on (or off, with None) for every call on ``client``'s pool."""
-    client.connection_pool.aioqueue_durability = durability  # type: ignore[attr-defined]
+    """Turn durability mode on (or off, with None) for every call on ``client``'s pool (a
+    cluster client has none: ``durability_setting`` refuses the mode there)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        pool.aioqueue_durability = durability
 
 
 def durability_of(client: aioredis.Redis) -> Durability | None:
     """The client's durability setting (None: off)."""
-    return getattr(client.connection_pool, "aioqueue_durability", None)
+    return getattr(getattr(client, "connection_pool", None), "aioqueue_durability", None)
 
 
 async def durable_calls(

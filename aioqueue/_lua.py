@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
+from ._cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
 from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._funclib import FunctionLibrary
 from ._funclib import function_missing as function_missing
@@ -245,6 +246,8 @@ def wrap_redis_error(exc: Exception) -> Exception:
     an error reply ``ServerRefused``; other errors pass through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
         return ServerUnavailable(f"Redis connection failed: {exc}")
+    if isinstance(exc, MOVING_ERRORS):  # a cluster's slot on the move: the call did not run
+        return ServerUnavailable(f"Redis Cluster is moving the slot: {exc}")
     if isinstance(exc, rexc.ResponseError):
         return ServerRefused(f"Redis refused the call: {exc}")
     return exc
@@ -333,7 +336,13 @@ async def bounded(client: aioredis.Redis, call: Awaitable[T], blocking: float | 
     try:
         async with asyncio.timeout(limit):
             return await call
-    except (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError) as exc:
+    except (
+        rexc.ConnectionError,
+        rexc.TimeoutError,
+        rexc.ResponseError,
+        *MOVING_ERRORS,
+        OSError,
+    ) as exc:
         # OSError covers TimeoutError: the call outlived the App's socket_timeout
         raise wrap_redis_error(exc) from exc
 
@@ -353,7 +362,9 @@ async def _evalsha(
     try:
         return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except rexc.NoScriptError:
-        await client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
+        # on a cluster, on every primary: one just promoted or given slots has none
+        load = ("SCRIPT", "LOAD", script.source)
+        await client.execute_command(*load, **every_primary(client))  # type: ignore[no-untyped-call]
     except rexc.ResponseError as exc:
         if not function_missing(exc):
             raise
@@ -371,20 +382,26 @@ async def load_library(client: aioredis.Redis) -> None:
 
 
 async def load_scripts(client: aioredis.Redis) -> None:
-    """Load every script once, on the server behind ``client`` (one node of a cluster: call it
-    for each primary): the function library, after which this client's calls are FCALLs; or,
-    where the server has no functions (Redis 6.2) or the ACL user may not load them, each
-    script with SCRIPT LOAD (one round trip), after which its calls are EVALSHAs."""
+    """Load every script once, on the server behind ``client``: the function library, after
+    which this client's calls are FCALLs; or, where the server has no functions (Redis 6.2)
+    or the ACL user may not load them, each script with SCRIPT LOAD (one round trip), after
+    which its calls are EVALSHAs. A cluster client's calls are EVALSHAs: call
+    ``load_script_sources`` on each of its primaries (``_cluster.on_each_primary``)."""
     try:
         await load_library(client)
     except rexc.ResponseError:  # unknown command FUNCTION, or NOPERM: EVALSHA, as before 7.0
         use_functions(client, False)
-        pipe = client.pipeline(transaction=False)
-        for script in SCRIPTS.values():
-            pipe.execute_command("SCRIPT", "LOAD", script.source)
-        await pipe.execute()
+        await load_script_sources(client)
     else:
         use_functions(client, True)
+
+
+async def load_script_sources(client: aioredis.Redis) -> None:
+    """SCRIPT LOAD every script, in one round trip (for EVALSHA)."""
+    pipe = client.pipeline(transaction=False)
+    for script in SCRIPTS.values():
+        pipe.execute_command("SCRIPT", "LOAD", script.source)
+    await pipe.execute()
 
 
 async def check_script_access(client: aioredis.Redis, key: str) -> None:
@@ -407,6 +424,17 @@ async def evalsha_many(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> l
     """Run many script calls in one round trip (a non-transactional pipeline). Calls that met
     NOSCRIPT (or function not found) did not run, so they are run again, alone, once their
     script is loaded."""
+    if is_cluster(client) and len(calls) > 1:
+        # a cluster pipeline sends each node its calls at once: keep the order across slots
+        # (a batch counts its members in before they exist) by running slot after slot
+        results = []
+        for run in slot_runs(calls, lambda call: call[1]):
+            results += await _evalsha_pipeline(client, run)
+        return results
+    return await _evalsha_pipeline(client, calls)
+
+
+async def _evalsha_pipeline(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         pipe.execute_command(*evalsha_command(client, script, keys, args))
@@ -421,14 +449,14 @@ async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
     listings, not for hot paths)."""
     pattern = f"{prefix}:{{*}}:cron:defs"
     found: set[str] = set()
-    cursor: int = 0
-    while True:
-        cursor, keys = await bounded(client, client.scan(cursor, match=pattern, count=1000))
-        for key in cast(list[bytes], keys):
-            name = key.decode(errors="replace")[len(prefix) + 2 :]
+
+    async def scan() -> None:  # scan_iter: on a cluster, every primary's keys
+        async for key in client.scan_iter(match=pattern, count=1000):
+            name = cast(bytes, key).decode(errors="replace")[len(prefix) + 2 :]
             found.add(name.rsplit("}:cron:defs", 1)[0])
-        if not cursor:
-            return sorted(found)
+
+    await bounded(client, scan())
+    return sorted(found)
 
 
 async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) -> list[str]:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
 
+from ._cluster import is_cluster
 from ._exceptions import ClosedError
 from ._timeutil import Deadline
 
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 RECHECK_INTERVAL = 5.0
 POLL_INTERVAL = 0.2  # when pub/sub is not allowed
+SHARDED_SLICE = 0.05  # a cluster's waits on each node's connection, in turn
 
 T = TypeVar("T")
 
@@ -41,6 +44,8 @@ class ResultWaiter:
         self._waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._subscribed: dict[str, asyncio.Event] = {}
         self._pubsub: PubSub | None = None
+        #: sharded pub/sub (SSUBSCRIBE), on a cluster
+        self._sharded = False
         self._listener: asyncio.Task[None] | None = None
         self._refused: Exception | None = None
 
@@ -90,7 +95,11 @@ class ResultWaiter:
             event = self._subscribed[channel] = asyncio.Event()
             if self._pubsub is None:
                 self._pubsub = self.app.redis.pubsub()
-            await self._pubsub.subscribe(channel)
+                self._sharded = is_cluster(self.app.redis)
+            if self._sharded:  # on a cluster: on the node that serves the queue's slot
+                await self._pubsub.ssubscribe(channel)
+            else:
+                await self._pubsub.subscribe(channel)
             if self._listener is None:
                 self._listener = asyncio.create_task(self._listen())
         await event.wait()
@@ -115,7 +124,16 @@ class ResultWaiter:
         backoff = 0.05
         while True:
             try:
-                msg: Any = await self._pubsub.get_message(timeout=RECHECK_INTERVAL)
+                msg: Any
+                if self._sharded:
+                    # each node's connection is read in turn: a short wait on each
+                    get = self._pubsub.get_sharded_message  # type: ignore[attr-defined]
+                    began = time.monotonic()
+                    msg = await get(timeout=SHARDED_SLICE)
+                    if msg is None and time.monotonic() - began < SHARDED_SLICE / 2:
+                        await asyncio.sleep(SHARDED_SLICE)  # no node to wait on (yet)
+                else:
+                    msg = await self._pubsub.get_message(timeout=RECHECK_INTERVAL)
                 backoff = 0.05
             except rexc.ResponseError as exc:
                 if not isinstance(exc, rexc.NoPermissionError) and "NOPERM" not in str(exc):
@@ -148,11 +166,13 @@ class ResultWaiter:
 
     def _dispatch(self, msg: Any) -> None:
         channel = msg["channel"].decode()
-        if msg["type"] == "subscribe":
+        kind = msg["type"]
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind in ("subscribe", "ssubscribe"):
             confirmed = self._subscribed.get(channel)
             if confirmed is not None:
                 confirmed.set()
-        elif msg["type"] == "message":
+        elif kind in ("message", "smessage"):
             for fut in self._waiters.pop((channel, msg["data"].decode()), ()):
                 if not fut.done():
                     fut.set_result(None)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
+from ._cluster import server_time
 from ._exceptions import ServerRefused
 from ._keys import QueueKeys
 from ._limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
@@ -64,7 +65,7 @@ class QueueReads:
         readable creation time)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.job(job_id), "ct")
-        pipe.time()
+        server_time(pipe, self.client, self.keys.stats)
         ct, (sec, usec) = await self.read(pipe.execute())
         try:
             return int(sec) * 1000 + int(usec) // 1000 - int(ct)
@@ -78,7 +79,7 @@ class QueueReads:
         workers, (id, registration deadline ms, description, jobs held)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
+        server_time(pipe, self.client, k.stats)
         pipe.zrange(k.workers, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
@@ -166,7 +167,7 @@ class QueueReads:
 
     async def server_ms(self) -> int:
         """The server's clock (TIME), in ms."""
-        sec, usec = await self.read(self.client.time())
+        sec, usec = await self.read(server_time(self.client, self.client, self.keys.stats))
         return int(sec) * 1000 + int(usec) // 1000
 
     async def throughput(self) -> dict[bytes, bytes]:
@@ -317,7 +318,7 @@ class QueueReads:
     async def schedule_ticks(self, limit: int = 10_000) -> tuple[int, list[tuple[str, int]]]:
         """The server's clock (ms) and the schedules' stored next ticks, earliest first."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
+        server_time(pipe, self.client, self.keys.stats)
         pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000

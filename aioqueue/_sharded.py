@@ -290,3 +290,9 @@ def spread(
         (dataclasses.replace(opts, queue=sharded.queues[s].name), idx)
         for s, idx in sorted(parts.items())
     ]
+
+
+def shard_names(sharded: Mapping[str, ShardedQueue], name: str) -> list[str]:
+    """The queues a worker consuming ``name`` takes from: its shards, or itself."""
+    queue = sharded.get(name)
+    return [name] if queue is None else [q.name for q in queue.queues]

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 import redis
 import redis.exceptions as rexc
 
+from ._cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
 from ._keys import QueueKeys
 from ._record import JobRecord, Template
 from ._scripts import (
@@ -39,7 +40,7 @@ def blocking_call(call: Callable[[], T]) -> T:
     """Run one blocking call to Redis with connection errors wrapped in aioqueue's."""
     try:
         return call()
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+    except (rexc.ConnectionError, rexc.TimeoutError, *MOVING_ERRORS, OSError) as exc:
         raise wrap_redis_error(exc) from exc
 
 
@@ -70,7 +71,8 @@ def evalsha_blocking(
         try:
             return client.execute_command(*command)  # type: ignore[no-untyped-call]
         except rexc.NoScriptError:
-            client.execute_command("SCRIPT", "LOAD", script.source)  # type: ignore[no-untyped-call]
+            load = ("SCRIPT", "LOAD", script.source)  # on a cluster, on every primary
+            client.execute_command(*load, **every_primary(client))  # type: ignore[no-untyped-call]
         except rexc.ResponseError as exc:
             if not function_missing(exc):
                 raise
@@ -97,7 +99,16 @@ class BlockingScripts:
     def _calls(self, calls: Sequence[ScriptCall]) -> None:
         if len(calls) == 1:
             evalsha_blocking(self.client, *calls[0])
+        elif is_cluster(self.client):  # a cluster pipeline's nodes run at once: slot by slot
+            for run in slot_runs(calls, lambda call: call[1]):
+                self._pipeline(run)
         elif calls:
+            self._pipeline(calls)
+
+    def _pipeline(self, calls: Sequence[ScriptCall]) -> None:
+        if len(calls) == 1:
+            evalsha_blocking(self.client, *calls[0])
+        else:
             pipe = self.client.pipeline(transaction=False)
             for script, keys, args in calls:
                 pipe.execute_command(*evalsha_command(self.client, script, keys, args))  # type: ignore[no-untyped-call]

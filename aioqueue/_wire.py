@@ -86,9 +86,14 @@ _FAST: dict[type, type] = {}
 
 def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> None:
     """Make the client's pool create connections that splice pre-packed script heads, and
-    give aioqueue's calls on it a time limit (``timeout`` seconds, see ``call_timeout``)."""
-    pool = client.connection_pool
-    pool.aioqueue_timeout = timeout  # type: ignore[attr-defined]
+    give aioqueue's calls on it a time limit (``timeout`` seconds, see ``call_timeout``).
+    A cluster client (no one pool: redis-py reads a script call's keys to route it) only
+    gets the time limit."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        client.aioqueue_timeout = timeout  # type: ignore[attr-defined]
+        return
+    pool.aioqueue_timeout = timeout
     base = pool.connection_class
     if issubclass(base, FastPack):
         return
@@ -100,7 +105,7 @@ def use_fast_packing(client: aioredis.Redis, timeout: float | None = None) -> No
 
 def call_timeout(client: aioredis.Redis) -> float | None:
     """The time limit of one of aioqueue's calls on this client (the App's socket_timeout)."""
-    return getattr(client.connection_pool, "aioqueue_timeout", None)
+    return getattr(getattr(client, "connection_pool", client), "aioqueue_timeout", None)
 
 
 class ScriptName(Protocol):
@@ -120,19 +125,21 @@ def use_functions(client: Any, on: bool) -> None:
 
 def functions_on(client: Any) -> bool:
     """Whether script calls on this client are ``FCALL``s (else ``EVALSHA``s)."""
-    return bool(getattr(client.connection_pool, "aioqueue_functions", False))
+    pool = getattr(client, "connection_pool", None)  # None: a cluster client (EVALSHA)
+    return bool(getattr(pool, "aioqueue_functions", False))
 
 
 def evalsha_command(
     client: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]
 ) -> tuple[Any, ...]:
     """The arguments of ``execute_command`` for a script call (``args[0]``: the key base):
-    an ``FCALL`` of its function where the library is loaded, else an ``EVALSHA``."""
-    pool = client.connection_pool
-    if getattr(pool, "aioqueue_functions", False):
+    an ``FCALL`` of its function where the library is loaded, else an ``EVALSHA`` (always on
+    a cluster client, whose scripts are loaded on every primary with SCRIPT LOAD)."""
+    pool = getattr(client, "connection_pool", None)  # None: a cluster client
+    if pool is not None and getattr(pool, "aioqueue_functions", False):
         command, target = "FCALL", script.function
     else:
         command, target = "EVALSHA", script.sha
-    if issubclass(pool.connection_class, FastPack):
+    if pool is not None and issubclass(pool.connection_class, FastPack):
         return (head_for(command, target, keys, args[0]), *args[1:])
     return (command, target, len(keys), *keys, *args)

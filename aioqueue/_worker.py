@@ -43,6 +43,7 @@ from ._record import Claimed
 from ._runner import Ack, Failure, Runner
 from ._schedules import Scheduler
 from ._scripts import FailMode, Outcome
+from ._sharded import shard_names
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Worker(WorkerLoops):
         check_int(concurrency, 1, "concurrency")
         self.app = app
         names = list(queues) if queues else [app.default_queue]
-        names = [n for name in names for n in app._shard_names(name)]  # a sharded queue's
+        names = [n for name in names for n in shard_names(app._sharded, name)]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names

@@ -29,44 +29,45 @@ from .support.apps import app_from_env
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Where the tasks of one App (by its key prefix) record what they did."""
+    """Where the tasks of one App (by its key prefix) record what they did (one hash tag:
+    the callback writes two of them in a transaction, on a cluster too)."""
 
     prefix: str
 
     @property
     def runs(self) -> str:
         """LIST: the argument of every finished run of a sub-job body (RPUSH)."""
-        return f"{self.prefix}:t:runs"
+        return f"{{{self.prefix}:t}}:runs"
 
     @property
     def started(self) -> str:
         """LIST: the argument of every started run of ``hold`` (RPUSH)."""
-        return f"{self.prefix}:t:started"
+        return f"{{{self.prefix}:t}}:started"
 
     @property
     def running(self) -> str:
         """STRING: sub-jobs of ``tracked`` running right now."""
-        return f"{self.prefix}:t:running"
+        return f"{{{self.prefix}:t}}:running"
 
     @property
     def peaks(self) -> str:
         """LIST: the value of ``running`` seen by each ``tracked`` run as it started."""
-        return f"{self.prefix}:t:peaks"
+        return f"{{{self.prefix}:t}}:peaks"
 
     @property
     def cb_count(self) -> str:
         """STRING: how many times a callback (``collect``) ran (INCR)."""
-        return f"{self.prefix}:t:cb"
+        return f"{{{self.prefix}:t}}:cb"
 
     @property
     def cb_runs(self) -> str:
         """LIST: one JSON summary of ``current_job().batch.results()`` per callback run."""
-        return f"{self.prefix}:t:cb_runs"
+        return f"{{{self.prefix}:t}}:cb_runs"
 
     @property
     def chained(self) -> str:
         """LIST: the arguments of every run of the chain's second step (JSON)."""
-        return f"{self.prefix}:t:chained"
+        return f"{{{self.prefix}:t}}:chained"
 
 
 @dataclass(frozen=True, slots=True)

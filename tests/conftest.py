@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 from uuid import uuid4
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from aioqueue import App
 from aioqueue._embedded import EmbeddedServer
+from aioqueue.testing import unique_prefix
 
+from .support.cluster import LocalCluster
 from .support.processes import WorkerProcesses
 
 pytest_plugins = ["pytester"]
@@ -30,23 +33,60 @@ def valkey_server(aioqueue_server: EmbeddedServer | None) -> EmbeddedServer | No
     return aioqueue_server
 
 
+# ---------------------------------------------------------------- backends
+# A test marked ``cluster`` runs twice: on the session's server (``[standalone]``) and on a
+# local Valkey Cluster (``[cluster]``: 3 primaries, 3 replicas, started once, on first use).
+# It gets the backend through ``redis_url`` (and so ``app``, ``redis``, ``workers``,
+# ``producer``); a test that uses none of them runs once.
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("cluster") and "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", ["standalone", "cluster"], indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """``"standalone"``, or ``"cluster"`` for the cluster run of a test marked ``cluster``."""
+    return str(getattr(request, "param", "standalone"))
+
+
 @pytest.fixture(scope="session")
-def redis_url(aioqueue_url: str) -> str:
-    """The URL of the server the tests share (the plugin's ``aioqueue_url``)."""
+def local_cluster() -> Iterator[LocalCluster]:
+    """The session's local Valkey Cluster (tests that kill its nodes start their own)."""
+    cluster = LocalCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest, backend: str, aioqueue_url: str) -> str:
+    """The URL of the server the tests share (the plugin's ``aioqueue_url``), or of the
+    session's local cluster in a test's cluster run."""
+    if backend == "cluster":
+        return cast(LocalCluster, request.getfixturevalue("local_cluster")).url
     return aioqueue_url
 
 
 @pytest.fixture
-def app(aioqueue_app: App) -> App:
-    """An open ``App`` whose keys live under a prefix unique to this test (the plugin's
-    ``aioqueue_app``)."""
-    return aioqueue_app
+async def app(redis_url: str) -> AsyncIterator[App]:
+    """An open ``App`` on ``redis_url`` whose keys live under a prefix unique to this test
+    (what the plugin's ``aioqueue_app`` is on the session's server)."""
+    async with App(redis_url, prefix=unique_prefix()) as app:
+        yield app
 
 
 @pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    """A raw redis-py client (bytes responses) on the shared server, for inspecting keys."""
-    client = Redis.from_url(redis_url, socket_timeout=None)  # see App(socket_timeout=)
+async def redis(redis_url: str, backend: str) -> AsyncIterator[Redis]:
+    """A raw redis-py client (bytes responses) on the shared server, for inspecting keys (a
+    ``RedisCluster`` in a cluster run)."""
+    if backend == "cluster":
+        seed = redis_url.partition("://")[2].split(",")[0]
+        cluster = RedisCluster.from_url(f"redis://{seed}", socket_timeout=None)
+        client = cast(Redis, cluster)  # the commands the tests use, routed by key
+    else:
+        client = Redis.from_url(redis_url, socket_timeout=None)  # see App(socket_timeout=)
     try:
         yield client
     finally:

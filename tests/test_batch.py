@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
@@ -51,6 +51,9 @@ from .support.invariants import check_invariants
 from .support.proxy import ReplyDropProxy
 from .support.server import clients_named, server_ms, text
 from .support.waiting import wait_until
+
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
 
 OTHER = "other"  # the queue of ``work_other``
 
@@ -784,15 +787,20 @@ async def test_wait_returns_promptly_through_pub_sub(redis_url: str, redis: Redi
         res = await reserve_all(q, 3)
         for r in res[:2]:
             await q.complete(r, 1)
-        events = redis.pubsub()
-        await events.subscribe(q._keys.done_channel)
+        events: Any = redis.pubsub()
+        sharded = isinstance(redis, RedisCluster)  # the App listens sharded: so does this
+        if sharded:
+            await events.ssubscribe(q._keys.done_channel)
+        else:
+            await events.subscribe(q._keys.done_channel)
         waiter = asyncio.create_task(batch.wait(timeout=30))
 
         async def registered() -> bool:
             return await redis.hget(bkey(batch), "w") is not None
 
         await wait_until(registered, timeout=10, what="wait() to register")
-        subscribed = [c for c in await clients_named(redis, name) if c.get("sub") == "1"]
+        listening = await clients_named(redis, name)  # (sharded, ssub, on a cluster)
+        subscribed = [c for c in listening if "1" in (c.get("sub"), c.get("ssub"))]
         assert subscribed, "the App listens on a pub/sub connection"
         assert not waiter.done()
         start = time.monotonic()
@@ -806,14 +814,15 @@ async def test_wait_returns_promptly_through_pub_sub(redis_url: str, redis: Redi
         got: list[str] = []
 
         async def message() -> bool:
-            msg = await events.get_message(ignore_subscribe_messages=True, timeout=0.05)
+            get = events.get_sharded_message if sharded else events.get_message
+            msg = await get(ignore_subscribe_messages=True, timeout=0.05)
             if msg is not None:
                 got.append(text(msg["data"]))
             return bool(got)
 
         await wait_until(message, timeout=5, what="the completion event")
         assert got == [f"batch:{batch.id}"]
-        await events.aclose()  # type: ignore[no-untyped-call]
+        await events.aclose()
 
 
 # what a waiter may send over a quiet second: its checks (and the commands they run inside

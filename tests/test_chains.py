@@ -26,6 +26,9 @@ from .support.invariants import check_invariants
 from .support.processes import WorkerProcesses
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 OTHER = "other"  # the queue of ``work_other``
 LEASE = 1.0  # seconds: a killed worker's job comes back about this long after it died
 

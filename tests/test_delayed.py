@@ -16,6 +16,9 @@ from .support.invariants import check_invariants
 from .support.server import blocked_in, server_ms
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 LEASE_MS = 60_000  # long: a lease deadline minus this is the claim's server time
 # "promptly after due": the server times out blocked clients to the millisecond; the margin is
 # for a loaded test machine, still far below the failure it guards against (a missed wake-up

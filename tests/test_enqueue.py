@@ -30,6 +30,9 @@ from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants
 from .support.server import server_ms, text
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 
 async def stored_keys(redis: Redis, app: App) -> list[str]:
     """Every key under the App's prefix."""

@@ -28,6 +28,7 @@ LAYERS: list[list[str]] = [
         "_hot",
         "_cron",
         "_sentinel",
+        "_cluster",
     ],
     ["_job"],
     ["_batchinfo"],

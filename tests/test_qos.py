@@ -27,6 +27,9 @@ from .support.invariants import check_invariants
 from .support.server import blocked_in, clients_named, server_ms
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 Work = Task[[str, int], None]
 
 

@@ -99,6 +99,8 @@ ACL_COMMANDS = (
     "scard",
     "pexpire",
     "publish",
+    # finishing scripts announce sharded first (SPUBLISH, for a cluster's waiters)
+    "spublish",
 )
 
 

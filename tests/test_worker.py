@@ -40,8 +40,11 @@ from aioqueue import (
 
 from .support.instrumented import Gate, instrument, stopping
 from .support.invariants import JobRecord, check_records
-from .support.server import blocked_in, server_ms
+from .support.server import blocked_in, clients_named, server_ms
 from .support.waiting import wait_until
+
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
 
 MODES = ["cancel", "force"]  # cancel the task running Worker.run(), or Worker.stop(force=True)
 
@@ -632,8 +635,7 @@ async def test_idle_wait_stays_within_the_socket_timeout(
             async def blocked_for_2s() -> bool:
                 return any(
                     "b" in c["flags"] and int(c["age"]) >= 2
-                    for c in await redis.client_list()
-                    if c.get("name") == name
+                    for c in await clients_named(redis, name)
                 )
 
             # idle past the socket timeout, on one connection re-armed, never dropped
@@ -693,7 +695,9 @@ async def test_cancel_while_a_failure_is_recorded(
     async with named_app(redis_url) as (app, name):
         finished: Counter[str] = Counter()
 
-        @app.task(max_attempts=3, backoff=Backoff(base=0.05, jitter=0.0))
+        # the retry falls due 1 s after the failure: not before the worker has stopped,
+        # however slow the machine (with 50 ms, a loaded run saw it claimed meanwhile)
+        @app.task(max_attempts=3, backoff=Backoff(base=1.0, jitter=0.0))
         async def fails_once() -> int:
             job = current_job()
             if job.attempt == 1:

@@ -22,6 +22,9 @@ from .support.processes import WorkerProcess, WorkerProcesses, run_records, side
 from .support.server import blocked_in, server_ms, text
 from .support.waiting import wait_until
 
+# also on a local Valkey Cluster (tests/conftest.py)
+pytestmark = pytest.mark.cluster
+
 
 async def runs_count(redis: Redis, prefix: str) -> int:
     return len(await run_records(redis, prefix))

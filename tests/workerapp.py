@@ -31,17 +31,17 @@ app = app_from_env("aqtest")
 
 def runs_key(prefix: str) -> str:
     """LIST: one JSON record per start of a job body: id, attempt, pid, tag, ms (server)."""
-    return f"{prefix}:t:runs"
+    return f"{{{prefix}:t}}:runs"
 
 
 def starts_key(prefix: str) -> str:
     """HASH: job id -> how many times its body started."""
-    return f"{prefix}:t:starts"
+    return f"{{{prefix}:t}}:starts"
 
 
 def done_key(prefix: str) -> str:
     """HASH: job id -> how many times its body ran to the end (its side effect)."""
-    return f"{prefix}:t:done"
+    return f"{{{prefix}:t}}:done"
 
 
 async def _started(tag: str) -> None:

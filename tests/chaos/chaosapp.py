@@ -26,9 +26,10 @@ import asyncio
 import os
 import time
 import uuid
+from typing import cast
 
 import redis.exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
@@ -67,6 +68,17 @@ _fx: Redis | None = None
 
 def _bookkeeper() -> Redis:
     global _fx
+    if _fx is None and app.url.startswith("redis+cluster://"):  # (the soak's --cluster)
+        host, _, port = app.url.partition("://")[2].split(",")[0].rpartition(":")
+        cluster = RedisCluster(
+            host=host,
+            port=int(port),
+            client_name="chaos-fx",
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), 60),
+            retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
+            socket_connect_timeout=2,
+        )
+        _fx = cast(Redis, cluster)
     if _fx is None:
         _fx = Redis.from_url(
             app.url,
@@ -79,8 +91,18 @@ def _bookkeeper() -> Redis:
 
 
 async def _record(key: str, field: str, started_ms: int) -> None:
-    # idempotent (HSET of a unique field), so a resend after a lost reply is harmless
-    await _bookkeeper().hset(key, field, f"{os.getpid()}:{started_ms}")
+    # idempotent (HSET of a unique field), so a resend after a lost reply is harmless; sent
+    # again on any error: redis-py's cluster client can fail a command with an internal
+    # error (a connection closed under it) while a failover goes on, and the soak counts
+    # the job's side effects, not the bookkeeper's
+    for attempt in range(40):
+        try:
+            await _bookkeeper().hset(key, field, f"{os.getpid()}:{started_ms}")
+            return
+        except Exception:
+            if attempt == 39:
+                raise
+            await asyncio.sleep(0.05)
 
 
 async def _body(ms: int) -> tuple[str, int]:

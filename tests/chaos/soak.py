@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
@@ -60,6 +60,7 @@ from aioqueue._scripts import SCRIPTS
 from ..support.invariants import check_invariants
 from ..support.server import text
 from .chaosapp import POISON_EXIT, done_key, started_key
+from .cluster import ClusterServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "chaos-w"
@@ -90,6 +91,10 @@ class SoakConfig:
     # time it needs, and a stuck run still ends
     stall_timeout: float = 60.0
     memory_tolerance: int = 512 * 1024
+    # on a local cluster (3 primaries, 3 replicas): a server crash is a failover of the
+    # queue's primary (killed, its replica promoted); memory is not compared (the queue's
+    # primary changes)
+    cluster: bool = False
 
     @classmethod
     def long(cls, **overrides: Any) -> SoakConfig:
@@ -494,6 +499,8 @@ class _Counts:
     # (wall-clock ms the server went down, ms it answered again), per restart or crash
     outages: list[tuple[int, int]] = field(default_factory=list)
     peak_memory: int = 0
+    # wall-clock ms each job's enqueue was acknowledged
+    acked_ms: dict[str, int] = field(default_factory=dict)
 
 
 async def _produce(
@@ -525,12 +532,15 @@ async def _produce(
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 0.5)
             tracker.pending.add(plan.id)
+            counts.acked_ms[plan.id] = time.time_ns() // 1_000_000
 
     await asyncio.gather(*(producer(apps[i % len(apps)]) for i in range(cfg.producers)))
 
 
-async def _client_kill(admin: Redis, rng: random.Random) -> int:
+async def _client_kill(admin: Redis, rng: random.Random, server: Any = None) -> int:
     """Kill about half of the workers' and producers' connections; how many."""
+    if isinstance(server, ClusterServer):
+        return await _client_kill_cluster(server, rng)
     clients = await admin.client_list()
     victims = [
         c["id"]
@@ -545,10 +555,22 @@ async def _client_kill(admin: Redis, rng: random.Random) -> int:
     return killed
 
 
+async def _client_kill_cluster(server: ClusterServer, rng: random.Random) -> int:
+    """``_client_kill`` on every node of a cluster."""
+    clients = await asyncio.to_thread(server.client_list)
+    killed = 0
+    for c in clients:
+        if c.get("name", "").startswith((WORKER_NAME, PRODUCER_NAME)) and rng.random() < 0.5:
+            with contextlib.suppress(rexc.ResponseError, rexc.ConnectionError):
+                await asyncio.to_thread(server.client_kill, c["port"], c["id"])
+                killed += 1
+    return killed
+
+
 async def _chaos(
     cfg: SoakConfig,
     rng: random.Random,
-    server: EmbeddedServer,
+    server: EmbeddedServer | ClusterServer,
     admin: Redis,
     pool: WorkerPool,
     counts: _Counts,
@@ -572,7 +594,7 @@ async def _chaos(
         if kind == "kill":
             pool.kill_random(rng)
         elif kind == "client":
-            counts.connections_killed += await _client_kill(admin, rng)
+            counts.connections_killed += await _client_kill(admin, rng, server)
             counts.client_kill_rounds += 1
         else:
             began = time.monotonic()
@@ -604,7 +626,7 @@ async def _background(
             except (rexc.RedisError, OSError):
                 tracker.poll_errors += 1
             last_poll = time.monotonic()
-        if now - last_mem >= 1.0:
+        if now - last_mem >= 1.0 and not isinstance(admin, RedisCluster):
             with contextlib.suppress(rexc.RedisError, OSError):
                 counts.peak_memory = max(counts.peak_memory, await used_memory(admin))
             last_mem = now
@@ -621,11 +643,15 @@ async def run_soak(cfg: SoakConfig, workdir: Path | None = None) -> dict[str, An
     plans = plan_jobs(cfg, rng)
     prefix = f"soak{cfg.seed}"
     phases = Phases()
+    server: EmbeddedServer | ClusterServer
     with phases("server_start"):
-        server = EmbeddedServer(base / "valkey", appendonly=True)
+        if cfg.cluster:
+            server = ClusterServer(QueueKeys(prefix, "default").stats)
+        else:
+            server = EmbeddedServer(base / "valkey", appendonly=True)
         await asyncio.to_thread(server.start)
     pool = WorkerPool(cfg, server.url, prefix, log_dir)
-    admin = admin_client(server.url)
+    admin = server.admin() if isinstance(server, ClusterServer) else admin_client(server.url)
     summary: dict[str, Any] = {}
     try:
         summary = await _soak(cfg, rng, plans, server, admin, pool, prefix, phases)
@@ -651,7 +677,7 @@ async def _soak(
     cfg: SoakConfig,
     rng: random.Random,
     plans: list[JobPlan],
-    server: EmbeddedServer,
+    server: EmbeddedServer | ClusterServer,
     admin: Redis,
     pool: WorkerPool,
     prefix: str,
@@ -664,7 +690,7 @@ async def _soak(
     with phases("workers_start"):
         await load_scripts(admin)
         pool.start()
-        await _wait_for_workers(admin, cfg, pool)
+        await _wait_for_workers(admin, cfg, pool, server)
 
     names = [f"{PRODUCER_NAME}{i + 1}" for i in range(2)]
     async with contextlib.AsyncExitStack() as stack:
@@ -683,8 +709,8 @@ async def _soak(
             warm_stats = await _warm_up(apps[0], admin, keys, min(cfg.jobs // 2, 4000), cfg, rng)
         with phases("baseline"):
             await load_scripts(admin)
-            baseline = await settled_memory(admin)
-            baseline_stats = await memory_stats(admin)
+            baseline = 0 if cfg.cluster else await settled_memory(admin)
+            baseline_stats = {} if cfg.cluster else await memory_stats(admin)
         counts.peak_memory = baseline
         # the supervisor (and the record monitor) run until the memory is measured, so a
         # worker killed by the last fault is replaced, and every worker is idle and alive
@@ -736,16 +762,17 @@ async def _soak(
                 await until_done(unexpired, stall=cfg.stall_timeout, interval=0.5)
                 records_left = await count_keys(admin, job_match)
                 dead_left = await admin.zcard(keys.dead)
-                await admin.delete(started_key(prefix), done_key(prefix))
+                await admin.delete(started_key(prefix))
+                await admin.delete(done_key(prefix))
         finally:
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await background
         with phases("settle"):
             await load_scripts(admin)
-            after = await settled_memory(admin)
+            after = 0 if cfg.cluster else await settled_memory(admin)
             keys_left = await _keys_left(admin, prefix)
-            moved = memory_diff(baseline_stats, await memory_stats(admin))
+            moved = {} if cfg.cluster else memory_diff(baseline_stats, await memory_stats(admin))
         with phases("stop_workers"):
             stop_problems = await pool.stop(timeout=cfg.stall_timeout)
         with phases("close_producers"):
@@ -757,6 +784,13 @@ async def _soak(
     dead = {j: r for j, (s, _, r) in tracker.finished.items() if s == "failed"}
     other = {j: s for j, (s, _, _) in tracker.finished.items() if s not in ("completed", "failed")}
     lost = sorted(set(expected) - set(tracker.finished))
+    # on a cluster: an enqueue acknowledged between a failover's replication checkpoint and
+    # the kill may be lost with the primary (asynchronous replication, docs/guarantees.md)
+    windows = server.windows if isinstance(server, ClusterServer) else []
+    lost_in_window = [
+        j for j in lost if any(a <= counts.acked_ms.get(j, 0) <= b for a, b in windows)
+    ]
+    lost = [j for j in lost if j not in lost_in_window]
     started_on: dict[str, set[int]] = {}
     for run in started_runs:
         started_on.setdefault(run.job, set()).add(run.pid)
@@ -859,6 +893,10 @@ async def _soak(
         "dead_lettered": len(dead),
         "dead_reasons": dict(Counter(dead.values())),
         "lost": len(lost),
+        "lost_in_replication_window": len(lost_in_window),
+        "cluster": cfg.cluster,
+        "failovers": len(windows),
+        "replication_windows_ms": [b - a for a, b in windows],
         "vanished": len(tracker.vanished),
         "completed_twice": completed_twice,
         "runs_started": sum(starts.values()),
@@ -967,12 +1005,17 @@ async def _keys_left(redis: Redis, prefix: str) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-async def _wait_for_workers(admin: Redis, cfg: SoakConfig, pool: WorkerPool) -> None:
+async def _wait_for_workers(
+    admin: Redis, cfg: SoakConfig, pool: WorkerPool, server: Any = None
+) -> None:
     """Until ``cfg.workers`` workers are blocked idle on the server (up and connected)."""
 
     async def missing() -> int:
         pool.supervise()
-        clients = await admin.client_list()
+        if isinstance(server, ClusterServer):
+            clients = await asyncio.to_thread(server.client_list)
+        else:
+            clients = await admin.client_list()
         idle = {
             c["name"]
             for c in clients
@@ -1000,10 +1043,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--server-restarts", type=int)
     p.add_argument("--server-crashes", type=int)
     p.add_argument("--workdir", type=Path, help="keep logs and the AOF here")
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a local cluster; the server crash is a failover of the queue's primary",
+    )
     args = p.parse_args(argv)
     overrides = {
-        k: v for k, v in vars(args).items() if v is not None and k not in ("long", "workdir")
+        k: v
+        for k, v in vars(args).items()
+        if v is not None and k not in ("long", "workdir", "cluster")
     }
+    if args.cluster:  # one failover in the middle, in place of the server restart
+        overrides.update(cluster=True)
+        overrides.setdefault("server_restarts", 0)
+        overrides.setdefault("server_crashes", 1)
     overrides.setdefault("seed", random.randrange(1, 1_000_000))  # printed in the summary
     cfg = SoakConfig.long(**overrides) if args.long else replace(SoakConfig(), **overrides)
     summary = asyncio.run(run_soak(cfg, args.workdir))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis.exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -30,8 +30,14 @@ async def server_ms(redis: Redis) -> int:
 
 
 async def clients_named(redis: Redis, name: str) -> list[dict[str, str]]:
-    """The server's view (``CLIENT LIST``) of the connections called ``name``."""
-    return [c for c in await redis.client_list() if c.get("name") == name]
+    """The server's view (``CLIENT LIST``) of the connections called ``name`` (on a
+    cluster client: every node's)."""
+    if isinstance(redis, RedisCluster):
+        found = await redis.client_list(target_nodes=RedisCluster.ALL_NODES)
+        listed = [c for cs in found.values() for c in cs] if isinstance(found, dict) else found
+    else:
+        listed = await redis.client_list()
+    return [c for c in listed if c.get("name") == name]
 
 
 async def blocked_in(redis: Redis, name: str, command: str = "") -> bool:

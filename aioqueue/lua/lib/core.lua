@@ -199,9 +199,15 @@ end
 
 -- announce a finished job (name: its id) or batch ('batch:'..bid) to whoever awaits it, if
 -- someone registered (w); pcall: a user without channel rights (waiters then re-check on
--- their own) must still be able to finish jobs
+-- their own) must still be able to finish jobs. Sharded first (SPUBLISH: on a cluster the
+-- waiters listen on the node that serves the queue's slot, and nothing crosses the cluster
+-- bus); when no sharded listener got it (standalone waiters, a server without SPUBLISH),
+-- plain PUBLISH
 local function announce(key, name)
-  if call('HDEL', key, 'w') == 1 then redis.pcall('PUBLISH', BASE .. 'done', name) end
+  if call('HDEL', key, 'w') == 1 then
+    local got = redis.pcall('SPUBLISH', BASE .. 'done', name)
+    if type(got) ~= 'number' or got == 0 then redis.pcall('PUBLISH', BASE .. 'done', name) end
+  end
 end
 
 -- a unique job's lock (uk: its scope letter, ':', its key; absent for none and for scope ttl,
