@@ -39,6 +39,7 @@ def resolve_url(url: str | None) -> str:
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
     if _sentinel.is_sentinel(url):  # several hosts: urlsplit cannot read it
         _sentinel.parse(url)  # raises ConfigurationError
+        return "redis" + url[len("valkey") :] if url.startswith("valkey") else url
     if url.partition("://")[0] in CLUSTER_SCHEMES:
         parse_cluster_url(url)  # raises ConfigurationError for a bad one
         return "redis" + url[len("valkey") :] if url.startswith("valkey") else url

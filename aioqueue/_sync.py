@@ -81,7 +81,9 @@ class SyncClient:
             self.closed = True
             if self._redis is not None:
                 self._redis.close()
-                self._redis.connection_pool.close()  # and the sentinels', if any
+                pool = getattr(self._redis, "connection_pool", None)  # None: a cluster
+                if pool is not None:
+                    pool.close()  # and the sentinels', if any
                 self._redis = None
 
     @property
