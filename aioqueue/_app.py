@@ -22,7 +22,6 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
-from ._cluster import is_cluster_url
 from ._codec import Codec
 from ._connect import adopt, connect, pool_options, resolve_url
 from ._durable import durability_setting, set_durability
@@ -159,8 +158,7 @@ class App(HookDecorators, ScheduleDecorators):
         if st is None or st < 1:
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
-        cluster = is_cluster_url(self.url) or isinstance(client, aioredis.RedisCluster)
-        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st, cluster)
+        self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
         if verify_keys and signing_key is None:
             raise ConfigurationError("verify_keys needs a signing_key")

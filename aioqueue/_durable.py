@@ -9,13 +9,22 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from ._checks import check_int, to_ms
+from ._cluster import is_cluster, on_each_primary
 from ._exceptions import ConfigurationError, NotReplicated, ServerRefused
-from ._lua import ScriptCall, bounded, load_scripts, pipeline_failures, wrap_redis_error
+from ._lua import (
+    ScriptCall,
+    bounded,
+    load_script_sources,
+    load_scripts,
+    pipeline_failures,
+    wrap_redis_error,
+)
 from ._wire import evalsha_command
 
 logger = logging.getLogger(__name__)
@@ -43,25 +52,18 @@ class Durability:
 
 
 def durability_setting(
-    replicas: int, timeout: float | timedelta, aof: bool, socket_timeout: float, cluster: bool
+    replicas: int, timeout: float | timedelta, aof: bool, socket_timeout: float
 ) -> Durability | None:
-    """The App's ``wait_replicas`` / ``wait_timeout`` / ``wait_aof`` checked (None: off);
-    ``cluster``: the App talks to a Redis Cluster.
+    """The App's ``wait_replicas`` / ``wait_timeout`` / ``wait_aof`` checked (None: off).
 
     Raises:
-        ConfigurationError: a negative count, a timeout not shorter than the socket timeout,
-            durability mode on a Cluster (not supported yet: WAIT must follow each write
-            on the connection of the write's own node).
+        ConfigurationError: a negative count, a timeout not shorter than the socket timeout.
     """
     check_int(replicas, 0, "wait_replicas")
     if not isinstance(aof, bool):
         raise ConfigurationError(f"wait_aof must be True or False, not {aof!r}")
     if not replicas and not aof:
         return None
-    if cluster:
-        raise ConfigurationError(
-            "durability mode (wait_replicas, wait_aof) is not supported on a Redis Cluster yet"
-        )
     ms = to_ms(timeout, "wait_timeout")
     if not 0 < ms < socket_timeout * 1000:
         raise ConfigurationError("wait_timeout must be more than 0 and less than socket_timeout")
@@ -69,23 +71,28 @@ def durability_setting(
 
 
 def set_durability(client: aioredis.Redis, durability: Durability | None) -> None:
-    """Turn durability mode on (or off, with None) for every call on ``client``'s pool (a
-    cluster client has none: ``durability_setting`` refuses the mode there)."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is not None:
-        pool.aioqueue_durability = durability
+    """Turn durability mode on (or off, with None) for every call on ``client``'s pool (on
+    a cluster client, on the client)."""
+    _holder(client).aioqueue_durability = durability
 
 
 def durability_of(client: aioredis.Redis) -> Durability | None:
     """The client's durability setting (None: off)."""
-    return getattr(getattr(client, "connection_pool", None), "aioqueue_durability", None)
+    return getattr(_holder(client), "aioqueue_durability", None)
+
+
+def _holder(client: aioredis.Redis) -> Any:
+    """Where a client's setting is kept: its pool, or a cluster client itself (no pool)."""
+    pool = getattr(client, "connection_pool", None)
+    return client if pool is None else pool
 
 
 async def durable_calls(
     client: aioredis.Redis, durability: Durability, calls: Sequence[ScriptCall], strict: bool
 ) -> list[Any]:
     """Run script calls, then WAIT, in one pipeline (so on one connection: WAIT counts only
-    that connection's writes). Returns the calls' results.
+    that connection's writes; on a cluster, the connection to the node of the calls' slot:
+    the calls must all be on one slot, as one queue's are). Returns the calls' results.
 
     Raises:
         NotReplicated: ``strict`` and fewer replicas than asked acknowledged in time
@@ -97,7 +104,9 @@ async def durable_calls(
     if missed:  # NOSCRIPT: those calls did not run. Load the scripts, then run them again
         # and WAIT again: WAIT covers the replication offset of the connection's last
         # write, which is past the writes of the calls that did run
-        await bounded(client, load_scripts(client))  # the library (or each script) again
+        # the library (or each script) again; on a cluster, each script on every primary
+        loader = load_script_sources if is_cluster(client) else load_scripts
+        await bounded(client, on_each_primary(client, loader))
         again, reply = await _run_and_wait(client, durability, [calls[i] for i in missed])
         if pipeline_failures(again):  # NOSCRIPT again: the server flushed them meanwhile
             raise ServerRefused("the scripts were flushed while they were being loaded")
@@ -123,7 +132,13 @@ async def _run_and_wait(
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         pipe.execute_command(*evalsha_command(client, script, keys, args))
-    pipe.execute_command(*durability.command())
+    if is_cluster(client):
+        # WAIT on the node of the calls' slot (every call of one durable run is one queue's):
+        # a cluster pipeline sends one node its commands in order on one connection
+        node = cast(RedisCluster, client).get_node_from_key(calls[0][1][0])
+        pipe.execute_command(*durability.command(), target_nodes=node)
+    else:
+        pipe.execute_command(*durability.command())
     results: list[Any] = await bounded(client, pipe.execute(raise_on_error=False))
     reply = results.pop()
     if isinstance(reply, Exception):  # WAIT refused: e.g. an ACL user without it

@@ -18,7 +18,15 @@ import redis as redis_sync
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.crc import key_slot
 
-from aioqueue import App, ConfigurationError, ServerRefused, ServerUnavailable, Worker
+from aioqueue import (
+    App,
+    ConfigurationError,
+    JobState,
+    NotReplicated,
+    ServerRefused,
+    ServerUnavailable,
+    Worker,
+)
 from aioqueue._cluster import parse_cluster_url, slot_runs
 from aioqueue._connect import redact, resolve_url
 from aioqueue._lua import SCRIPTS
@@ -333,3 +341,34 @@ def _mark_and_wait(node: Node, key: str) -> int:
     with redis_sync.Redis(port=node.port, socket_timeout=10) as r:
         r.set(key, 1)
         return int(r.execute_command("WAIT", 1, 5000))
+
+
+# ---------------------------------------------------------------------- durability mode
+async def test_durability_mode_waits_for_the_replica_of_the_queues_node(
+    local_cluster: LocalCluster,
+) -> None:
+    """With ``wait_replicas=1`` on a cluster, WAIT goes to the node of the queue's slot, on
+    the connection of the write: when enqueue and complete return, the replica of that node
+    holds the record as the primary does; asking for more replicas than the node has raises
+    NotReplicated (the write stays on the primary)."""
+    prefix = unique_prefix()
+    key = f"{prefix}:{{default}}:job:j1"
+    primary = local_cluster.primary_for(key)
+    replica = local_cluster.replica_of(primary)
+    async with App(local_cluster.url, prefix=prefix, wait_replicas=1) as app:
+        q = app.queue()
+        await q.enqueue("noop", job_id="j1")
+        with replica.client() as r:  # replicated before enqueue returned
+            r.execute_command("READONLY")  # a replica answers reads of its slots
+            assert r.hget(key, "s") == "queued"
+        (res,) = await q.reserve(1)
+        await q.complete(res, "done")
+        with replica.client() as r, primary.client() as p:
+            r.execute_command("READONLY")
+            assert r.hget(key, "s") == "completed"
+            assert r.hgetall(key) == p.hgetall(key)
+    async with App(local_cluster.url, prefix=prefix, wait_replicas=2, wait_timeout=0.2) as app:
+        with pytest.raises(NotReplicated) as info:
+            await app.queue().enqueue("noop", job_id="j2")
+        assert info.value.acknowledged == 1
+        assert (await app.queue().job("j2").info()).state is JobState.QUEUED
