@@ -19,14 +19,12 @@ from . import _sentinel
 from ._cluster import (
     CLUSTER_SCHEMES,
     cluster_client,
-    is_cluster,
     is_cluster_url,
-    on_each_primary,
     parse_cluster_url,
 )
 from ._exceptions import ConfigurationError, ServerUnavailable
-from ._lua import load_script_sources
-from ._scripts import check_script_access, load_scripts
+from ._lua import load_everywhere
+from ._scripts import check_script_access
 from ._wire import use_fast_packing
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -39,22 +37,20 @@ def resolve_url(url: str | None) -> str:
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
     if _sentinel.is_sentinel(url):  # several hosts: urlsplit cannot read it
         _sentinel.parse(url)  # raises ConfigurationError
-        return "redis" + url[len("valkey") :] if url.startswith("valkey") else url
-    if url.partition("://")[0] in CLUSTER_SCHEMES:
+    elif url.partition("://")[0] in CLUSTER_SCHEMES:
         parse_cluster_url(url)  # raises ConfigurationError for a bad one
-        return "redis" + url[len("valkey") :] if url.startswith("valkey") else url
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
-    scheme = parts.scheme
-    if scheme not in _SCHEMES:
-        raise ConfigurationError(
-            f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
-            "unix://, redis+sentinel:// or redis+cluster://"
-        )
-    if scheme.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
+    else:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError as exc:
+            raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+        if parts.scheme not in _SCHEMES:
+            raise ConfigurationError(
+                f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
+                "unix://, redis+sentinel:// or redis+cluster://"
+            )
+    if url.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]
     return url
 
@@ -164,7 +160,7 @@ async def _prepare(client: aioredis.Redis, probe_key: str) -> None:
     # (enqueue_many, batches) run in order rather than replaying the calls that met
     # NOSCRIPT after the others
     # (functions where the server has them; on a cluster, EVALSHA's scripts on each primary)
-    await on_each_primary(client, load_script_sources if is_cluster(client) else load_scripts)
+    await load_everywhere(client)
     # an ACL user that may load scripts but not run them on this app's keys would
     # otherwise fail only later, in every call of a worker that retries forever
     await check_script_access(client, probe_key)

@@ -15,13 +15,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from ._checks import check_int, to_ms
-from ._cluster import is_cluster, on_each_primary
+from ._cluster import is_cluster
 from ._exceptions import ConfigurationError, NotReplicated, ServerRefused
 from ._lua import (
     ScriptCall,
     bounded,
-    load_script_sources,
-    load_scripts,
+    load_everywhere,
     pipeline_failures,
     wrap_redis_error,
 )
@@ -105,8 +104,7 @@ async def durable_calls(
         # and WAIT again: WAIT covers the replication offset of the connection's last
         # write, which is past the writes of the calls that did run
         # the library (or each script) again; on a cluster, each script on every primary
-        loader = load_script_sources if is_cluster(client) else load_scripts
-        await bounded(client, on_each_primary(client, loader))
+        await bounded(client, load_everywhere(client))
         again, reply = await _run_and_wait(client, durability, [calls[i] for i in missed])
         if pipeline_failures(again):  # NOSCRIPT again: the server flushed them meanwhile
             raise ServerRefused("the scripts were flushed while they were being loaded")

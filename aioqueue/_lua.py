@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from ._cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
+from ._cluster import MOVING_ERRORS, every_primary, is_cluster, on_each_primary, slot_runs
 from ._exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
 from ._funclib import FunctionLibrary
 from ._funclib import function_missing as function_missing
@@ -385,8 +385,7 @@ async def load_scripts(client: aioredis.Redis) -> None:
     """Load every script once, on the server behind ``client``: the function library, after
     which this client's calls are FCALLs; or, where the server has no functions (Redis 6.2)
     or the ACL user may not load them, each script with SCRIPT LOAD (one round trip), after
-    which its calls are EVALSHAs. A cluster client's calls are EVALSHAs: call
-    ``load_script_sources`` on each of its primaries (``_cluster.on_each_primary``)."""
+    which its calls are EVALSHAs. For a client that may be a cluster's: ``load_everywhere``."""
     try:
         await load_library(client)
     except rexc.ResponseError:  # unknown command FUNCTION, or NOPERM: EVALSHA, as before 7.0
@@ -402,6 +401,13 @@ async def load_script_sources(client: aioredis.Redis) -> None:
     for script in SCRIPTS.values():
         pipe.execute_command("SCRIPT", "LOAD", script.source)
     await pipe.execute()
+
+
+async def load_everywhere(client: aioredis.Redis) -> None:
+    """Load every script on the server behind ``client``: ``load_scripts`` (the function
+    library, else the scripts), or, on a cluster client, ``load_script_sources`` on each of
+    its primaries (a cluster client's calls are EVALSHAs)."""
+    await on_each_primary(client, load_script_sources if is_cluster(client) else load_scripts)
 
 
 async def check_script_access(client: aioredis.Redis, key: str) -> None:
