@@ -52,6 +52,17 @@ def name_arg(kind: str) -> Callable[[str], str]:
     return check
 
 
+def server_args(p: argparse.ArgumentParser, embedded: bool = False) -> None:
+    """Add the options naming the server and the key prefix: ``--url``, ``--embedded`` (with
+    ``embedded``) and ``--prefix``, the same for every command that talks to Redis."""
+    p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
+    if embedded:
+        p.add_argument(
+            "--embedded", action="store_true", help="use the embedded server (see worker)"
+        )
+    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+
+
 def _json_value(kind: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -91,13 +102,7 @@ def add_commands(sub: Any) -> None:
 
     def command(name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-        p.add_argument(
-            "--embedded", action="store_true", help="use the embedded server (see worker)"
-        )
-        p.add_argument(
-            "--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)"
-        )
+        server_args(p, embedded=True)
         p.add_argument(
             "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
         )

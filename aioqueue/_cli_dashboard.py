@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg
+from ._cli_admin import name_arg, server_args
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -22,9 +22,7 @@ def add_dashboard(sub: Any) -> None:
     """Add the ``dashboard`` command to the ``python -m aioqueue`` subparsers ``sub``."""
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
-    p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    p.add_argument("--embedded", action="store_true", help="use the embedded Valkey server")
-    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+    server_args(p, embedded=True)
     p.add_argument(
         "-q",
         "--queue",

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg
+from ._cli_admin import name_arg, server_args
 from ._cli_format import echo
 from ._events import DEFAULT_EVENTS_MAXLEN, JobEvent, JobEventKind
 from ._exceptions import AioQueueError
@@ -41,8 +41,7 @@ def add_events(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("events", help=what, description=what)
     p.add_argument("action", choices=("on", "off", "status", "tail"))
     p.add_argument("queue", type=name_arg("queue name"))
-    p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+    server_args(p)
     p.add_argument(
         "--maxlen",
         type=_positive,

@@ -18,7 +18,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ._app import App
-from ._cli_admin import name_arg
+from ._cli_admin import name_arg, server_args
 from ._cli_format import echo
 from ._exceptions import AioQueueError
 
@@ -39,8 +39,7 @@ def add_health(sub: Any) -> None:
     """Add the ``health`` command to the ``python -m aioqueue`` subparsers ``sub``."""
     what = "exit 0 if the server answers and a live worker consumes the queue, else 1"
     p: argparse.ArgumentParser = sub.add_parser("health", help=what, description=what)
-    p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+    server_args(p)
     p.add_argument(
         "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
     )

@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg
+from ._cli_admin import name_arg, server_args
 from ._cli_format import echo
 from ._exceptions import AioQueueError
 
@@ -23,8 +23,7 @@ def add_metrics(sub: Any) -> None:
     """Add the ``metrics`` command to the ``python -m aioqueue`` subparsers ``sub``."""
     what = "serve the queues' Prometheus metrics on GET /metrics (needs aioqueue[metrics])"
     p: argparse.ArgumentParser = sub.add_parser("metrics", help=what, description=what)
-    p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+    server_args(p)
     p.add_argument(
         "-q",
         "--queue",
