@@ -52,12 +52,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[LocalCluster]:
     """The session's local Valkey Cluster (tests that kill its nodes start their own)."""
-    cluster = LocalCluster()
-    cluster.start()
-    try:
+    with LocalCluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

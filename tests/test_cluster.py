@@ -188,12 +188,8 @@ def test_slot_runs_keep_the_order_across_slots() -> None:
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its tests move slots and kill nodes."""
-    cluster = LocalCluster()
-    cluster.start()
-    try:
+    with LocalCluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 class Traffic:

@@ -216,6 +216,13 @@ class LocalCluster:
         _wait("the replica becomes a primary", lambda: self.role(replica) == "master")
         self.wait_ok()
 
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(Exception):
