@@ -33,6 +33,7 @@ from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
+from ._cli_rekey import add_rekey, rekey_command
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
 from ._logs import configure as configure_logging
 from ._version import __version__
@@ -238,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     add_metrics(sub)
     add_dashboard(sub)
     add_events(sub)
+    add_rekey(sub)
     return p
 
 
@@ -250,14 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._schedules_cli import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
-    if args.command == "health":
-        return health(args)
-    if args.command == "metrics":
-        return run_metrics(args)
-    if args.command == "dashboard":
-        return dashboard(args)
-    if args.command == "events":
-        return events(args)
+    own = {"health": health, "metrics": run_metrics, "dashboard": dashboard, "events": events}
+    own["rekey"] = rekey_command  # commands that parse and run on their own
+    if args.command in own:
+        return own[args.command](args)
     if is_admin(args):
         return run_admin(args)
     _check_args(parser, args)
