@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg, server_args
+from ._cli_admin import queues_arg, server_args
 from ._cli_format import echo, emit_json
 from ._exceptions import AioQueueError
 from ._rekey import RekeyReport
@@ -36,14 +36,7 @@ def add_rekey(sub: Any) -> None:
     p.add_argument("app", metavar="APP", help="the App with its keys, as module:attribute")
     server_args(p)
     p.set_defaults(prefix=None)
-    p.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        type=name_arg("queue name"),
-        help="only this queue (repeatable; default: every queue under the prefix)",
-    )
+    queues_arg(p)
     p.add_argument("--batch", type=int, default=200, help="records read per step (200)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
 
