@@ -238,6 +238,10 @@ async def test_workers_and_producers_that_disagree_on_encryption_get_typed_error
         async with working(sealed):  # an encrypting worker meets a plaintext payload
             assert await outcome(redis, keys, from_plain.id) == "failed:DecryptionFailed"
         assert "is not encrypted" in await error_message(redis, keys, from_plain.id)
+        # the pull API: reserve dead-letters what it cannot decrypt, and hands out nothing
+        pulled = await sealed.queue().enqueue("greet", ["pulled"])
+        assert await plain.queue().reserve(1) == []
+        assert await outcome(redis, keys, pulled.id) == "failed:DecryptionFailed"
         for_wrong = await sealed.queue().enqueue("greet", ["z"])
         async with working(wrong):  # a worker with another key
             assert await outcome(redis, keys, for_wrong.id) == "failed:DecryptionFailed"
