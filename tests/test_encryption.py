@@ -100,6 +100,7 @@ async def raw_values(redis: Redis, prefix: str) -> list[bytes]:
     return [v for v in out if isinstance(v, bytes)]
 
 
+@pytest.mark.cluster
 # ---------------------------------------------------------------------- round trips
 @pytest.mark.parametrize("signing", [False, True], ids=["encrypted", "encrypted+signed"])
 async def test_payloads_and_results_round_trip_encrypted_and_redis_holds_no_plaintext(
@@ -272,6 +273,7 @@ def test_key_options_are_checked() -> None:
     App(signing_key=[SIG_B, SIG_A], encryption_key=[ENC_B, ENC_A])
 
 
+@pytest.mark.cluster
 # ---------------------------------------------------------------------- rotation
 async def test_rotation_rekey_and_dropping_the_old_keys(redis_url: str, redis: Redis) -> None:
     """Jobs written with keys A; rotate to [B, A]: workers run old and new jobs; ``rekey``
@@ -445,3 +447,25 @@ async def test_the_rekey_command(redis_url: str, redis: Redis, tmp_path: Path) -
     proc = await cli("-q", "default")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert jobs[0].id in proc.stdout
+
+
+async def test_rekey_while_a_worker_drains_the_queue_loses_nothing(
+    redis_url: str, redis: Redis
+) -> None:
+    """Workers finishing jobs (writing results with B) while ``rekey`` rewrites the same
+    records: every result reads with B alone afterwards, none is replaced by a stale one."""
+    prefix = unique_prefix()
+    old = make_app(redis_url, prefix, encryption_key=ENC_A)
+    rotating = make_app(redis_url, prefix, encryption_key=[ENC_B, ENC_A])
+    new = make_app(redis_url, prefix, encryption_key=ENC_B)
+    async with old, rotating, new:
+        jobs = await old.tasks["double"].enqueue_many([{"x": i} for i in range(300)])
+        async with working(rotating):
+            reports = [await rotating.queue().rekey(batch=20) for _ in range(2)]
+            for job in jobs:
+                await rotating.queue().job(job.id).result(timeout=30)
+        report = await rotating.queue().rekey()
+        assert report.unreadable == 0, (reports, report)
+        assert report.payloads == 0, report  # every payload is now sealed with B
+        got = [await new.queue().job(j.id).result(timeout=5) for j in jobs]
+        assert got == [2 * i for i in range(300)]
