@@ -45,7 +45,8 @@ class RekeyReport:
     changed: int = 0
     #: values no listed key accepts (tampered, or sealed with a key no longer listed)
     unreadable: int = 0
-    #: the first reasons of ``unreadable`` (``"job <id> payload: <reason>"``)
+    #: the first reasons of ``unreadable`` (``"job '<id>' payload: <reason>"``; ids as
+    #: reprs, so nothing read from Redis prints control characters)
     reasons: tuple[str, ...] = ()
 
 
@@ -104,14 +105,14 @@ async def _jobs(queue: Queue, keys: Sequence[bytes], tally: _Tally) -> None:
             if new is not None:
                 triples += ["p", payload, new]
         except Exception as exc:
-            tally.bad(f"job {job_id} payload", exc)
+            tally.bad(f"job {job_id!r} payload", exc)
         if result:
             try:
                 new = codec.rekey_result(name, job_id, result)
                 if new is not None:
                     triples += ["r", result, new]
             except Exception as exc:
-                tally.bad(f"job {job_id} result", exc)
+                tally.bad(f"job {job_id!r} result", exc)
         if not triples:
             tally.counts["current"] += 1
             continue
@@ -136,7 +137,7 @@ async def _batch_results(queue: Queue, key: bytes, tally: _Tally, batch: int) ->
         try:
             new = codec.rekey_result(home, job_id, cast(bytes, value))
         except Exception as exc:
-            tally.bad(f"job {job_id} result in {sub}", exc)
+            tally.bad(f"job {job_id!r} result in {sub!r}", exc)
             continue
         if new is None:
             tally.counts["current"] += 1
