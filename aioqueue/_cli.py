@@ -27,13 +27,18 @@ import redis.exceptions as rexc
 
 from ._app import App
 from ._checks import check_name
-from ._cli_admin import add_commands, is_admin
+from ._cli_admin import add_commands, embedded_server, server_args
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
-from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
+from ._exceptions import (
+    AioQueueError,
+    ConfigurationError,
+    EmbeddedServerError,
+    ServerUnavailable,
+)
 from ._logs import configure as configure_logging
 from ._version import __version__
 
@@ -222,8 +227,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the periodic schedules stored under a key prefix, with their next "
         "runs (declared in code by the workers that run them, or added at run time).",
     )
-    s.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    s.add_argument("--prefix", default="aq", help="the Apps' key prefix (aq)")
+    server_args(s)
     s.add_argument(
         "-q",
         "--queue",
@@ -243,9 +247,37 @@ def _parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------- the worker command
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code.
+
+    A reader that goes away (``aioqueue jobs queued --json | head -1``) ends the command
+    quietly, with exit code 0, as a pager or ``head`` expects."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader is gone: no traceback, and nothing more to flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _worker_command(parser, args)
+    try:
+        with embedded_server(args):
+            return _operator_command(args)
+    except EmbeddedServerError as exc:
+        _error(exc)
+        return EXIT_ERROR
+
+
+def _operator_command(args: argparse.Namespace) -> int:
+    """Run one of the commands that are not ``worker``."""
     if args.command == "schedules":
         from ._schedules_cli import list_schedules
 
@@ -258,8 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dashboard(args)
     if args.command == "events":
         return events(args)
-    if is_admin(args):
-        return run_admin(args)
+    return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
+
+
+def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _check_args(parser, args)
     configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
