@@ -20,6 +20,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
@@ -73,14 +74,32 @@ def load_app(target: str) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        _die(f"cannot import module {module_name!r}: {exc}")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            _die(f"cannot import module {module_name!r}: {exc}")  # the module itself
+        _die_in_user_code(module_name, exc)
+    except Exception as exc:
+        _die_in_user_code(module_name, exc)
     if not hasattr(module, attr):
         _die(f"module {module_name!r} has no attribute {attr!r}")
     obj = getattr(module, attr)
     if not isinstance(obj, App):
         _die(f"{target!r} is a {type(obj).__name__}, not an aioqueue.App")
     return obj
+
+
+def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
+    """Exit on an error raised while the user's module was imported: one line, then the
+    frames of the user's own code (not importlib's, not aioqueue's)."""
+    skipped = ("<frozen", os.path.dirname(__file__), os.path.dirname(importlib.__file__))
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
+    ]
+    _error(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}")
+    if frames:
+        sys.stderr.write("".join(traceback.format_list(frames)))
+    sys.stderr.write("".join(traceback.format_exception_only(exc)))
+    raise SystemExit(EXIT_ERROR)
 
 
 def _error(message: object) -> None:
@@ -96,7 +115,7 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (argparse prints the usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"aioqueue: error: {message} (see {self.prog} --help)\n")
 
 
 # --------------------------------------------------------------------- option values
