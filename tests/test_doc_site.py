@@ -50,3 +50,11 @@ def test_every_page_is_in_the_navigation() -> None:
     assert listed == pages, (
         f"not in mkdocs.yml's nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
     )
+
+
+def test_the_state_diagram_is_drawn_not_shown_as_code() -> None:
+    # mkdocs.yml's mermaid fence: Material draws a <pre class="mermaid"> block
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert "- name: mermaid" in config
+    assert "format: !!python/name:pymdownx.superfences.fence_code_format" in config
+    assert "```mermaid\nstateDiagram-v2" in (ROOT / "docs" / "guarantees.md").read_text()
