@@ -82,9 +82,21 @@ def api_reference() -> str:
     lines: list[str] = []
     for home, names in public_names().items():
         lines += [f"## {SECTIONS.get(home, home)}", ""]
+        if home == "aioqueue._exceptions":  # the tree of the families, from its docstring
+            lines += [_exception_tree(), ""]
         for name in names:
             lines += [f"::: {name}", "    options:", "      heading_level: 3", ""]
     return "\n".join(lines)
+
+
+def _exception_tree() -> str:
+    """The exception tree drawn in ``aioqueue._exceptions``'s docstring, as a code block."""
+    import aioqueue._exceptions
+
+    doc = inspect.getdoc(aioqueue._exceptions) or ""
+    intro, _, rest = doc.partition("::\n\n")
+    tree = rest.split("\n\n")[0]
+    return f"{intro.strip()}:\n\n```\n{inspect.cleandoc(tree)}\n```"
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
