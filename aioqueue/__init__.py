@@ -1,4 +1,10 @@
-"""aioqueue: an asyncio-native job queue for Redis and Valkey."""
+"""aioqueue: an asyncio-native job queue for Redis and Valkey.
+
+Every exception it raises derives from ``AioQueueError``, in three families: ``UsageError``
+(the call cannot work as made), ``ServerError`` (the server failed; retrying may help) and
+``JobError`` (the job, batch or lease is not what was asked for). The whole tree is in the API
+reference, under "Exceptions".
+"""
 
 from ._app import App as App
 from ._batch import Batch as Batch
@@ -24,6 +30,7 @@ from ._exceptions import DecryptionFailed as DecryptionFailed
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import InvalidHandle as InvalidHandle
 from ._exceptions import JobCancelled as JobCancelled
+from ._exceptions import JobError as JobError
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
@@ -32,9 +39,11 @@ from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import ServerError as ServerError
 from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
+from ._exceptions import UsageError as UsageError
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
 from ._hooks import State as State
@@ -101,6 +110,7 @@ __all__ = [
     "JobContext",
     "JobContextFilter",
     "JobDetail",
+    "JobError",
     "JobEvent",
     "JobEventKind",
     "JobFailed",
@@ -124,6 +134,7 @@ __all__ = [
     "Schedules",
     "SerializationError",
     "Serializer",
+    "ServerError",
     "ServerRefused",
     "ServerUnavailable",
     "ShardedQueue",
@@ -134,6 +145,7 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UsageError",
     "Worker",
     "WorkerInfo",
     "__version__",

@@ -206,7 +206,7 @@ class App(HookDecorators, ScheduleDecorators):
         """Create the connection pool, check that the server answers and load the scripts.
 
         Raises:
-            ConnectionError: the server cannot be reached, or is loading its data (retry).
+            ServerUnavailable: the server cannot be reached, or is loading its data (retry).
             ConfigurationError: the server refused: bad credentials, a DB index out of range,
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.

@@ -20,6 +20,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
@@ -27,14 +28,19 @@ import redis.exceptions as rexc
 
 from ._app import App
 from ._checks import check_name
-from ._cli_admin import add_commands, is_admin
+from ._cli_admin import add_commands, embedded_server, server_args
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
 from ._cli_rekey import add_rekey, rekey_command
-from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
+from ._exceptions import (
+    AioQueueError,
+    ConfigurationError,
+    EmbeddedServerError,
+    ServerUnavailable,
+)
 from ._logs import configure as configure_logging
 from ._version import __version__
 
@@ -69,14 +75,32 @@ def load_app(target: str) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        _die(f"cannot import module {module_name!r}: {exc}")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            _die(f"cannot import module {module_name!r}: {exc}")  # the module itself
+        _die_in_user_code(module_name, exc)
+    except Exception as exc:
+        _die_in_user_code(module_name, exc)
     if not hasattr(module, attr):
         _die(f"module {module_name!r} has no attribute {attr!r}")
     obj = getattr(module, attr)
     if not isinstance(obj, App):
         _die(f"{target!r} is a {type(obj).__name__}, not an aioqueue.App")
     return obj
+
+
+def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
+    """Exit on an error raised while the user's module was imported: one line, then the
+    frames of the user's own code (not importlib's, not aioqueue's)."""
+    skipped = ("<frozen", os.path.dirname(__file__), os.path.dirname(importlib.__file__))
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
+    ]
+    _error(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}")
+    if frames:
+        sys.stderr.write("".join(traceback.format_list(frames)))
+    sys.stderr.write("".join(traceback.format_exception_only(exc)))
+    raise SystemExit(EXIT_ERROR)
 
 
 def _error(message: object) -> None:
@@ -92,7 +116,7 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (argparse prints the usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"aioqueue: error: {message} (see {self.prog} --help)\n")
 
 
 # --------------------------------------------------------------------- option values
@@ -223,8 +247,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the periodic schedules stored under a key prefix, with their next "
         "runs (declared in code by the workers that run them, or added at run time).",
     )
-    s.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    s.add_argument("--prefix", default="aq", help="the Apps' key prefix (aq)")
+    server_args(s)
     s.add_argument(
         "-q",
         "--queue",
@@ -245,19 +268,55 @@ def _parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------- the worker command
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code.
+
+    A reader that goes away (``aioqueue jobs queued --json | head -1``) ends the command
+    quietly, with exit code 0, as a pager or ``head`` expects."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader is gone: no traceback, and nothing more to flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _worker_command(parser, args)
+    try:
+        with embedded_server(args):
+            return _operator_command(args)
+    except EmbeddedServerError as exc:
+        _error(exc)
+        return EXIT_ERROR
+
+
+def _operator_command(args: argparse.Namespace) -> int:
+    """Run one of the commands that are not ``worker``."""
     if args.command == "schedules":
         from ._schedules_cli import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
-    own = {"health": health, "metrics": run_metrics, "dashboard": dashboard, "events": events}
-    own["rekey"] = rekey_command  # commands that parse and run on their own
-    if args.command in own:
-        return own[args.command](args)
-    if is_admin(args):
-        return run_admin(args)
+    if args.command == "health":
+        return health(args)
+    if args.command == "metrics":
+        return run_metrics(args)
+    if args.command == "dashboard":
+        return dashboard(args)
+    if args.command == "events":
+        return events(args)
+    if args.command == "rekey":
+        return rekey_command(args)
+    return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
+
+
+def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _check_args(parser, args)
     configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)

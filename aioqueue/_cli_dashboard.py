@@ -22,7 +22,7 @@ def add_dashboard(sub: Any) -> None:
     """Add the ``dashboard`` command to the ``python -m aioqueue`` subparsers ``sub``."""
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
-    server_args(p, embedded=True)
+    server_args(p)
     queues_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to bind (8080)")
@@ -65,10 +65,6 @@ def dashboard(args: argparse.Namespace) -> int:
         return _fail(f"{exc}: pip install 'aioqueue[dashboard]'", EXIT_ERROR)
     try:
         app = App(args.url, prefix=args.prefix)
-        if args.embedded:
-            from ._embedded import attach_or_start
-
-            app.url = attach_or_start().url
     except AioQueueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     auth = None if args.no_auth else basic_auth(str(user), str(password))
