@@ -26,6 +26,7 @@ from ._exceptions import BatchNotFound as BatchNotFound
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import CorruptRecord as CorruptRecord
+from ._exceptions import DecryptionFailed as DecryptionFailed
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import InvalidHandle as InvalidHandle
 from ._exceptions import JobCancelled as JobCancelled
@@ -62,6 +63,7 @@ from ._logs import JsonLogFormatter as JsonLogFormatter
 from ._pull import Reservation as Reservation
 from ._queue import Queue as Queue
 from ._registry import WorkerInfo as WorkerInfo
+from ._rekey import RekeyReport as RekeyReport
 from ._schedules import ScheduleInfo as ScheduleInfo
 from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
@@ -96,6 +98,7 @@ __all__ = [
     "ClosedError",
     "ConfigurationError",
     "CorruptRecord",
+    "DecryptionFailed",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",
@@ -123,6 +126,7 @@ __all__ = [
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
+    "RekeyReport",
     "Reservation",
     "ResultTimeout",
     "Retry",

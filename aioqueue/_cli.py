@@ -34,6 +34,7 @@ from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
+from ._cli_rekey import add_rekey, rekey_command
 from ._exceptions import (
     AioQueueError,
     ConfigurationError,
@@ -261,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     add_metrics(sub)
     add_dashboard(sub)
     add_events(sub)
+    add_rekey(sub)
     return p
 
 
@@ -309,6 +311,8 @@ def _operator_command(args: argparse.Namespace) -> int:
         return dashboard(args)
     if args.command == "events":
         return events(args)
+    if args.command == "rekey":
+        return rekey_command(args)
     return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
 
 

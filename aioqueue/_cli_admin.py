@@ -67,6 +67,18 @@ def server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
 
 
+def queues_arg(p: argparse.ArgumentParser, what: str = "only this queue") -> None:
+    """Add ``-q/--queue`` (repeatable, into ``queues``; None: every queue under the prefix)."""
+    p.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        type=name_arg("queue name"),
+        help=f"{what} (repeatable; default: every queue under the prefix)",
+    )
+
+
 def _json_value(kind: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:

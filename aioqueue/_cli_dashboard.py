@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg, server_args
+from ._cli_admin import queues_arg, server_args
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -23,14 +23,7 @@ def add_dashboard(sub: Any) -> None:
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
     server_args(p)
-    p.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        type=name_arg("queue name"),
-        help="only this queue (repeatable; default: every queue under the prefix)",
-    )
+    queues_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to bind (8080)")
     p.add_argument("--read-only", action="store_true", help="no actions: view only")

@@ -20,6 +20,7 @@
     │   ├── ResultTimeout         result(timeout=) ran out; also a builtin TimeoutError
     │   ├── LeaseLost             complete/fail/release/extend with a stale lease token
     │   ├── BadSignature          a signing App met an unsigned or tampered payload or result
+    │   │   └── DecryptionFailed  a payload or result that does not decrypt here
     │   ├── InvalidHandle         a reservation handle that is garbled, forged or another queue's
     │   ├── BatchNotFound         no record of the batch (never existed, or its retention ran out)
     │   ├── BatchFailed           awaited batch (on_failure="fail") had failed sub-jobs
@@ -196,6 +197,14 @@ class BadSignature(JobError):
     result (``Job.result()``, ``Batch.results()``: another job's, or one not made for that
     batch, does not match either). An App without a key raises it when it meets a signed
     result."""
+
+
+class DecryptionFailed(BadSignature):
+    """Raised when an App reads a payload or result it cannot decrypt: with an
+    ``encryption_key``, a value not encrypted, encrypted with a key it does not list, tampered
+    with, or moved from another job, task, queue or prefix (AES-GCM authenticates it with its
+    place); without one, an encrypted value. A worker or ``reserve`` dead-letters the job with
+    this reason, undecoded; ``Job.result()`` and ``Batch.results()`` raise it."""
 
 
 class InvalidHandle(JobError, ValueError):

@@ -242,7 +242,7 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
     result = None
     if info.state is JobState.COMPLETED and "r" in h:
         try:
-            result = codec.load_result(h["r"])
+            result = codec.load_result(h["r"], queue=info.queue, job_id=info.id)
         except Exception:
             result = None
     deadline = None

@@ -227,6 +227,7 @@ SCRIPTS: Final = {
         ("page", ""),
         ("peek", "core"),
         ("progress", "core events"),
+        ("rekey", "core"),
     )
 }
 
