@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import logging
 import math
 import os
@@ -20,7 +19,6 @@ import random
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
@@ -33,6 +31,7 @@ from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
+from ._cli_load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, _error, load_app
 from ._cli_metrics import add_metrics, run_metrics
 from ._cli_rekey import add_rekey, rekey_command
 from ._exceptions import (
@@ -49,67 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("aioqueue.cli")
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: the first and the longest pause between two attempts to reach the server at startup
 CONNECT_BACKOFF = (0.1, 5.0)
-
-
-def load_app(target: str) -> App:
-    """Import ``module:attribute`` (or ``module.attribute``) and return the App it names.
-
-    Raises:
-        SystemExit(1) with a clear message for an import error, a missing attribute, or an
-        object that is not an App.
-    """
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, _, attr = target.rpartition(".")
-    if not module_name or not attr:
-        _die(f"expected module:app (e.g. myproject.jobs:app), got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            _die(f"cannot import module {module_name!r}: {exc}")  # the module itself
-        _die_in_user_code(module_name, exc)
-    except Exception as exc:
-        _die_in_user_code(module_name, exc)
-    if not hasattr(module, attr):
-        _die(f"module {module_name!r} has no attribute {attr!r}")
-    obj = getattr(module, attr)
-    if not isinstance(obj, App):
-        _die(f"{target!r} is a {type(obj).__name__}, not an aioqueue.App")
-    return obj
-
-
-def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
-    """Exit on an error raised while the user's module was imported: one line, then the
-    frames of the user's own code (not importlib's, not aioqueue's)."""
-    skipped = ("<frozen", os.path.dirname(__file__), os.path.dirname(importlib.__file__))
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
-    ]
-    _error(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}")
-    if frames:
-        sys.stderr.write("".join(traceback.format_list(frames)))
-    sys.stderr.write("".join(traceback.format_exception_only(exc)))
-    raise SystemExit(EXIT_ERROR)
-
-
-def _error(message: object) -> None:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
-
-
-def _die(message: str) -> NoReturn:
-    _error(message)
-    raise SystemExit(EXIT_ERROR)
 
 
 class _Parser(argparse.ArgumentParser):

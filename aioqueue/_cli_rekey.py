@@ -43,7 +43,7 @@ def add_rekey(sub: Any) -> None:
 
 def rekey_command(args: argparse.Namespace) -> int:
     """Run ``rekey``; the exit code."""
-    from ._cli import load_app
+    from ._cli_load import load_app
 
     app = load_app(args.app)
     if args.url:
