@@ -52,10 +52,15 @@ async def parked(redis: Redis, app: App) -> list[str]:
 async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redis: Redis) -> None:
     async with open_app(redis_url) as app:
         q = app.queue()
+
+        @app.task(name="t")
+        async def t(i: int) -> None: ...
+
         await park(app, "w1", want=2)
         assert await parked(redis, app) == ["w1"]
-        jobs = [await q.enqueue("t", args=[i]) for i in range(3)]
-        # the first two fill w1's room; the third waits in the queue, with a wake token
+        jobs = await t.enqueue_many([((i,), {}) for i in range(3)])
+        # one enqueue, one hand-off: the first two fill w1's room; the third waits in the
+        # queue, with a wake token
         assert await handed(redis, app, "w1") == [(jobs[0].id, 1), (jobs[1].id, 1)]
         assert await parked(redis, app) == []
         states = await check_invariants(redis, q._keys)
@@ -72,6 +77,28 @@ async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redi
         done = await scripts(app).complete([(i, t, b"1", 60_000) for i, t in held.items()])
         assert done == [Outcome.OK, Outcome.OK]
         assert (await check_invariants(redis, q._keys))[jobs[2].id] == "queued"
+
+
+async def test_a_parked_worker_gets_one_hand_off_until_its_own_next_claim(
+    redis_url: str, redis: Redis
+) -> None:
+    """A worker that died parked never claims again: after the one hand-off it got, the jobs
+    enqueued after wait in the queue for a live worker, not in its hand list."""
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "w1", want=5)
+        first = await q.enqueue("t")
+        later = [await q.enqueue("t") for _ in range(3)]
+        assert await handed(redis, app, "w1") == [(first.id, 1)]
+        assert await parked(redis, app) == []
+        states = await check_invariants(redis, q._keys)
+        assert [states[j.id] for j in later] == ["queued"] * 3
+        # its own claim takes the hand-off and the queued jobs, and parks it again
+        res = await scripts(app).claim(5, LEASE_MS, DEAD_TTL_MS, "w1", 60_000)
+        assert [c.id for c in res.jobs] == [first.id] + [j.id for j in later]
+        assert await parked(redis, app) == ["w1"]
+        again = await q.enqueue("t")
+        assert await handed(redis, app, "w1") == [(again.id, 1)]
 
 
 async def test_the_worker_parked_longest_ahead_is_served_first(
