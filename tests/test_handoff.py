@@ -101,6 +101,28 @@ async def test_a_parked_worker_gets_one_hand_off_until_its_own_next_claim(
         assert await handed(redis, app, "w1") == [(again.id, 1)]
 
 
+async def test_a_live_workers_heartbeat_buries_a_dead_one(redis_url: str, redis: Redis) -> None:
+    """Burial does not wait for a live worker's next claim (up to idle_block away): its next
+    heartbeat buries a worker past its deadline, hands back its jobs (those it never started
+    with their attempt refunded) and leaves a wake token for the idle consumers."""
+    info = ("h", 1, "0", "default", 4, 0, 0, 0)
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await scripts(app).beat("dead", 200, LEASE_MS, 0, info, [], DEAD_TTL_MS)
+        job = await q.enqueue("t")
+        res = await scripts(app).claim(1, LEASE_MS, DEAD_TTL_MS, "dead", 0, started=(0, 0))
+        assert [c.id for c in res.jobs] == [job.id]  # leased, never started (prefetched)
+        end = await server_ms(redis) + 200
+        await wait_until(lambda: _after(redis, end), interval=0.01, what="its deadline")
+        await redis.delete(q._keys.wake)
+        await scripts(app).beat("alive", 60_000, LEASE_MS, 0, info, [], DEAD_TTL_MS)
+        assert [w.id for w in await q.workers()] == ["alive"]
+        assert (await check_invariants(redis, q._keys))[job.id] == "queued"
+        assert (await job.info()).attempts == 0
+        assert await redis.llen(q._keys.wake) == 1
+        assert int((await q.stats())["buried"]) == 1
+
+
 async def test_the_worker_parked_longest_ahead_is_served_first(
     redis_url: str, redis: Redis
 ) -> None:

@@ -114,7 +114,8 @@ async def test_a_killed_parked_worker_gets_at_most_one_hand_off_and_no_job_waits
     print(
         f"\nhand-off: {len(to_dead)} of 40 jobs went to the dead worker, started {late} ms "
         f"after the kill; burial {buried.after_ms} ms after the kill (bound "
-        f"{BURIAL_BOUND_MS} ms); longest wait from enqueue to start {max(waits.values())} ms"
+        f"{BURIAL_BOUND_MS} ms); the other jobs' longest wait from enqueue to start "
+        f"{max(w for i, w in waits.items() if i not in to_dead)} ms"
     )
     assert len(to_dead) <= 1
     assert int(stats["buried"]) == 1
