@@ -34,6 +34,8 @@ from .support.processes import WorkerProcess, WorkerProcesses, run_records
 from .support.server import server_ms
 from .support.waiting import wait_until
 
+pytestmark = pytest.mark.cluster
+
 LEASE = 30.0
 HEARTBEAT = 0.5
 #: the burial bound: dead three heartbeats after its last one, buried by the next live one
