@@ -142,13 +142,20 @@ class Killed:
 
 
 async def kill_holding(
-    workers: WorkerProcesses, producer: App, redis: Redis, running: int, prefetched: int
+    workers: WorkerProcesses,
+    producer: App,
+    redis: Redis,
+    running: int,
+    prefetched: int,
+    *,
+    load: bool = False,
 ) -> Killed:
     """A worker at concurrency ``running`` runs that many jobs (each waits for a key) with
     ``prefetched`` more leased into its buffer, never started; a live worker idles (parked,
-    its next claim up to idle_block = 5 s away); the first is killed, then the key set (the
-    jobs that were running may finish on the survivor). Returns once the victim is buried
-    and every job has finished."""
+    its next claim up to idle_block = 5 s away) or, with ``load``, is kept busy by a producer
+    enqueueing 50 ms jobs faster than it runs them; the first is killed, then the key set (the
+    jobs that were running may finish on the survivor). Returns once the victim is buried and
+    every job has finished."""
     q = producer.queue()
     key = f"{producer.prefix}:go"
     run = [
@@ -159,11 +166,38 @@ async def kill_holding(
     await wait_holding(redis, producer, victim, run, running + prefetched)
     survivor = workers.start(lease=LEASE, concurrency=4)
     await workers.wait_idle(redis, survivor)
+    stop = asyncio.Event()
+    loaded: list[Job[Any]] = []
+
+    async def produce() -> None:
+        while not stop.is_set():
+            loaded.append(await q.enqueue("record", kwargs={"tag": "load", "duration": 0.05}))
+            await asyncio.sleep(0.01)
+
+    producing = asyncio.create_task(produce()) if load else None
+    if load:  # the survivor is busy before the kill
+        await wait_until(lambda: len(loaded) >= 20, timeout=20, what="the load to start")
     _killed, burial = await kill_and_time_burial(redis, producer, victim)
     await redis.set(key, "1")
     buried = await asyncio.wait_for(burial, 30)
-    await asyncio.gather(*(j.result(timeout=LEASE - 5) for j in [*run, *pre]))
+    stop.set()
+    if producing is not None:
+        await producing
+    await asyncio.gather(*(j.result(timeout=LEASE - 5) for j in [*run, *pre, *loaded]))
     return Killed(victim, survivor, run, pre, buried)
+
+
+async def test_the_burial_bound_holds_while_the_live_worker_is_busy(
+    short_heartbeat: None, workers: WorkerProcesses, producer: App, redis: Redis
+) -> None:
+    """The same kill while the live worker runs a backlog of jobs that a producer keeps
+    filling: its heartbeats and claims go on, and the dead worker is buried within the bound."""
+    k = await kill_holding(workers, producer, redis, running=4, prefetched=8, load=True)
+    print(
+        f"\nburial under load: {k.burial.after_ms} ms after the kill (bound {BURIAL_BOUND_MS} ms)"
+    )
+    assert k.burial.after_ms <= BURIAL_BOUND_MS + ROOM_MS
+    await check_invariants(redis, producer.queue()._keys)
 
 
 async def test_a_killed_workers_leased_and_prefetched_jobs_come_back_within_the_burial_bound(
