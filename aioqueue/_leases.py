@@ -78,8 +78,11 @@ class Leases:
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
     ) -> list[Outcome]:
-        """A worker's heartbeat: its registration and the renewal of its leases."""
-        return await self.scripts.beat(worker_id, period_ms, lease_ms, started, info, pairs)
+        """A worker's heartbeat: its registration, the renewal of its leases, and the burial
+        of a worker that missed its deadline."""
+        return await self.scripts.beat(
+            worker_id, period_ms, lease_ms, started, info, pairs, self.dead_ttl_ms
+        )
 
     async def job_age_ms(self, job_id: str) -> int | None:
         """How long ago a job was created (server clock), None if unknown."""

@@ -82,17 +82,6 @@ async def test_no_sentinel_answering_is_server_unavailable() -> None:
 # ------------------------------------------------------------------ a live deployment
 
 
-@pytest.fixture(scope="module")
-def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
-    """One deployment for the tests that kill nothing (each works under its own prefix)."""
-    group = SentinelGroup(tmp_path_factory.mktemp("sentinels"))
-    try:
-        group.wait_ready()
-        yield group
-    finally:
-        group.close()
-
-
 @pytest.fixture
 def two_replicas(tmp_path: Path) -> Iterator[SentinelGroup]:
     """Two replicas: after a failover one is left to acknowledge writes (``WAIT 1``)."""
