@@ -36,7 +36,7 @@ T = TypeVar("T")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster", "valkey+cluster", "valkeys+cluster")
 
 # the pool options of a standalone client that a cluster client takes, per node
-_NODE_OPTIONS = (
+NODE_OPTIONS = (
     "decode_responses",
     "socket_connect_timeout",
     "socket_timeout",
@@ -108,10 +108,10 @@ def cluster_client(url: str, pool_opts: dict[str, Any]) -> RedisCluster:
     """A ``RedisCluster`` on the URL's seed nodes, with the pool options that apply per node
     (``max_connections`` is per node)."""
     seeds, opts = parse_cluster_url(url)
-    for key in _NODE_OPTIONS:
+    for key in NODE_OPTIONS:
         if key in pool_opts:
             opts[key] = pool_opts[key]
-    extra = set(pool_opts) - set(_NODE_OPTIONS) - {"timeout"}
+    extra = set(pool_opts) - set(NODE_OPTIONS) - {"timeout"}
     opts.update({k: pool_opts[k] for k in extra})
     nodes = [ClusterNode(host, port) for host, port in seeds]
     try:
@@ -235,7 +235,7 @@ def every_primary(client: object) -> dict[str, Any]:
 def blocking_cluster_client(url: str, pool_opts: dict[str, Any]) -> SyncCluster:
     """``cluster_client`` for the blocking producer (``app.sync()``)."""
     seeds, opts = parse_cluster_url(url)
-    for key in _NODE_OPTIONS:
+    for key in NODE_OPTIONS:
         if key in pool_opts:
             opts[key] = pool_opts[key]
     nodes = [SyncNode(host, port) for host, port in seeds]  # type: ignore[no-untyped-call]

@@ -12,13 +12,19 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode as SyncNode
+from redis.cluster import RedisCluster as SyncCluster
 from redis.exceptions import RedisClusterException
 
 from . import _sentinel
 from ._cluster import (
     CLUSTER_SCHEMES,
+    NODE_OPTIONS,
+    blocking_cluster_client,
     cluster_client,
+    is_cluster,
     is_cluster_url,
     parse_cluster_url,
 )
@@ -179,8 +185,91 @@ def _refused(exc: BaseException, where: str) -> BaseException:
     return exc
 
 
-def sync_pool(url: str, opts: dict[str, Any]) -> redis.BlockingConnectionPool:
-    """The blocking producer's pool (``app.sync()``): standalone or through Sentinel."""
+def blocking_client(url: str, given: Any, opts: dict[str, Any]) -> redis.Redis:
+    """The blocking producer's client (``app.sync()``): like ``given``, the client the App
+    was given, else on ``url`` (standalone, through Sentinel, or a cluster)."""
+    if given is not None:
+        return blocking_twin(given, opts)
+    if is_cluster_url(url):
+        return cast(redis.Redis, blocking_cluster_client(url, opts))
     if _sentinel.is_sentinel(url):
-        return _sentinel.sync_pool(url, opts)
-    return redis.BlockingConnectionPool.from_url(url, **opts)
+        return redis.Redis(connection_pool=_sentinel.sync_pool(url, opts))
+    return redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(url, **opts))
+
+
+# ------------------------------------------------------------------ connections of their own
+# (every one derived from the App's client: I11, docs/guarantees.md)
+def own_client(client: Any, key: str, name: str) -> aioredis.Redis:
+    """A client with one connection of its own (never one of ``client``'s pool), to the same
+    server as ``client``: on a cluster, to the node that holds ``key``. ``name``: the
+    connection's CLIENT SETNAME suffix."""
+    if is_cluster(client):
+        node = client.get_node_from_key(key)
+        kwargs = dict(node.connection_kwargs)
+        connection_class = node.connection_class
+    else:
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        connection_class = pool.connection_class
+    kwargs["client_name"] = f"{kwargs.get('client_name') or 'aioqueue'}:{name}"
+    own = aioredis.ConnectionPool(connection_class=connection_class, max_connections=1, **kwargs)
+    return aioredis.Redis.from_pool(own)
+
+
+# what a blocking connection takes from an async one of a client the user gave
+_BLOCKING_KEYS = ("host", "port", "path", "db", "username", "password", "client_name")
+
+
+def blocking_twin(client: Any, opts: dict[str, Any]) -> redis.Redis:
+    """A blocking client (``app.sync()``) on the server of ``client``, a client the user gave
+    (``App(client=...)``), with the pool options ``opts``: never the default address.
+
+    Raises:
+        ConfigurationError: a client whose connections cannot be made blocking (a Sentinel
+            pool, a connection class of the user's): give the App a URL for ``app.sync()``.
+    """
+    if is_cluster(client):
+        kwargs = client.connection_kwargs
+        nodes = [SyncNode(n.host, n.port) for n in client.get_nodes()]  # type: ignore[no-untyped-call]
+        extra = {k: v for k, v in kwargs.items() if k in _BLOCKING_KEYS or k.startswith("ssl_")}
+        for key in ("host", "port", "db", "path"):
+            extra.pop(key, None)
+        tls = issubclass(
+            kwargs.get("connection_class", aioredis.Connection), aioredis.SSLConnection
+        )
+        node_opts = {k: opts[k] for k in NODE_OPTIONS if k in opts}
+        return cast(redis.Redis, SyncCluster(startup_nodes=nodes, ssl=tls, **extra, **node_opts))
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    blocking = _blocking_class(pool)
+    if blocking is None:
+        raise ConfigurationError(
+            "app.sync() cannot make a blocking client like the given one "
+            f"({type(pool).__name__}, {pool.connection_class.__name__}): give the App a URL "
+            "(App(url, ...)) to use app.sync()"
+        )
+    options = {**opts, **{k: kwargs[k] for k in _BLOCKING_KEYS if k in kwargs}}
+    if blocking is redis.SSLConnection:
+        options.update({k: v for k, v in kwargs.items() if k.startswith("ssl_")})
+    if blocking is redis.UnixDomainSocketConnection:
+        options.pop("socket_keepalive", None)
+        options.pop("host", None)
+        options.pop("port", None)
+    return redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(connection_class=blocking, **options)  # type: ignore[no-untyped-call]
+    )
+
+
+def _blocking_class(pool: Any) -> type[Any] | None:
+    """The blocking connection class like ``pool``'s, or None (a Sentinel pool: its
+    connections look the primary up through the pool)."""
+    if isinstance(pool, SentinelConnectionPool):
+        return None
+    for async_class, blocking in (
+        (aioredis.UnixDomainSocketConnection, redis.UnixDomainSocketConnection),
+        (aioredis.SSLConnection, redis.SSLConnection),
+        (aioredis.Connection, redis.Connection),
+    ):
+        if issubclass(pool.connection_class, async_class):
+            return blocking
+    return None

@@ -18,12 +18,14 @@ from urllib.parse import parse_qs, unquote
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 from redis.sentinel import Sentinel as SyncSentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelConnectionPool
+from redis.sentinel import SentinelManagedConnection as SyncSentinelManagedConnection
 
 from ._exceptions import ConfigurationError
 
@@ -130,6 +132,40 @@ def redact(url: str) -> str:
     return f"{scheme}{sep}{creds}{at}{hosts}{slash}{path}{q}{query}"
 
 
+# redis-py's sentinel-managed connection asks the sentinels for the primary only in
+# ``connect()``; its other ways in (a send on an unconnected connection, which the App's held
+# enqueue connection and redis-py's own retries take) open the socket at the connection's
+# default address, localhost:6379. These look the primary up wherever the socket is opened.
+class PrimaryConnection(SentinelManagedConnection):
+    """A connection to the primary the sentinels name, however it comes to connect."""
+
+    async def connect(self) -> None:
+        await self.connect_check_health(check_health=self.connection_pool.check_connection)
+
+    async def _connect(self) -> None:
+        self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+class PrimarySSLConnection(PrimaryConnection, SSLConnection):
+    """The same over TLS."""
+
+
+class SyncPrimaryConnection(SyncSentinelManagedConnection):
+    """``PrimaryConnection`` for redis-py's blocking client."""
+
+    def connect(self) -> None:
+        self.connect_check_health(check_health=self.connection_pool.check_connection)
+
+    def _connect(self) -> Any:
+        self.host, self.port = self.connection_pool.get_master_address()
+        return super()._connect()  # type: ignore[no-untyped-call]
+
+
+class SyncPrimarySSLConnection(SyncPrimaryConnection, redis.SSLConnection):
+    """The same over TLS."""
+
+
 class BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A sentinel-managed pool that, like the App's standalone pool, makes a burst of
     callers wait for a free connection rather than fail."""
@@ -156,6 +192,8 @@ def async_pool(url: str, opts: dict[str, Any]) -> BlockingSentinelPool:
     kwargs = parsed.sentinel_options(AsyncRetry)
     manager = Sentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
+    tls = options.pop("ssl", False)
+    options["connection_class"] = PrimarySSLConnection if tls else PrimaryConnection
     return BlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
 
 
@@ -165,4 +203,6 @@ def sync_pool(url: str, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
     kwargs = parsed.sentinel_options(SyncRetry)
     manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
+    tls = options.pop("ssl", False)
+    options["connection_class"] = SyncPrimarySSLConnection if tls else SyncPrimaryConnection
     return SyncBlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
