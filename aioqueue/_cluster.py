@@ -30,6 +30,7 @@ from redis.cluster import RedisCluster as SyncCluster
 from redis.crc import key_slot
 
 from ._exceptions import ConfigurationError
+from ._safetext import redact_url, split_userinfo
 
 T = TypeVar("T")
 
@@ -76,12 +77,14 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
             other than 0 (a cluster has only database 0) or a unix socket.
     """
     scheme, _, rest = url.partition("://")
-    netloc, _, query = rest.partition("?")
-    netloc, _, path = netloc.partition("/")
+    userinfo, at, rest = split_userinfo(rest)  # a password may hold "/" or "?"
+    hosts, _, query = rest.partition("?")
+    hosts, _, path = hosts.partition("/")
     if path.strip("/") not in ("", "0"):
-        raise ConfigurationError(f"invalid cluster URL: a cluster has only database 0 ({url!r})")
+        raise ConfigurationError(
+            f"invalid cluster URL: a cluster has only database 0 ({redact_url(url)!r})"
+        )
     opts: dict[str, Any] = {"ssl": scheme.startswith(("rediss", "valkeys"))}
-    userinfo, at, hosts = netloc.rpartition("@")
     if at:
         user, colon, password = userinfo.partition(":")
         if colon:
@@ -98,7 +101,7 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
             raise ConfigurationError(f"invalid cluster URL: bad seed node {seed!r}")
         seeds.append((host, int(port)))
     if not seeds:
-        raise ConfigurationError(f"invalid cluster URL: no seed node in {url!r}")
+        raise ConfigurationError(f"invalid cluster URL: no seed node in {redact_url(url)!r}")
     for key, value in parse_qsl(query):
         opts[key] = value
     return seeds, opts

@@ -30,6 +30,7 @@ from ._cluster import (
 )
 from ._exceptions import ConfigurationError, ServerUnavailable
 from ._lua import load_everywhere
+from ._safetext import redact_text, redact_url, split_userinfo
 from ._scripts import check_script_access
 from ._wire import use_fast_packing
 
@@ -46,36 +47,35 @@ def resolve_url(url: str | None) -> str:
     elif url.partition("://")[0] in CLUSTER_SCHEMES:
         parse_cluster_url(url)  # raises ConfigurationError for a bad one
     else:
+        url = _quote_userinfo(url)
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a port out of range
         except ValueError as exc:
-            raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+            raise ConfigurationError(
+                f"invalid Redis URL {redact_url(url)!r}: {why(exc, url)}"
+            ) from exc
         if parts.scheme not in _SCHEMES:
             raise ConfigurationError(
-                f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
-                "unix://, redis+sentinel:// or redis+cluster://"
+                f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, "
+                "rediss:// (TLS), unix://, redis+sentinel:// or redis+cluster://"
             )
     if url.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]
     return url
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    if _sentinel.is_sentinel(url):
-        return _sentinel.redact(url)
-    if is_cluster_url(url):  # several hosts: urlsplit cannot take it apart
-        head, at, tail = url.rpartition("@")
-        scheme, _, userinfo = head.partition("://")
-        if at and ":" in userinfo:
-            return f"{scheme}://{userinfo.partition(':')[0]}:***@{tail}"
+def _quote_userinfo(url: str) -> str:
+    """``url`` with the ``/``, ``?``, ``#`` and ``@`` of its credentials percent-encoded (a
+    base64 password holds ``/``), which would otherwise end the host part early: the
+    password then read as a host or port, and shown in errors."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, tail = split_userinfo(rest)
+    if not (sep and at):
         return url
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return url
+    for char, code in (("/", "%2F"), ("?", "%3F"), ("#", "%23"), ("@", "%40")):
+        userinfo = userinfo.replace(char, code)
+    return f"{scheme}{sep}{userinfo}{at}{tail}"
 
 
 def pool_options(
@@ -172,16 +172,21 @@ async def _prepare(client: aioredis.Redis, probe_key: str) -> None:
     await check_script_access(client, probe_key)
 
 
+def why(exc: BaseException, url: str) -> str:
+    """An error's message for a message of ours, any secret of ``url`` in it hidden."""
+    return redact_text(str(exc), url)
+
+
 def _refused(exc: BaseException, where: str) -> BaseException:
     """What a failed connect raises: refused (bad credentials, a DB index out of range, an
     ACL user without a command aioqueue needs: retrying cannot help) is a
     ConfigurationError, unreachable (or LOADING) a ServerUnavailable; anything else as is."""
-    where = redact(where)
+    shown = redact_url(where)
     if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
         reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
-        return ConfigurationError(f"Redis at {where} refused: {reply}")
+        return ConfigurationError(f"Redis at {shown} refused: {redact_text(reply, where)}")
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError | RedisClusterException):
-        return ServerUnavailable(f"cannot reach Redis at {where}: {exc}")
+        return ServerUnavailable(f"cannot reach Redis at {shown}: {why(exc, where)}")
     return exc
 
 

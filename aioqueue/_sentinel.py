@@ -28,6 +28,7 @@ from redis.sentinel import SentinelConnectionPool as SyncSentinelConnectionPool
 from redis.sentinel import SentinelManagedConnection as SyncSentinelManagedConnection
 
 from ._exceptions import ConfigurationError
+from ._safetext import redact_url, split_userinfo
 
 SCHEMES = ("redis+sentinel", "valkey+sentinel")
 _QUERY = ("sentinel_password", "sentinel_username")
@@ -81,14 +82,14 @@ def parse(url: str) -> SentinelURL:
     """
 
     def bad(why: str) -> ConfigurationError:
-        return ConfigurationError(f"invalid Sentinel URL {redact(url)!r}: {why}")
+        return ConfigurationError(f"invalid Sentinel URL {redact_url(url)!r}: {why}")
 
     scheme, sep, rest = url.partition("://")
     if scheme not in SCHEMES or not sep:
         raise bad("the scheme must be redis+sentinel://")
+    creds, at, rest = split_userinfo(rest)  # a password may hold "/" or "?"
     rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    creds, at, hosts = netloc.rpartition("@")
+    hosts, _, path = rest.partition("/")
     username = password = None
     if at:
         user, colon, pw = creds.partition(":")
@@ -114,22 +115,6 @@ def parse(url: str) -> SentinelURL:
             raise bad(f"unknown parameter {name!r} (known: {', '.join(_QUERY)})")
         extra[name] = values[-1]
     return SentinelURL(sentinels, unquote(service), int(db or 0), username, password, **extra)
-
-
-def redact(url: str) -> str:
-    """A sentinel URL without its passwords."""
-    scheme, sep, rest = url.partition("://")
-    rest, q, query = rest.partition("?")
-    netloc, slash, path = rest.partition("/")
-    creds, at, hosts = netloc.rpartition("@")
-    if at and ":" in creds:
-        creds = creds.partition(":")[0] + ":***"
-    if query:
-        query = "&".join(
-            p.partition("=")[0] + "=***" if "password" in p.partition("=")[0] else p
-            for p in query.split("&")
-        )
-    return f"{scheme}{sep}{creds}{at}{hosts}{slash}{path}{q}{query}"
 
 
 # redis-py's sentinel-managed connection asks the sentinels for the primary only in
