@@ -31,6 +31,7 @@ from ._cli_admin import add_commands, is_admin
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
+from ._cli_format import error
 from ._cli_health import add_health, health
 from ._cli_metrics import add_metrics, run_metrics
 from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
@@ -79,7 +80,7 @@ def load_app(target: str) -> App:
 
 
 def _error(message: object) -> None:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
 
 
 def _die(message: str) -> NoReturn:

@@ -8,7 +8,9 @@ that is not the package's own (task names, errors, hosts), through ``escape``
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import Any
 
 #: what the password of a URL is shown as
 HIDDEN = "***"
@@ -77,21 +79,39 @@ def secrets_of(url: str) -> list[str]:
     return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
 
 
-# C0 controls (but the ones below), DEL and C1 controls; \n kept only where asked
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# C0 controls, DEL, C1 controls, and the Unicode line separators and bidi overrides that
+# reorder or break what a terminal shows
+_OTHERS = "\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x0a{_OTHERS}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\\x00-\\x09{_OTHERS}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
 def _shown(match: re.Match[str]) -> str:
     char = match.group()
-    return _NAMED.get(char) or f"\\x{ord(char):02x}"
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
 def escape(text: str, *, newlines: bool = False) -> str:
-    """``text`` with every control character (C0, DEL, C1: ESC, BEL, CR, ...) shown as an
-    escape (``\\e``, ``\\x07``), so that no planted text can move the cursor, retitle or
-    clear a terminal, or forge lines; ``newlines=True`` keeps ``\\n`` (for a traceback shown
+    """``text`` with every control character (C0, DEL, C1: ESC, BEL, CR, ...; and the
+    Unicode bidi overrides) shown as an escape (``\\e``, ``\\x07``), so that no planted text
+    can move the cursor, retitle or clear a terminal, or forge a line; ``newlines=True``
+    keeps ``\\n`` (where lines are the output's own: a table, a traceback shown
     deliberately)."""
     pattern = _CONTROL_BUT_NEWLINE if newlines else _CONTROL
     return pattern.sub(_shown, text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A text log formatter whose lines carry no control character: the message (which may
+    quote task names, errors, hosts) escaped whole, a traceback with its newlines kept."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return escape(super().formatException(ei), newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape(super().formatStack(stack_info), newlines=True)

@@ -25,7 +25,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from aioqueue import App, Worker
+from aioqueue import App, Batch, Worker
 from aioqueue._connect import URL_ENV
 from aioqueue._embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
@@ -209,7 +209,7 @@ async def op_pull_api(env: Env) -> None:
 
 async def op_batch(env: Env) -> None:
     task = env.app.tasks["double"]
-    batch = await env.app.batch([task.call(1), task.call(2)])
+    batch: Batch[None] = await env.app.batch([task.call(1), task.call(2)])
     await Worker(env.app, burst=True).run()
     assert len(await batch.results()) == 2
 
