@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -23,15 +23,16 @@ from typing import Any
 
 import pytest
 import redis
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 
-from aioqueue import App, Batch, Worker
+from aioqueue import App, Batch, ConfigurationError, Worker
 from aioqueue._connect import URL_ENV
 from aioqueue._embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster
-from .support.sentinel import SentinelGroup
+from .support.sentinel import SERVICE, SentinelGroup
 from .test_security import TlsEndpoint, tls  # noqa: F401 - stunnel in front of a server
 from .test_sentinel import sentinels  # noqa: F401 - a primary, a replica, three sentinels
 
@@ -155,6 +156,24 @@ async def _given_client(request: pytest.FixtureRequest) -> AsyncIterator[Target]
             await client.aclose()
 
 
+@asynccontextmanager
+async def _given_cluster_client(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    cluster: LocalCluster = request.getfixturevalue("local_cluster")
+    seed = cluster.url.partition("://")[2].split(",")[0]
+    clients: list[RedisCluster] = []
+
+    async def make(prefix: str) -> App:
+        client = RedisCluster.from_url(f"redis://{seed}")
+        clients.append(client)
+        return App(client=client, prefix=prefix)
+
+    try:
+        yield Target(make, None)
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
     "plain": _plain,
     "tls": _tls,
@@ -162,6 +181,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
     "sentinel": _sentinel,
     "cluster": _cluster,
     "client": _given_client,
+    "cluster client": _given_cluster_client,
 }
 
 
@@ -299,26 +319,47 @@ OPERATIONS: dict[str, Callable[[Env], Awaitable[None]]] = {
 async def test_no_connection_reaches_the_default_address(
     kind: str, decoy: Decoy, request: pytest.FixtureRequest
 ) -> None:
+    reached: dict[str, tuple[int, dict[str, int]]] = {}
+
+    def step(name: str, before: tuple[int, dict[str, int]]) -> None:
+        after = decoy.traffic()
+        if after != before:
+            reached[name] = (after[0] - before[0], _diff(before[1], after[1]))
+
     async with AsyncExitStack() as stack:
         target = await stack.enter_async_context(BACKENDS[kind](request))
+        before = decoy.traffic()
         app = await target.make(unique_prefix())
         app.task(name="double")(_double)
         await stack.enter_async_context(app)
+        step("open", before)
         env = Env(app, target.cli_url)
-        reached: dict[str, tuple[int, dict[str, int]]] = {}
         for name, operation in OPERATIONS.items():
             before = decoy.traffic()
             await operation(env)
-            after = decoy.traffic()
-            if after != before:
-                reached[name] = (after[0] - before[0], _diff(before[1], after[1]))
+            step(name, before)
         before = decoy.traffic()
-        with suppress(Exception):
-            await app.aclose()
-        if decoy.traffic() != before:
-            reached["close"] = (decoy.traffic()[0] - before[0], {})
+        await app.aclose()
+        step("close", before)
     assert not reached, f"the decoy on the default address received: {reached}"
 
 
 def _diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+async def test_the_blocking_producer_of_a_given_sentinel_client_is_refused(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A given client on a Sentinel pool: app.sync() cannot copy its connections, and says
+    so rather than connect anywhere else."""
+    group: SentinelGroup = request.getfixturevalue("sentinels")
+    manager = Sentinel([("127.0.0.1", s.port) for s in group.sentinels])  # type: ignore[no-untyped-call]
+    client = manager.master_for(SERVICE)
+    try:
+        async with App(client=client, prefix=unique_prefix()) as app:
+            with pytest.raises(ConfigurationError, match="give the App a URL"):
+                app.sync().redis  # noqa: B018 - made on first use
+    finally:
+        await client.aclose()
+        await manager.aclose()
