@@ -151,6 +151,7 @@ async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -
     pool = getattr(client, "connection_pool", None)
     # the time limit of aioqueue's calls only: the user's connections are left as they are
     (client if pool is None else pool).aioqueue_timeout = socket_timeout  # type: ignore[union-attr]
+    _sentinel.adopt_pool(pool)  # a Sentinel pool's connections: to the primary, always
     try:
         await _prepare(client, probe_key)
     except BaseException as exc:
@@ -230,8 +231,8 @@ def blocking_twin(client: Any, opts: dict[str, Any]) -> redis.Redis:
     (``App(client=...)``), with the pool options ``opts``: never the default address.
 
     Raises:
-        ConfigurationError: a client whose connections cannot be made blocking (a Sentinel
-            pool, a connection class of the user's): give the App a URL for ``app.sync()``.
+        ConfigurationError: a client whose connections cannot be made blocking (a
+            connection class of the user's): give the App a URL for ``app.sync()``.
     """
     if is_cluster(client):
         kwargs = client.connection_kwargs
@@ -245,6 +246,8 @@ def blocking_twin(client: Any, opts: dict[str, Any]) -> redis.Redis:
         node_opts = {k: opts[k] for k in NODE_OPTIONS if k in opts}
         return cast(redis.Redis, SyncCluster(startup_nodes=nodes, ssl=tls, **extra, **node_opts))
     pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return redis.Redis(connection_pool=_sentinel.sync_pool_like(pool, opts))
     kwargs = pool.connection_kwargs
     blocking = _blocking_class(pool)
     if blocking is None:
@@ -266,10 +269,7 @@ def blocking_twin(client: Any, opts: dict[str, Any]) -> redis.Redis:
 
 
 def _blocking_class(pool: Any) -> type[Any] | None:
-    """The blocking connection class like ``pool``'s, or None (a Sentinel pool: its
-    connections look the primary up through the pool)."""
-    if isinstance(pool, SentinelConnectionPool):
-        return None
+    """The blocking connection class like ``pool``'s (not a Sentinel pool's), or None."""
     for async_class, blocking in (
         (aioredis.UnixDomainSocketConnection, redis.UnixDomainSocketConnection),
         (aioredis.SSLConnection, redis.SSLConnection),

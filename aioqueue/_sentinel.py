@@ -20,7 +20,12 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 from redis.sentinel import Sentinel as SyncSentinel
@@ -191,3 +196,38 @@ def sync_pool(url: str, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
     tls = options.pop("ssl", False)
     options["connection_class"] = SyncPrimarySSLConnection if tls else SyncPrimaryConnection
     return SyncBlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
+
+
+def adopt_pool(pool: Any) -> None:
+    """Make a given client's Sentinel pool (``App(client=...)`` on redis-py's
+    ``Sentinel.master_for``) look the primary up wherever its connections connect, as the
+    App's own do: its stock connection classes are swapped for these subclasses."""
+    if isinstance(pool, SentinelConnectionPool) and pool.is_master:
+        swap: dict[type[Any], type[Any]] = {
+            SentinelManagedConnection: PrimaryConnection,
+            SentinelManagedSSLConnection: PrimarySSLConnection,
+        }
+        pool.connection_class = swap.get(pool.connection_class, pool.connection_class)
+
+
+def sync_pool_like(pool: SentinelConnectionPool, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
+    """A blocking pool on the primary that ``pool``'s sentinels name (``app.sync()`` of an
+    App given a Sentinel client): the same sentinels, service and node credentials."""
+    manager = pool.sentinel_manager
+    addresses = []
+    for sentinel in manager.sentinels:
+        kwargs = sentinel.connection_pool.connection_kwargs
+        addresses.append((kwargs["host"], kwargs["port"]))
+    given: dict[str, Any] = manager.sentinel_kwargs
+    own = {k: v for k, v in given.items() if k in ("username", "password")}
+    kwargs = SentinelURL([], "").sentinel_options(SyncRetry) | own
+    sync_manager = SyncSentinel(addresses, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
+    node: dict[str, Any] = pool.connection_kwargs
+    options: dict[str, Any] = dict(opts)
+    options.update((k, node[k]) for k in ("db", "username", "password") if k in node)
+    if issubclass(pool.connection_class, SSLConnection):
+        options |= {k: v for k, v in node.items() if k.startswith("ssl_")}
+        options["connection_class"] = SyncPrimarySSLConnection
+    else:
+        options["connection_class"] = SyncPrimaryConnection
+    return SyncBlockingSentinelPool(pool.service_name, sync_manager, **options)  # type: ignore[no-untyped-call]

@@ -26,7 +26,7 @@ import redis
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
-from aioqueue import App, Batch, ConfigurationError, Worker
+from aioqueue import App, Batch, Worker
 from aioqueue._connect import URL_ENV
 from aioqueue._embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
@@ -174,6 +174,24 @@ async def _given_cluster_client(request: pytest.FixtureRequest) -> AsyncIterator
             await client.aclose()
 
 
+@asynccontextmanager
+async def _given_sentinel_client(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    group: SentinelGroup = request.getfixturevalue("sentinels")
+    made: list[tuple[Sentinel, Redis]] = []
+
+    async def make(prefix: str) -> App:
+        manager = Sentinel([("127.0.0.1", s.port) for s in group.sentinels])  # type: ignore[no-untyped-call]
+        made.append((manager, manager.master_for(SERVICE)))
+        return App(client=made[-1][1], prefix=prefix)
+
+    try:
+        yield Target(make, None)
+    finally:
+        for manager, client in made:
+            await client.aclose()
+            await manager.aclose()
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
     "plain": _plain,
     "tls": _tls,
@@ -182,6 +200,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
     "cluster": _cluster,
     "client": _given_client,
     "cluster client": _given_cluster_client,
+    "sentinel client": _given_sentinel_client,
 }
 
 
@@ -346,20 +365,3 @@ async def test_no_connection_reaches_the_default_address(
 
 def _diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-
-
-async def test_the_blocking_producer_of_a_given_sentinel_client_is_refused(
-    request: pytest.FixtureRequest,
-) -> None:
-    """A given client on a Sentinel pool: app.sync() cannot copy its connections, and says
-    so rather than connect anywhere else."""
-    group: SentinelGroup = request.getfixturevalue("sentinels")
-    manager = Sentinel([("127.0.0.1", s.port) for s in group.sentinels])  # type: ignore[no-untyped-call]
-    client = manager.master_for(SERVICE)
-    try:
-        async with App(client=client, prefix=unique_prefix()) as app:
-            with pytest.raises(ConfigurationError, match="give the App a URL"):
-                app.sync().redis  # noqa: B018 - made on first use
-    finally:
-        await client.aclose()
-        await manager.aclose()
