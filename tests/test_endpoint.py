@@ -2,9 +2,15 @@
 resolves to, never to a default address.
 
 A **decoy** server listens on the default address (127.0.0.1:6379; if something else holds that
-port, on another port named by ``AIOQUEUE_REDIS_URL``, the package's own default). For each kind
-of App (one row of ``BACKENDS``) every public operation (one row of ``OPERATIONS``) runs, and the
-decoy must have received no command and no connection at all.
+port, on another port named by ``AIOQUEUE_REDIS_URL``, the package's own default: redis-py's
+built-in default, localhost:6379, then goes unwatched). For each kind of App (one row of
+``BACKENDS``) every public operation (one row of ``OPERATIONS``) runs, and the decoy must have
+received no command and no connection at all (``INFO commandstats``, ``INFO stats
+total_connections_received``).
+
+A decoy on the port of the URL's first host would make sense only for Sentinel, whose first
+host is a sentinel: a sentinel refuses every data command, so an operation sent there fails
+the test anyway.
 """
 
 from __future__ import annotations
