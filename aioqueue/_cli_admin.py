@@ -21,7 +21,7 @@ from typing import Any
 
 from ._app import App
 from ._checks import check_name
-from ._cli_format import echo, emit_json
+from ._cli_format import echo, emit_json, error
 from ._cli_show import dead as show_dead
 from ._cli_show import groups as show_groups
 from ._cli_show import info as show_info
@@ -251,7 +251,7 @@ async def _main(app: App, args: argparse.Namespace) -> int:
 
 
 def _fail(message: object, code: int) -> int:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
     return code
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from typing import Any
 
 from ._app import App
 from ._cli_admin import queues_arg, server_args
+from ._cli_format import error
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -38,7 +38,7 @@ def add_dashboard(sub: Any) -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
     return code
 
 

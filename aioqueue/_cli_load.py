@@ -10,6 +10,7 @@ import traceback
 from typing import NoReturn
 
 from ._app import App
+from ._cli_format import error
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "load_app"]
 
@@ -64,7 +65,7 @@ def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
 
 
 def _error(message: object) -> None:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
 
 
 def _die(message: str) -> NoReturn:

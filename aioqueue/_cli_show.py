@@ -12,6 +12,7 @@ from typing import Any
 from ._app import App
 from ._cli_format import clip, echo, emit_json, table, when
 from ._queue import Queue
+from ._safetext import escape
 from ._schedules_cli import as_record
 from ._schedules_cli import table as schedule_table
 from ._scripts import queue_names
@@ -225,7 +226,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         fields.append(("error", f"{i.error.type}: {i.error.message}"))
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
-        echo(f"{k.ljust(width)}  {v}")
+        echo(f"{k.ljust(width)}  {escape(str(v))}")
     if d.history:
         echo("history:")
         echo(_history_table(d.history))

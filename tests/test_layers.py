@@ -12,7 +12,7 @@ import pytest
 # lowest first; a module may import at run time only modules of strictly lower layers, or of
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
-    ["_version", "_exceptions"],
+    ["_version", "_exceptions", "_safetext"],
     ["_hooks", "_observe"],
     [
         "_limits",
@@ -52,8 +52,8 @@ LAYERS: list[list[str]] = [
     # the dashboard and contrib subpackages (each one's modules' sources read as one)
     ["dashboard", "contrib"],
     [
-        "_schedules_cli",
         "_cli_format",
+        "_schedules_cli",
         "_cli_show",
         "_cli_admin",
         "_cli_health",

@@ -21,8 +21,9 @@ from aioqueue import (
     ServerUnavailable,
     Worker,
 )
-from aioqueue._connect import redact, resolve_url
+from aioqueue._connect import resolve_url
 from aioqueue._embedded import EmbeddedServer
+from aioqueue._safetext import redact_url as redact
 from aioqueue._sentinel import parse
 
 from .support.apps import unique_prefix
