@@ -16,13 +16,13 @@ local function queue_terms(want, now)
   local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
     'grate_ms')
   local qt = {paused = q[1], rate_wake = -1,
-    glimit = num(q[4], nil), grate_n = num(q[5], nil), grate_ms = num(q[6], nil)}
+    glimit = count_of(q[4] or ''), grate_n = count_of(q[5] or ''), grate_ms = count_of(q[6] or '')}
   if q[1] then want = 0 end
-  local rn, rms = num(q[2], nil), num(q[3], nil)
+  local rn, rms = count_of(q[2] or ''), count_of(q[3] or '')
   if want > 0 and rn and rms and rms > 0 then
     local window = math.floor(now / rms)
     qt.rate_key, qt.rate_ms = BASE .. 'qrate:' .. window, rms
-    local left = rn - (tonumber(call('GET', qt.rate_key)) or 0)
+    local left = rn - (count_of(call('GET', qt.rate_key)) or 0)
     if left <= 0 then
       want = 0
       qt.rate_wake = (window + 1) * rms
@@ -48,22 +48,26 @@ local function group_terms(g, room, now, qt, active)
   end
   if gc[1] then return room, true, nil, nil end
   local blocked, wait_until = false, nil
-  local limit = num(gc[2], qt.glimit)
+  local limit = qt.glimit
+  if gc[2] then limit = count_of(gc[2]) end
   if limit then
-    active = num(active, 0)
+    -- a running count that is garbage counts as none: end_turn's charge sets it aside
+    active = count_of(active) or 0
     if active >= limit then
       blocked = true
     elseif limit - active < room then
       room = limit - active
     end
   end
-  local rate_n, rate_ms = num(gc[3], qt.grate_n), num(gc[4], qt.grate_ms)
+  local rate_n, rate_ms = qt.grate_n, qt.grate_ms
+  if gc[3] then rate_n = count_of(gc[3]) end
+  if gc[4] then rate_ms = count_of(gc[4]) end
   if not (rate_ms and rate_ms > 0) then rate_n = nil end  -- a garbled rate is no rate
   local rate_key = nil
   if rate_n and not blocked then
     local window = math.floor(now / rate_ms)
     rate_key = BASE .. 'grate:' .. g .. ':' .. window
-    local used = tonumber(call('GET', rate_key)) or 0
+    local used = count_of(call('GET', rate_key)) or 0
     if used >= rate_n then
       blocked, wait_until = true, (window + 1) * rate_ms
     elseif rate_n - used < room then
