@@ -134,6 +134,15 @@ local function set_aside(key, reason)
   note_garbled(to, key, reason, now)
 end
 
+-- move a hash field that holds garbage aside (as a string "field=value"), drop it, and list it
+local function field_aside(key, field, why)
+  local now = now_ms()
+  local to = aside_name(key .. ':' .. field, now)
+  redis.call('SET', to, field .. '=' .. tostring(redis.call('HGET', key, field)))
+  redis.call('HDEL', key, field)
+  note_garbled(to, key, 'field ' .. field .. ' ' .. why, now)
+end
+
 -- the increments call() guards: their increment's position among the arguments after the key
 -- (INCR: 1 implied)
 local INCREMENTS = {INCR = 0, INCRBY = 1, HINCRBY = 2}
@@ -155,11 +164,7 @@ local function repair(err, cmd, key, field)
   if string.find(msg, 'WRONGTYPE', 1, true) then
     set_aside(key, 'wrong type for ' .. cmd .. ': ' .. redis.call('TYPE', key).ok)
   elseif bad and cmd == 'HINCRBY' then
-    local now = now_ms()
-    local to = aside_name(key .. ':' .. field, now)
-    redis.call('SET', to, field .. '=' .. tostring(redis.call('HGET', key, field)))
-    redis.call('HDEL', key, field)
-    note_garbled(to, key, 'field ' .. field .. ' ' .. bad, now)
+    field_aside(key, field, bad)
   elseif bad then
     set_aside(key, bad)
   elseif cmd == 'XADD' then

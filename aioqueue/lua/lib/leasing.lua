@@ -154,7 +154,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       taken = taken + 1
       if leased then leased[i] = true end
       local tok = string.format('%d', seq) .. '-' .. h.nonce
-      local a = math.floor(num(r[2], 0)) + 1
+      -- (attempts that are garbage restart: the job runs again rather than being lost)
+      local a = (count_of(r[2]) or 0) + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
       if r[7] and string.byte(r[7], 1) == 113 then
         unlock(id, r[7])
@@ -177,7 +178,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       out[n + 4] = r[3] or ''
       out[n + 5] = r[4] or ''
       out[n + 6] = r[5] or ''
-      out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
+      out[n + 7] = math.max(1, count_of(r[6] or '') or 1)
     end
   end
   emit_flush()
@@ -316,7 +317,16 @@ end
 -- its set of held jobs (ids); save_holder writes those back
 local function holder(wid, nonce)
   local h = {wid = wid, nonce = nonce, ids = {}}
-  if wid ~= '' then h.ln = num(call('HGET', worker_key(wid), 'ln'), nil) end
+  if wid ~= '' then
+    local wk = worker_key(wid)
+    local ln = call('HGET', wk, 'ln')
+    h.ln = ln and count_of(ln)
+    if ln and not h.ln then
+      -- garbage: the ordinals restart at what the worker reported started
+      field_aside(wk, 'ln', 'out of range')
+      h.ln = count_of(call('HGET', wk, 'sn')) or 0
+    end
+  end
   return h
 end
 
@@ -387,7 +397,7 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, starte
   started = num(started, nil)
   if wid ~= '' and started then
     local wk = worker_key(wid)
-    local sn = num(call('HGET', wk, 'sn'), nil)
+    local sn = count_of(call('HGET', wk, 'sn') or '')
     if sn then
       local upto = started + math.min(num(free, 0), n + taken)
       if upto > sn then call('HSET', wk, 'sn', upto) end
