@@ -8,6 +8,8 @@ that was handled."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -301,3 +303,57 @@ async def test_a_parked_workers_registration_with_huge_numbers_is_garbage(
         await q.complete(r, 7)
         assert await job.result(timeout=5) == 7
         await check_invariants(redis, k)
+
+
+# ---------------------------------------------------------------------- the readers
+async def test_readers_answer_over_scores_at_infinity_and_counts_at_the_limits(
+    redis_url: str, redis: Redis
+) -> None:
+    """What Python reads back: a registry deadline or a lease deadline at +-inf (int(inf)
+    raised OverflowError), a worker's counts at the 64-bit limits or garbage."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        await redis.zadd(k.workers, {"ghost": float("inf"), "gone": float("-inf")})
+        await redis.hset(k.worker("ghost"), mapping={"done": 2**63 - 1, "failed": "1e400"})
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        (r,) = await reserve_all(app, 1)
+        await redis.zadd(k.active, {r.id: float("inf")})
+        workers = {w.id: w for w in await q.workers()}
+        assert workers["ghost"].alive
+        assert "gone" not in workers  # past its deadline: the claim buried it
+        assert workers["ghost"].done == 2**63 - 1
+        assert workers["ghost"].failed == 0
+        detail = await q.job_detail(job.id)
+        assert detail.info.id == job.id
+        await q.complete(r, 1)
+        assert await job.result(timeout=5) == 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"pos": 2**63 - 1},
+        {"pos": -1},
+        {"pos": 1.5},
+        {"pos": "1e400"},
+        {"sc": "nan"},
+        {"an": [1, 2]},
+        {"id": 5},
+    ],
+    ids=["pos-max64", "pos-neg", "pos-float", "pos-text", "sc-text", "an-ints", "id-int"],
+)
+async def test_a_listing_cursor_with_numbers_at_the_limits_is_a_typed_error(
+    app: App, fields: dict[str, Any]
+) -> None:
+    from aioqueue import ConfigurationError
+
+    q = app.queue()
+    for i in range(3):
+        await q.enqueue("echo", kwargs={"x": i})
+    cursor = base64.urlsafe_b64encode(json.dumps({"src": "ready", **fields}).encode()).decode()
+    with pytest.raises(ConfigurationError):
+        await q.jobs("queued", limit=1, cursor=cursor)
+    page = await q.jobs("queued", limit=1)  # a cursor this listing wrote goes on
+    assert page.cursor is not None
+    assert len((await q.jobs("queued", limit=5, cursor=page.cursor)).items) == 2
