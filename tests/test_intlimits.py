@@ -357,3 +357,28 @@ async def test_a_listing_cursor_with_numbers_at_the_limits_is_a_typed_error(
     page = await q.jobs("queued", limit=1)  # a cursor this listing wrote goes on
     assert page.cursor is not None
     assert len((await q.jobs("queued", limit=5, cursor=page.cursor)).items) == 2
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_jobs_attempts_at_a_limit_restart_and_the_job_runs(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """A job record's attempts (a) or refunds (rf) at a limit: the claim restarts the count
+    (the job runs, its attempt a sane number), a failure retries it by its maximum, and an
+    expired lease brings it back as usual."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        await redis.hset(k.job(job.id), mapping={"a": value, "rf": value})
+        (r,) = await reserve_all(app, 1)
+        assert r.attempt == 1
+        assert r.max_attempts == 3
+        await redis.hset(k.job(job.id), "a", value)
+        await q.fail(r, "the first attempt fails", retry=True)  # retried, not dead-lettered
+        (r,) = await reserve_all(app, 1)
+        assert r.id == job.id
+        assert 1 <= r.attempt < 2**53
+        await q.complete(r, 1)
+        assert await job.result(timeout=5) == 1
+        await check_invariants(redis, k)

@@ -77,6 +77,12 @@ local function count_of(v)
   return n
 end
 
+-- a job's attempts and maximum attempts (fields a and m, as read): attempts that are garbage
+-- restart at 0 (the job runs again rather than being lost), a maximum that is garbage is 1
+local function attempts_of(a, m)
+  return count_of(a) or 0, math.max(1, count_of(m) or 1)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -144,6 +144,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
+    local a, m = attempts_of(r[2], r[6])
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
@@ -154,8 +155,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       taken = taken + 1
       if leased then leased[i] = true end
       local tok = string.format('%d', seq) .. '-' .. h.nonce
-      -- (attempts that are garbage restart: the job runs again rather than being lost)
-      local a = (count_of(r[2]) or 0) + 1
+      a = a + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
       if r[7] and string.byte(r[7], 1) == 113 then
         unlock(id, r[7])
@@ -178,7 +178,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       out[n + 4] = r[3] or ''
       out[n + 5] = r[4] or ''
       out[n + 6] = r[5] or ''
-      out[n + 7] = math.max(1, count_of(r[6] or '') or 1)
+      out[n + 7] = m
     end
   end
   emit_flush()
