@@ -44,9 +44,25 @@ def _decode(cursor: str) -> dict[str, Any]:
         cur = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError):
         raise ConfigurationError(f"invalid cursor {cursor!r}") from None
-    if not isinstance(cur, dict) or not isinstance(cur.get("src"), str):
+    if not isinstance(cur, dict) or not _sane(cur):
         raise ConfigurationError(f"invalid cursor {cursor!r}")
     return cur
+
+
+def _sane(cur: dict[str, Any]) -> bool:
+    """A cursor's fields have the types and ranges this module writes: a crafted one with a
+    position past 2^53, a NaN score or a list of numbers is refused, not sent to a script."""
+    pos, sc, an = cur.get("pos", 0), cur.get("sc", 0), cur.get("an", [])
+    return (
+        isinstance(cur.get("src"), str)
+        and type(pos) is int
+        and 0 <= pos < 2**53
+        and type(sc) in (int, float)
+        and sc == sc
+        and isinstance(cur.get("id", ""), str)
+        and isinstance(an, list)
+        and all(isinstance(a, str) for a in an)
+    )
 
 
 def check_state(state: str | JobState) -> JobState:

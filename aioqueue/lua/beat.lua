@@ -30,7 +30,8 @@ if call('HEXISTS', wk, 'ln') == 0 then
   -- has started
   call('HSET', wk, 'ln', started, 'sn', started)
   emit('worker_up', '', nil, nil, wid)
-elseif num(call('HGET', wk, 'sn'), 0) < started then
+elseif (count_of(call('HGET', wk, 'sn') or '') or -1) < started then
+  -- (one that is garbage is written over)
   call('HSET', wk, 'sn', started)
 end
 call('HSET', wk, 'host', ARGV[6], 'pid', ARGV[7], 'ver', ARGV[8], 'queues', ARGV[9],

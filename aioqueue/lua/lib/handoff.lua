@@ -42,14 +42,16 @@ local function hand_off(now)
     if not wid then return end
     local reg = call('HGET', K_IDLEW, wid) or ''
     local want, lease, dead_ttl, nonce = string.match(reg, '^(%d+) (%d+) (%d+) (%w+)$')
+    -- (numbers past MAX_COUNT: a garbage registration, as one that does not parse)
+    if want then want, lease, dead_ttl = count_of(want), count_of(lease), count_of(dead_ttl) end
+    if not (lease and dead_ttl) then want = nil end
     if want then
-      local out = do_claim(tonumber(want), tonumber(lease), tonumber(dead_ttl), now, true,
-        holder(wid, nonce))
+      local out = do_claim(want, lease, dead_ttl, now, true, holder(wid, nonce))
       -- nothing it may take now (a pause, a limit): neither may the others; it stays parked
       if #out == 2 then return end
       local hk = hand_key(wid)
       call('RPUSH', hk, unpack(out, 3))
-      call('PEXPIRE', hk, tonumber(lease))
+      call('PEXPIRE', hk, lease)
     end
     unregister(wid)
     if not has_ready() then return end
