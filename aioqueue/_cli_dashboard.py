@@ -11,8 +11,7 @@ import os
 import sys
 from typing import Any
 
-from ._app import App
-from ._cli_admin import name_arg, server_args
+from ._cli_admin import name_arg, open_args, server_args, signing_args
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -23,6 +22,7 @@ def add_dashboard(sub: Any) -> None:
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
     server_args(p, embedded=True)
+    signing_args(p)
     p.add_argument(
         "-q",
         "--queue",
@@ -71,7 +71,7 @@ def dashboard(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _fail(f"{exc}: pip install 'aioqueue[dashboard]'", EXIT_ERROR)
     try:
-        app = App(args.url, prefix=args.prefix)
+        app = open_args(args)
         if args.embedded:
             from ._embedded import attach_or_start
 

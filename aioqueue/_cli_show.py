@@ -216,7 +216,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("lease until", when(d.lease_deadline_ms)),
         ("finished", when(i.finished_ms)),
         ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
-        ("result", json.dumps(d.result, default=repr) if i.state.value == "completed" else "-"),
+        ("result", d.result_text()),
     ]
     if i.error:
         fields.append(("error", f"{i.error.type}: {i.error.message}"))

@@ -315,7 +315,7 @@ class QueueScripts(QueueReads):
     ) -> list[Outcome]:
         """A worker's heartbeat (see beat.lua): register it until ``period_ms`` from now (0:
         leave the registry) with ``info`` (host, pid, version, queues, concurrency, start ms,
-        done, failed) and renew the leases ``pairs``, as ``extend``."""
+        done, failed, signs) and renew the leases ``pairs``, as ``extend``."""
         args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)

@@ -12,7 +12,7 @@ from typing import Any
 from aioqueue._app import App
 from aioqueue._batch import Batch
 from aioqueue._exceptions import AioQueueError
-from aioqueue._inspect import JobDetail, JobSummary
+from aioqueue._inspect import JobDetail, JobSummary, ResultState
 from aioqueue._job import JobState
 from aioqueue._lua import queue_names
 from aioqueue._queue import Queue
@@ -256,7 +256,7 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
         "args": pretty(list(info.args)) if info.args is not None else "(cannot be decoded)",
         "kwargs": pretty(info.kwargs) if info.kwargs is not None else "(cannot be decoded)",
         "options": pretty(d.options) if d.options else "-",
-        "result": pretty(d.result) if info.state is JobState.COMPLETED else "-",
+        "result": pretty(d.result) if d.result_state is ResultState.OK else d.result_text(),
         "error": "-" if err is None else clip(f"{err.type}: {err.message}", 2000),
         "traceback": "" if err is None or not err.traceback else clip(err.traceback),
         "history": history,
