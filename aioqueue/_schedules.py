@@ -290,6 +290,8 @@ class Scheduler:
         self.queues = list(queues)
         self._specs: dict[tuple[str, str, bytes], Spec] = {}
         self._synced_at: float | None = None
+        #: a schedule key was set aside: the declared schedules are stored again at once
+        self._resync = False
         #: ticks this scheduler fired (a job enqueued), for tests and logs
         self.fired = 0
 
@@ -302,10 +304,14 @@ class Scheduler:
             wait = IDLE_POLL
             try:
                 if self._synced_at is None or loop.time() - self._synced_at > RESYNC:
+                    self._resync = False
                     await self.sync()
-                    self._synced_at = loop.time()
+                    # a key set aside during the sync: store the declared schedules again
+                    self._synced_at = None if self._resync else loop.time()
                 for q in self.queues:
                     wait = min(wait, await self.fire_due(q))
+                if self._resync:
+                    wait = 0.0
             except (ServerUnavailable, ConnectionError, OSError) as exc:
                 logger.debug("scheduler: %s", exc)
             except Exception as exc:
@@ -333,7 +339,7 @@ class Scheduler:
                 raise
         if await scripts.schedule_contain():
             logger.error("%s: a schedule key of the wrong type was set aside", scripts.base)
-            self._synced_at = None
+            self._synced_at, self._resync = None, True
         return None
 
     async def fire_due(self, queue: str) -> float:

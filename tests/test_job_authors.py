@@ -17,7 +17,9 @@ MAC or by code, not on a state-only row.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -28,11 +30,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from aioqueue import App, JobState, ResultState, Worker
+from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._data import job_page
 
 from .support.apps import open_app, unique_prefix
+from .support.clirun import aioqueue_cli
 from .support.waiting import wait_until
 
 KEY = "author-signing-key-0123456789abcdef"
@@ -240,22 +243,29 @@ async def test_an_enqueue_without_the_key_is_dead_lettered_never_run(redis_url: 
         async with Worker(p.app, queues=["default", "hot"], concurrency=2):
             assert await good.result(timeout=60) == 1
             for job in planted[:2]:
-                await wait_until(lambda j=job: dead_as_bad_signature(p.app, j.id), timeout=60)
+                await wait_until(functools.partial(dead_as_bad_signature, p.app, job.id))
             shard = hot.shard_for("s1")
             await wait_until(lambda: _dead_on(shard, "s1"), timeout=60, what="the sharded job dead")
         assert p.ran == [1]
 
 
-async def _dead_on(queue: Any, job_id: str) -> bool:
+async def _dead_on(queue: Queue, job_id: str) -> bool:
     info = await queue.job_info(job_id)
-    return bool(info.state is JobState.FAILED and info.error.type == "BadSignature")
+    return (
+        info.state is JobState.FAILED
+        and info.error is not None
+        and (info.error.type == "BadSignature")
+    )
 
 
 async def test_a_replacement_without_the_key_is_dead_lettered_never_run(redis_url: str) -> None:
     async with pair(redis_url) as p:
-        opts = {"unique_key": "acct:1", "on_conflict": "debounce", "delay": 3600}
-        signed = await p.app.tasks["pay"].options(**opts).enqueue(1)
-        replaced = await p.unsigned.tasks["pay"].options(**opts).enqueue(666)
+
+        def debounced(app: App) -> Any:
+            return app.tasks["pay"].options(unique_key="acct:1", on_conflict="debounce", delay=3600)
+
+        signed = await debounced(p.app).enqueue(1)
+        replaced = await debounced(p.unsigned).enqueue(666)
         assert replaced.id == signed.id  # the planted input replaced the genuine one
         await p.app.queue().promote([signed.id])
         async with Worker(p.app, concurrency=2):
@@ -277,11 +287,11 @@ async def test_a_batch_and_chain_without_the_key_never_run(redis_url: str) -> No
         members = [m for m in (await p.app.queue().jobs("failed")).items if m.task == "pay"]
         assert len(members) >= 3
         for m in members:
-            assert (await p.app.queue().job_info(m.id)).error.type == "BadSignature"
+            assert await dead_as_bad_signature(p.app, m.id)
 
 
-async def _batch_done(app: App, batch: Any) -> bool:
-    return (await batch.info()).state != "open"
+async def _batch_done(app: App, batch: Batch[Any]) -> bool:
+    return (await batch.info()).state is not BatchState.OPEN
 
 
 async def _finished(app: App, job_id: str) -> bool:
@@ -339,9 +349,9 @@ async def test_a_retry_of_a_job_whose_input_was_swapped_is_dead_lettered(
         donor = await p.unsigned.queue().enqueue("pay", [666], delay=3600)
         k = p.app.queue()._keys
         # a job waiting for its retry (attempt 1 failed) gets the planted payload
-        await redis.hset(
-            k.job(genuine.id), mapping={"a": 1, "p": await redis.hget(k.job(donor.id), "p")}
-        )
+        planted = await redis.hget(k.job(donor.id), "p")
+        assert planted is not None
+        await redis.hset(k.job(genuine.id), mapping={"a": 1, "p": planted})
         await p.app.queue().promote([genuine.id])
         async with Worker(p.app, concurrency=2):
             await wait_until(lambda: dead_as_bad_signature(p.app, genuine.id), timeout=60)
@@ -357,12 +367,12 @@ async def test_requeued_dead_letters_and_dashboard_actions_never_run_planted_inp
         b = await p.unsigned.queue().enqueue("pay", [667])
         async with Worker(p.app, concurrency=2):
             for job in (a, b):
-                await wait_until(lambda j=job: dead_as_bad_signature(p.app, j.id), timeout=60)
+                await wait_until(functools.partial(dead_as_bad_signature, p.app, job.id))
             assert await q.requeue([a.id]) == 1
             form = {"action": ["retry"], "state": ["failed"], "ids": [b.id]}
             assert "1 of 1" in await run_action(q, form)
             for job in (a, b):  # requeued, claimed, refused again
-                await wait_until(lambda j=job: _attempted_again(p.app, j.id), timeout=60)
+                await wait_until(functools.partial(_attempted_again, p.app, job.id))
         assert p.ran == []
 
 
@@ -393,3 +403,54 @@ async def test_job_detail_verifies_the_result_with_the_jobs_queue_and_id(
         assert d.result_state is ResultState.BAD_SIGNATURE
         assert "does not match its signature" in (d.result_error or "")
         assert "bad_signature" in (await job_page(p.app, q.name, good.id))["result"]
+
+
+# --------------------------------------------------------------------- the CLI and the key
+def _cli(url: str, prefix: str, *args: str, key: str | None = None) -> Any:
+    return aioqueue_cli(
+        url, prefix, *args, env=None if key is None else {"AIOQUEUE_SIGNING_KEY": key}
+    )
+
+
+async def _a_signing_worker_registered(app: App) -> bool:
+    return any(w.alive and w.signs for w in await app.queue().workers())
+
+
+async def test_the_cli_refuses_enqueue_and_retry_without_the_key_when_workers_sign(
+    redis_url: str,
+) -> None:
+    async with pair(redis_url) as p:
+        prefix, q = p.app.prefix, p.app.queue()
+        dead = await p.unsigned.queue().enqueue("pay", [666])
+        async with Worker(p.app, concurrency=2):
+            await wait_until(lambda: _a_signing_worker_registered(p.app), timeout=60)
+            await wait_until(lambda: dead_as_bad_signature(p.app, dead.id), timeout=60)
+
+            async def run(*args: str, key: str | None = None) -> Any:
+                return await asyncio.to_thread(_cli, redis_url, prefix, *args, key=key)
+
+            for args in (("enqueue", "pay", "--args", "[3]"), ("retry", "--all")):
+                res = await run(*args)
+                assert res.returncode == 2, res
+                assert "sign their jobs" in res.stderr
+                assert "--signing-key" in res.stderr
+                assert res.stdout == ""
+            assert (await q.counts())["queued"] == 0  # nothing was enqueued or requeued
+            assert (await q.job_info(dead.id)).state is JobState.FAILED
+            # with the key (the option, then the environment variable) it signs
+            res = await run("enqueue", "pay", "--args", "[3]", "--signing-key", KEY)
+            assert res.returncode == 0, res.stderr
+            assert await q.job(res.stdout.strip()).result(timeout=60) == 3
+            res = await run("enqueue", "pay", "--args", "[4]", key=KEY)
+            assert res.returncode == 0, res.stderr
+            four = res.stdout.strip()
+            assert await q.job(four).result(timeout=60) == 4
+        assert p.ran == [3, 4]
+        # aioqueue job ID: the verified result with the key, the reason without it
+        shown = _cli(redis_url, prefix, "job", four, key=KEY)
+        assert re.search(r"^result\s+4$", shown.stdout, re.M), shown.stdout
+        shown = _cli(redis_url, prefix, "job", four)
+        assert re.search(r"^result\s+\(bad_signature: ", shown.stdout, re.M), shown.stdout
+        helped = _cli(redis_url, prefix, "enqueue", "--help")
+        assert "--signing-key" in helped.stdout
+        assert "AIOQUEUE_SIGNING_KEY" in helped.stdout

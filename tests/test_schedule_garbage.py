@@ -132,7 +132,7 @@ async def test_integer_garbage_in_a_definition_costs_only_that_schedule(
     )
 
 
-def _aside(garbled: dict[bytes, bytes]) -> list[tuple[str, dict[str, Any]]]:
+def _aside(garbled: dict[Any, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [
         (a.decode(), json.loads(v))
         for a, v in garbled.items()

@@ -62,7 +62,8 @@ async def test_tokens_of_one_reserve_share_no_random_part(app: App, redis: Redis
     numbers = [int(r.token.split("-")[0]) for r in got]
     tails = [r.token.split("-")[1] for r in got]
     assert numbers == list(range(numbers[0], numbers[0] + 5))  # one claim, consecutive
-    assert len(set(tails)) == 5 and all(len(t) == 16 for t in tails)
+    assert len(set(tails)) == 5
+    assert all(len(t) == 16 for t in tails)
     mine, theirs = got[0], got[1]
     leases = q._leases
     # the sequential guess: the neighbour's number with my random part

@@ -31,7 +31,7 @@ local function valid_tick(v)
   return n ~= nil and n == n and n >= 0 and n <= MAX_TICK and n == math.floor(n)
 end
 
-local function now_ms()
+local function clock_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -76,7 +76,7 @@ elseif op == 'put' then
 elseif op == 'aside_def' then
   local name = ARGV[3]
   if redis.call('HGET', KEYS[1], name) ~= ARGV[4] then return 0 end
-  local now = now_ms()
+  local now = clock_ms()
   local to = free_name(KEYS[1] .. ':' .. name, now)
   redis.call('SET', to, ARGV[4])
   redis.call('HDEL', KEYS[1], name)
@@ -84,7 +84,7 @@ elseif op == 'aside_def' then
   note(to, KEYS[1], 'schedule ' .. name .. ': ' .. ARGV[5], 1, now)
   return 1
 elseif op == 'aside_ticks' then
-  local now, to, moved = now_ms(), nil, 0
+  local now, to, moved = clock_ms(), nil, 0
   for i = 4, #ARGV do
     local name = ARGV[i]
     local tick = redis.call('ZSCORE', KEYS[2], name)
@@ -98,7 +98,7 @@ elseif op == 'aside_ticks' then
   if moved > 0 then note(to, KEYS[2], moved .. ' ' .. ARGV[3], moved, now) end
   return moved
 elseif op == 'contain' then
-  local now, n = now_ms(), 0
+  local now, n = clock_ms(), 0
   for i, want in ipairs({'hash', 'zset'}) do
     local kind = redis.call('TYPE', KEYS[i]).ok
     if kind ~= want and kind ~= 'none' then
