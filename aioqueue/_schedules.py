@@ -382,7 +382,7 @@ class Scheduler:
         n = await scripts.schedule_ticks_aside(names, why)
         if n:
             logger.error("%s: set aside %d %s", scripts.base, n, why)
-        return True
+        return n > 0  # none: a name that did not read back (not UTF-8) stays, and costs a slot
 
     async def _spec(self, scripts: QueueScripts, queue: str, name: str, raw: bytes) -> Spec | None:
         """The schedule to fire for a stored definition (see ``read_spec``), parsed once; None
