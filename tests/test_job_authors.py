@@ -315,10 +315,17 @@ async def test_a_planted_schedule_is_set_aside_and_never_fires(
         # aioqueue itself, run with another key
         await p.wrong.schedules.add("pay", every=1, args=[667], name="payroll2")
         await p.app.schedules.add("pay", every=timedelta(milliseconds=200), args=[1], name="good")
+
+        async def only_good_left() -> bool:
+            return await redis.hkeys(k.cron_defs) == [b"good"]
+
         async with Worker(p.app, concurrency=2):
             await wait_until(lambda: _ran_at_least(p, 3), timeout=60, what="the good schedule")
+            # payroll2's first tick is up to a second away: wait for it to be due and judged
+            await wait_until(only_good_left, timeout=60, what="the planted ones set aside")
+            after = len(p.ran)
+            await wait_until(lambda: _ran_at_least(p, after + 2), timeout=60, what="more ticks")
         assert set(p.ran) == {1}
-        assert await redis.hkeys(k.cron_defs) == [b"good"]
         reasons = [json.loads(v)["reason"] for v in (await redis.hgetall(k.garbled)).values()]
         for name in ("payroll", "payroll2"):
             assert any(f"schedule {name!r}: BadSignature" in r for r in reasons), reasons
