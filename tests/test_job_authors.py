@@ -31,6 +31,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker
+from aioqueue._leases import forward_outbox
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._data import job_page
 
@@ -97,6 +98,15 @@ INVENTORY: tuple[Row, ...] = (
         "creates",
         "declared in code: the worker fires its own declaration, whatever is stored",
         "test_a_declared_schedule_fires_as_declared_whatever_is_stored",
+    ),
+    Row(
+        "batch outcomes forwarded from another queue's outbox to the batch's home queue (a "
+        "sub-job or chain step on another queue; `forward_outbox`, `batch.lua` apply)",
+        ("batch", "lib/batches"),
+        "state",
+        "state only for the counts; the result it carries keeps the MAC of the worker that "
+        "made it (for its job and batch), verified before a callback or chain step reads it",
+        "test_a_planted_batch_outcome_never_feeds_a_chain_step",
     ),
     Row(
         "retries, lease recovery and promotion of delayed jobs (`fail`, `reap`, a worker's "
@@ -346,6 +356,27 @@ async def test_a_declared_schedule_fires_as_declared_whatever_is_stored(
             seen = len(p.ran)
             await wait_until(lambda: _ran_at_least(p, seen + 3), timeout=60, what="more ticks")
         assert set(p.ran) == {1}
+
+
+async def test_a_planted_batch_outcome_never_feeds_a_chain_step(
+    redis_url: str, redis: Redis
+) -> None:
+    async with pair(redis_url) as p:
+        pay, report = p.app.tasks["pay"], p.app.tasks["report"]
+        last = await pay.options(queue="other").call(1).then(report).enqueue()
+        other = p.app.queue("other")
+        [first] = (await other.jobs("queued")).items
+        bid, home, member = await redis.hmget(other._keys.job(first.id), "b", "bh", "bm")
+        assert bid
+        assert home
+        assert member
+        # the first step "finished" with 666: an outbox entry, as complete.lua writes them
+        fields = (bid, home, member, b"1", b"666")
+        await redis.rpush(other._keys.outbox, b"".join(b"%d:%b" % (len(f), f) for f in fields))
+        assert await forward_outbox(other) == 1
+        async with Worker(p.app, queues=["default"], concurrency=2):
+            await wait_until(functools.partial(dead_as_bad_signature, p.app, last.id))
+        assert p.ran == []
 
 
 async def test_a_retry_of_a_job_whose_input_was_swapped_is_dead_lettered(
