@@ -371,7 +371,8 @@ async def test_a_planted_batch_outcome_never_feeds_a_chain_step(
         assert home
         assert member
         # the first step "finished" with 666: an outbox entry, as complete.lua writes them
-        fields = (bid, home, member, b"1", b"666")
+        fields = [f if isinstance(f, bytes) else f.encode() for f in (bid, home, member)]
+        fields += [b"1", b"666"]
         await redis.rpush(other._keys.outbox, b"".join(b"%d:%b" % (len(f), f) for f in fields))
         assert await forward_outbox(other) == 1
         async with Worker(p.app, queues=["default"], concurrency=2):
