@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker
@@ -313,6 +314,7 @@ async def _ran_at_least(p: Pair, n: int) -> bool:
     return len(p.ran) >= n
 
 
+@pytest.mark.cluster
 async def test_a_planted_schedule_is_set_aside_and_never_fires(
     redis_url: str, redis: Redis
 ) -> None:
