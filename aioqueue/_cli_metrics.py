@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg, server_args
+from ._cli_admin import queues_arg, server_args
 from ._cli_format import echo
 from ._exceptions import AioQueueError
 
@@ -24,14 +24,7 @@ def add_metrics(sub: Any) -> None:
     what = "serve the queues' Prometheus metrics on GET /metrics (needs aioqueue[metrics])"
     p: argparse.ArgumentParser = sub.add_parser("metrics", help=what, description=what)
     server_args(p)
-    p.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        type=name_arg("queue name"),
-        help="queue to report (repeatable; default: every queue under the prefix)",
-    )
+    queues_arg(p, "queue to report")
     p.add_argument("--port", type=int, default=9808, help="port to listen on (9808)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (0.0.0.0)")
     p.add_argument(

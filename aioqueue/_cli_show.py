@@ -198,6 +198,9 @@ async def job(app: App, args: argparse.Namespace) -> int:
         emit_json(d)
         return EXIT_OK
     i = d.info
+    # an encrypted job read without its key (this command has none): no plaintext to show
+    sealed = "(encrypted)" if i.encrypted else "(unreadable)"
+    result = d.result_text() if i.args is not None or not i.encrypted else sealed
     fields: list[tuple[str, object]] = [
         ("id", i.id),
         ("queue", i.queue),
@@ -207,7 +210,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("priority", i.priority),
         ("group", d.group or "-"),
         ("batch", d.batch or "-"),
-        ("args", json.dumps(i.args, default=repr) if i.args is not None else "(unreadable)"),
+        ("args", json.dumps(i.args, default=repr) if i.args is not None else sealed),
         ("kwargs", json.dumps(i.kwargs, default=repr) if i.kwargs is not None else "-"),
         ("options", json.dumps(d.options) if d.options else "-"),
         ("created", when(i.created_ms)),
@@ -216,7 +219,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("lease until", when(d.lease_deadline_ms)),
         ("finished", when(i.finished_ms)),
         ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
-        ("result", d.result_text()),
+        ("result", result if i.state.value == "completed" else "-"),
     ]
     if i.error:
         fields.append(("error", f"{i.error.type}: {i.error.message}"))

@@ -228,6 +228,7 @@ SCRIPTS: Final = {
         ("page", ""),
         ("peek", "core"),
         ("progress", "core events"),
+        ("rekey", "core"),
     )
 }
 

@@ -21,12 +21,14 @@ LAYERS: list[list[str]] = [
         "_serialize",
         "_convert",
         "_signing",
+        "_encryption",
         "_checks",
         "_record",
         "_wire",
         "_funclib",
         "_hot",
         "_cron",
+        "_schedauth",
         "_sentinel",
         "_cluster",
     ],
@@ -37,19 +39,19 @@ LAYERS: list[list[str]] = [
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry", "_connect", "_coalesce"],
-    ["_lister", "_inspect", "_admin", "_pull", "_events"],
+    ["_lister", "_inspect", "_admin", "_pull", "_events", "_rekey"],
     ["_unique", "_queue"],
     ["_results", "_context", "_logs", "_sharded"],
     ["_batch"],
     ["_task"],
-    ["_schedules", "_sync"],
+    ["_schedules", "_scheddecl", "_sync"],
     ["_app"],
     ["_runner"],
     ["_fetch", "_loops", "_worker"],
     ["_embedded", "_health", "metrics", "otel"],
     ["_embedded", "_health"],
-    # the dashboard subpackage (its modules' sources read as one)
-    ["dashboard"],
+    # the dashboard and contrib subpackages (each one's modules' sources read as one)
+    ["dashboard", "contrib"],
     [
         "_schedules_cli",
         "_cli_format",
@@ -59,6 +61,8 @@ LAYERS: list[list[str]] = [
         "_cli_metrics",
         "_cli_dashboard",
         "_cli_events",
+        "_cli_load",
+        "_cli_rekey",
         "_supervisor",
         "_cli",
     ],
@@ -85,10 +89,10 @@ HIGHER = {"_app", "_batch", "_fetch", "_loops", "_runner", "_worker"}
 def modules() -> dict[str, str]:
     pkg = resources.files("aioqueue")
     found = {p.name[:-3]: p.read_text("utf-8") for p in pkg.iterdir() if p.name.endswith(".py")}
-    dash = pkg / "dashboard"
-    found["dashboard"] = "\n".join(
-        p.read_text("utf-8") for p in dash.iterdir() if p.name.endswith(".py")
-    )
+    for sub in ("dashboard", "contrib"):
+        found[sub] = "\n".join(
+            p.read_text("utf-8") for p in (pkg / sub).iterdir() if p.name.endswith(".py")
+        )
     return found
 
 
