@@ -110,6 +110,15 @@ INVENTORY: tuple[Row, ...] = (
         "test_a_planted_batch_outcome_never_feeds_a_chain_step",
     ),
     Row(
+        "rekey: an operator's `Queue.rekey()` / `aioqueue rekey` sealing stored payloads and "
+        "results again with the first keys (`rekey.lua`)",
+        ("rekey",),
+        "creates",
+        "the operator's App holds the keys: it re-seals only values that verify with a listed "
+        "key; any other is reported unreadable and left as it is",
+        "test_rekey_never_reseals_a_planted_payload",
+    ),
+    Row(
         "retries, lease recovery and promotion of delayed jobs (`fail`, `reap`, a worker's "
         "maintenance, `promote`, `release`)",
         ("fail", "lib/acks", "lib/maintenance", "promote", "release"),
@@ -155,6 +164,8 @@ def _job_writes() -> dict[str, set[str]]:
         name = str(path.relative_to(LUA)).removesuffix(".lua")
         source = path.read_text()
         keys = set(re.findall(r"local (\w+) = job_key\(", source)) | {"jk", "ck"}
+        # a hash named by the caller under the key base (a job's, among others)
+        keys |= set(re.findall(r"local (\w+) = ARGV\[1\] \.\. ", source))
         for m in re.finditer(r"call\('HSET', (\w+|job_key\([^)]*\)),? ?([^\n]*)", source):
             key, rest = m.group(1), m.group(2)
             if key not in keys and not key.startswith("job_key("):
@@ -163,6 +174,8 @@ def _job_writes() -> dict[str, set[str]]:
             if "unpack(" in rest:
                 fields.add("*")
             args = [a.strip() for a in rest.split(",")]
+            if args and not re.fullmatch(r"'\w+'|unpack\(.*", args[0]):
+                fields.add("*")  # a field named by the caller
             fields.update(a.strip("'") for a in args[0::2] if re.fullmatch(r"'\w+'", a))
     return out
 
@@ -380,6 +393,20 @@ async def test_a_planted_batch_outcome_never_feeds_a_chain_step(
         async with Worker(p.app, queues=["default"], concurrency=2):
             await wait_until(functools.partial(dead_as_bad_signature, p.app, last.id))
         assert p.ran == []
+
+
+async def test_rekey_never_reseals_a_planted_payload(redis_url: str) -> None:
+    async with pair(redis_url) as p:
+        planted = await p.unsigned.queue().enqueue("pay", [666], delay=3600)
+        genuine = await p.app.queue().enqueue("pay", [1], delay=3600)
+        report = await p.app.queue().rekey()
+        assert report.unreadable == 1
+        assert planted.id in " ".join(report.reasons)
+        await p.app.queue().promote([planted.id, genuine.id])
+        async with Worker(p.app, concurrency=2):
+            assert await genuine.result(timeout=60) == 1
+            await wait_until(functools.partial(dead_as_bad_signature, p.app, planted.id))
+        assert p.ran == [1]
 
 
 async def test_a_retry_of_a_job_whose_input_was_swapped_is_dead_lettered(
