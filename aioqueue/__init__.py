@@ -52,6 +52,7 @@ from ._inspect import GroupInfo as GroupInfo
 from ._inspect import JobDetail as JobDetail
 from ._inspect import JobPage as JobPage
 from ._inspect import JobSummary as JobSummary
+from ._inspect import ResultState as ResultState
 from ._inspect import Throughput as Throughput
 from ._inspect import ThroughputMinute as ThroughputMinute
 from ._job import ErrorInfo as ErrorInfo
@@ -128,6 +129,7 @@ __all__ = [
     "Queue",
     "RekeyReport",
     "Reservation",
+    "ResultState",
     "ResultTimeout",
     "Retry",
     "ScheduleInfo",

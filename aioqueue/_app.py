@@ -33,7 +33,8 @@ from ._hot import close_hot_connection
 from ._keys import QueueKeys
 from ._queue import Queue
 from ._results import ResultWaiter
-from ._schedules import ScheduleDecorators, Schedules
+from ._scheddecl import ScheduleDecorators
+from ._schedules import Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
 from ._signing import Signer

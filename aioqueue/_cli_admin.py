@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -65,6 +66,43 @@ def server_args(p: argparse.ArgumentParser) -> None:
         "one started for this command in ./.aioqueue)",
     )
     p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+
+
+#: the environment variable the CLI and the dashboard read the signing key from
+SIGNING_KEY_ENV = "AIOQUEUE_SIGNING_KEY"
+
+
+def signing_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--signing-key``: the App's HMAC key (default ``$AIOQUEUE_SIGNING_KEY``)."""
+    p.add_argument(
+        "--signing-key",
+        help=f"the workers' signing key (default: ${SIGNING_KEY_ENV}): jobs enqueued are "
+        "signed with it, results are verified with it; enqueue and retry refuse without it "
+        "when the queue's live workers sign",
+    )
+
+
+def open_args(args: argparse.Namespace) -> App:
+    """The App a command line names: --url, --prefix and the signing key (if any)."""
+    key = getattr(args, "signing_key", None) or os.environ.get(SIGNING_KEY_ENV) or None
+    return App(args.url, prefix=args.prefix, signing_key=key)
+
+
+async def check_signing(app: App, queue: str, action: str) -> None:
+    """Refuse ``action`` on a queue whose live workers sign when this App has no key: they
+    would dead-letter the job as BadSignature, however the command reported it.
+
+    Raises:
+        UsageError: no key, and a live worker of the queue signs.
+    """
+    if app.codec.signer is not None:
+        return
+    if any(w.alive and w.signs for w in await app.queue(queue).workers()):
+        raise UsageError(
+            f"the workers of queue {queue!r} sign their jobs: without the key they would "
+            f"dead-letter it as BadSignature. Give --signing-key or ${SIGNING_KEY_ENV} "
+            f"to {action}"
+        )
 
 
 def queues_arg(p: argparse.ArgumentParser, what: str = "only this queue") -> None:
@@ -119,6 +157,7 @@ def add_commands(sub: Any) -> None:
     def command(name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
         server_args(p)
+        signing_args(p)
         p.add_argument(
             "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
         )
@@ -204,7 +243,7 @@ def is_admin(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run an admin command; the exit code."""
     try:
-        app = App(args.url, prefix=args.prefix)
+        app = open_args(args)
     except AioQueueError as exc:
         return _fail(exc, EXIT_USAGE)
     try:
@@ -279,6 +318,7 @@ def _selector(args: argparse.Namespace, since: bool = False) -> dict[str, Any]:
 async def _retry(app: App, args: argparse.Namespace) -> int:
     q = queue_of(app, args)
     sel = _selector(args, since=True)
+    await check_signing(app, q.name, "retry dead letters")
     n = await (q.requeue(args.ids) if args.ids else q.requeue(**sel))
     return _done(args, "retry", n, "dead letters requeued")
 
@@ -402,6 +442,7 @@ def _given(args: argparse.Namespace) -> set[str]:
 
 
 async def _enqueue(app: App, args: argparse.Namespace) -> int:
+    await check_signing(app, queue_of(app, args).name, "enqueue")
     job = await queue_of(app, args).enqueue(
         args.task,
         args.args,

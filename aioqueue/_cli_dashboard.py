@@ -10,8 +10,7 @@ import asyncio
 import os
 from typing import Any
 
-from ._app import App
-from ._cli_admin import queues_arg, server_args
+from ._cli_admin import open_args, queues_arg, server_args, signing_args
 from ._cli_format import error
 from ._exceptions import AioQueueError
 
@@ -23,6 +22,7 @@ def add_dashboard(sub: Any) -> None:
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
     server_args(p)
+    signing_args(p)
     queues_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to bind (8080)")
@@ -64,7 +64,7 @@ def dashboard(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _fail(f"{exc}: pip install 'aioqueue[dashboard]'", EXIT_ERROR)
     try:
-        app = App(args.url, prefix=args.prefix)
+        app = open_args(args)
     except AioQueueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     auth = None if args.no_auth else basic_auth(str(user), str(password))

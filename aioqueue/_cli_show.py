@@ -201,7 +201,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
     i = d.info
     # an encrypted job read without its key (this command has none): no plaintext to show
     sealed = "(encrypted)" if i.encrypted else "(unreadable)"
-    result = json.dumps(d.result, default=repr) if i.args is not None or not i.encrypted else sealed
+    result = d.result_text() if i.args is not None or not i.encrypted else sealed
     fields: list[tuple[str, object]] = [
         ("id", i.id),
         ("queue", i.queue),

@@ -29,6 +29,9 @@ MissedPolicy = Literal["skip", "once"]
 MISSED_POLICIES: tuple[str, ...] = ("skip", "once")
 #: default: a tick reached later than this (ms) counts as missed
 DEFAULT_GRACE_MS = 60_000
+#: the longest interval, jitter or grace (ms): 100 years keeps every tick far below 2^53,
+#: exact in a Lua number (integer limits count as garbage, I12)
+MAX_SPAN_MS = 100 * 366 * 86_400_000
 
 
 def _cronsim() -> Any:
@@ -88,12 +91,16 @@ class Spec:
             raise ConfigurationError(
                 f"schedule {self.name!r}: missed must be 'skip' or 'once', got {self.missed!r}"
             )
-        if self.every_ms is not None and self.every_ms < 1:
-            raise ConfigurationError(f"schedule {self.name!r}: every= must be at least 1 ms")
+        if self.every_ms is not None and not 1 <= self.every_ms <= MAX_SPAN_MS:
+            raise ConfigurationError(
+                f"schedule {self.name!r}: every= must be between 1 ms and 100 years"
+            )
         if self.tz is not None and self.cron is None:
             raise ConfigurationError(f"schedule {self.name!r}: tz= applies to cron= only")
-        if self.jitter_ms < 0 or self.grace_ms < 0:
-            raise ConfigurationError(f"schedule {self.name!r}: jitter and grace must be >= 0")
+        if not (0 <= self.jitter_ms <= MAX_SPAN_MS and 0 <= self.grace_ms <= MAX_SPAN_MS):
+            raise ConfigurationError(
+                f"schedule {self.name!r}: jitter and grace must be between 0 and 100 years"
+            )
         if self.cron is not None:
             if len(self.cron.split()) not in (5, 6):
                 raise ConfigurationError(
@@ -214,16 +221,24 @@ class Spec:
                 queue=queue,
                 cron=rec.get("cron"),
                 tz=rec.get("tz"),
-                every_ms=None if rec.get("every_ms") is None else int(rec["every_ms"]),
+                every_ms=None if rec.get("every_ms") is None else _int(rec, "every_ms", 0),
                 args=tuple(rec.get("args") or ()),
                 kwargs=dict(rec.get("kwargs") or {}),
                 missed=rec.get("missed", "skip"),
-                jitter_ms=int(rec.get("jitter_ms", 0)),
-                grace_ms=int(rec.get("grace_ms", DEFAULT_GRACE_MS)),
+                jitter_ms=_int(rec, "jitter_ms", 0),
+                grace_ms=_int(rec, "grace_ms", DEFAULT_GRACE_MS),
                 declared=bool(rec.get("declared", False)),
             )
-        except (ConfigurationError, KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, ConfigurationError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"schedule {name!r}: garbled definition: {exc}") from exc
+
+
+def _int(rec: Mapping[str, Any], key: str, default: int) -> int:
+    """An integer field of a stored definition: a float, a string or a bool is garbage."""
+    value = rec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} is not an integer: {value!r}")
+    return value
 
 
 def interval_ms(every: float | timedelta, what: str = "every") -> int:

@@ -4,12 +4,14 @@ records every read returns (the paged listings are in ``_lister``, the actions i
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._codec import Codec
+from ._exceptions import BadSignature
 from ._job import ErrorInfo, JobInfo, JobState
 from ._scripts import QueueScripts
 from ._timeutil import score_ms
@@ -73,6 +75,20 @@ class AttemptInfo:
     error_message: str | None
 
 
+class ResultState(enum.Enum):
+    """Whether ``JobDetail.result`` holds the job's result."""
+
+    #: no result (the job has not completed, or it keeps none)
+    NONE = "none"
+    #: read (and, with signing on, verified as this job's result)
+    OK = "ok"
+    #: signing is on and the stored result is not this job's signed result (unsigned,
+    #: tampered, another job's, or signed with a key not accepted here): never decoded
+    BAD_SIGNATURE = "bad_signature"
+    #: it cannot be decoded
+    UNREADABLE = "unreadable"
+
+
 @dataclass(frozen=True, slots=True)
 class JobDetail:
     """Everything stored about one job (``Queue.job_detail``): ``JobInfo`` and the rest."""
@@ -92,6 +108,18 @@ class JobDetail:
     #: its attempts, oldest first: the last ``HISTORY_MAX`` that ended other than by success,
     #: then the running or completed one
     history: tuple[AttemptInfo, ...] = ()
+    #: whether ``result`` is the job's result, or why not (``result`` is then None)
+    result_state: ResultState = ResultState.NONE
+    #: why the result could not be read (None unless BAD_SIGNATURE or UNREADABLE)
+    result_error: str | None = None
+
+    def result_text(self) -> str:
+        """The result as the CLI and the dashboard show it: JSON, or the reason it is not."""
+        if self.result_state is ResultState.OK:
+            return json.dumps(self.result, default=repr)
+        if self.result_error is not None:
+            return f"({self.result_state.value}: {self.result_error})"
+        return "-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,12 +268,15 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
             options = codec.load_options(h["o"])
         except Exception:
             options = {}
-    result = None
+    result, state, why = None, ResultState.NONE, None
     if info.state is JobState.COMPLETED and "r" in h:
         try:
             result = codec.load_result(h["r"], queue=info.queue, job_id=info.id)
-        except Exception:
-            result = None
+            state = ResultState.OK
+        except BadSignature as exc:
+            state, why = ResultState.BAD_SIGNATURE, str(exc)
+        except Exception as exc:
+            state, why = ResultState.UNREADABLE, f"{type(exc).__name__}: {exc}"
     deadline = None
     if info.state is JobState.ACTIVE:
         score = await scripts.read(scripts.client.zscore(scripts.keys.active, info.id))
@@ -260,6 +291,8 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
         cancel_requested="x" in h,
         started_ms=_opt_int(h.get("st")),
         history=_history(h, info),
+        result_state=state,
+        result_error=why,
     )
 
 

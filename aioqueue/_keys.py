@@ -72,6 +72,8 @@ Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
                                            every_ms, tz, args, kwargs, missed, jitter_ms, ...)
     <prefix>:{<queue>}:cron:next    ZSET   schedule name -> its next tick (epoch ms); the tick's
                                            job has the id ``cron:<name>:<tick ms>``
+    <cron:defs>:<name>:garbled:<ms> STRING a definition set aside (garbled, or unsigned), and
+    <cron:next>:garbled:<ms>        ZSET   ticks set aside in one pass; both listed in garbled
 
 Unique jobs (see lua/enqueue.lua, lua/replace.lua and ``unlock`` in lua/lib/core.lua)::
 

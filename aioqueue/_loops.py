@@ -193,4 +193,5 @@ class WorkerLoops:
             self._started_ms,
             self.completed,
             self.failed,
+            1 if self.app.codec.signer is not None else 0,
         )

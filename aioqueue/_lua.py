@@ -75,8 +75,9 @@ Started = tuple[int, int] | None
 
 
 def _nonce() -> str:
-    """The random part of the lease tokens of one claim (so no token can be guessed)."""
-    return secrets.token_hex(8)
+    """The secret of one claim, from which each of its lease tokens derives its own random
+    part (see lease_jobs in lib/leasing.lua): 128 bits, never handed out."""
+    return secrets.token_hex(16)
 
 
 def text_of(value: bytes | str) -> str:

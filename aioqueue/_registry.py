@@ -40,6 +40,8 @@ class WorkerInfo:
     #: jobs it completed and failed (attempts) since it started, on all its queues
     done: int
     failed: int
+    #: it signs (``App(signing_key=...)``): it runs only jobs signed by a key holder
+    signs: bool = False
 
 
 def _int(raw: dict[bytes, bytes], field: bytes) -> int:
@@ -83,6 +85,7 @@ async def read_workers(scripts: QueueScripts) -> list[WorkerInfo]:
                 jobs_held=held,
                 done=_int(raw, b"done"),
                 failed=_int(raw, b"failed"),
+                signs=raw.get(b"sg") == b"1",
             )
         )
     return out

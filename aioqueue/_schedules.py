@@ -14,21 +14,23 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._checks import check_name, to_ms
 from ._cron import DEFAULT_GRACE_MS, MissedPolicy, Spec, interval_ms, job_id_for
-from ._exceptions import ConfigurationError, ServerUnavailable
+from ._exceptions import ConfigurationError, ServerRefused, ServerUnavailable
 from ._record import JobRecord, Template
+from ._schedauth import read_spec, stored_form, valid_tick
 from ._scripts import TickOutcome, schedule_queues
 from ._task import Task
 
 if TYPE_CHECKING:
     from ._app import App
     from ._scripts import QueueScripts
+    from ._signing import Signer
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,9 @@ IDLE_POLL = 10.0
 #: how often a scheduler stores the schedules declared in code again (seconds): after a server
 #: that lost its data comes back, they return within this
 RESYNC = 60.0
+#: the most stored ticks a scheduler reads (and sets aside, if garbage) per pass of a queue
+TICKS_PER_PASS = 1000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +221,7 @@ class Schedules:
             declared=False,
         )
         scripts = self._app.queue(spec.queue)._scripts
-        first = await store(scripts, spec)
+        first = await store(scripts, spec, self._app.codec.signer)
         return ScheduleInfo.of(spec, first)
 
     async def remove(self, name: str, *, queue: str | None = None) -> bool:
@@ -236,7 +241,7 @@ class Schedules:
         for q in queues or await self._queues():
             scripts = self._app.queue(q)._scripts
             _, ticks = await scripts.schedule_ticks()
-            nexts = dict(ticks)
+            nexts = {n: int(t) for n, t in ticks if valid_tick(t)}
             for name, raw in sorted((await scripts.schedule_defs()).items()):
                 try:
                     spec = Spec.from_json(name, q, raw)
@@ -254,13 +259,20 @@ class Schedules:
         return sorted(known | set(await schedule_queues(app.redis, app.prefix)))
 
 
-async def store(scripts: QueueScripts, spec: Spec) -> int:
-    """Store a schedule's definition; a new or changed one starts at its first tick after
-    the server's now. Returns its next tick (ms)."""
+async def store(scripts: QueueScripts, spec: Spec, signer: Signer | None) -> int:
+    """Store a schedule's definition (signed when the App signs); a new or changed one starts
+    at its first tick after the server's now. Returns its next tick (ms).
+
+    Raises:
+        ConfigurationError: its first tick is beyond the times a schedule can have.
+    """
     first = spec.next_after(await scripts.server_ms())
-    if await scripts.schedule_put(spec.name, spec.to_json(), first) == 0:
+    put = await scripts.schedule_put(spec.name, stored_form(spec, signer), first)
+    if put == -1:
+        raise ConfigurationError(f"schedule {spec.name!r}: its first tick {first} is too far")
+    if put == 0:
         _, ticks = await scripts.schedule_ticks()
-        return dict(ticks).get(spec.name, first)
+        return int(dict(ticks).get(spec.name, first))
     return first
 
 
@@ -276,8 +288,10 @@ class Scheduler:
     def __init__(self, app: App, queues: Sequence[str]) -> None:
         self.app = app
         self.queues = list(queues)
-        self._specs: dict[tuple[str, str, bytes], Spec | None] = {}
+        self._specs: dict[tuple[str, str, bytes], Spec] = {}
         self._synced_at: float | None = None
+        #: a schedule key was set aside: the declared schedules are stored again at once
+        self._resync = False
         #: ticks this scheduler fired (a job enqueued), for tests and logs
         self.fired = 0
 
@@ -290,10 +304,14 @@ class Scheduler:
             wait = IDLE_POLL
             try:
                 if self._synced_at is None or loop.time() - self._synced_at > RESYNC:
+                    self._resync = False
                     await self.sync()
-                    self._synced_at = loop.time()
+                    # a key set aside during the sync: store the declared schedules again
+                    self._synced_at = None if self._resync else loop.time()
                 for q in self.queues:
                     wait = min(wait, await self.fire_due(q))
+                if self._resync:
+                    wait = 0.0
             except (ServerUnavailable, ConnectionError, OSError) as exc:
                 logger.debug("scheduler: %s", exc)
             except Exception as exc:
@@ -308,38 +326,80 @@ class Scheduler:
         """Store the schedules declared in code for this scheduler's queues."""
         for (queue, _), spec in self.app.schedules.declared.items():
             if queue in self.queues:
-                await store(self.app.queue(queue)._scripts, spec)
+                scripts = self.app.queue(queue)._scripts
+                await self._contained(scripts, store(scripts, spec, self.app.codec.signer))
+
+    async def _contained(self, scripts: QueueScripts, call: Awaitable[T]) -> T | None:
+        """``call``'s answer; None when a schedule key of the wrong type refused it: the key
+        is then set aside (listed in ``garbled``) and the declared schedules stored again."""
+        try:
+            return await call
+        except ServerRefused as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+        if await scripts.schedule_contain():
+            logger.error("%s: a schedule key of the wrong type was set aside", scripts.base)
+            self._synced_at, self._resync = None, True
+        return None
 
     async def fire_due(self, queue: str) -> float:
         """Fire the due ticks of one queue's schedules; the seconds until the next one is due
-        (0 when a tick was fired: look again at once)."""
+        (0 when a tick was fired or garbage set aside: look again at once). Garbage costs at
+        most its own entry: a key of the wrong type is set aside, ticks without a definition
+        or that are not a valid time are set aside (at most ``TICKS_PER_PASS`` a pass), a
+        definition that is garbled or not made by a key holder is set aside."""
         scripts = self.app.queue(queue)._scripts
-        now, ticks = await scripts.schedule_ticks()
-        due = [(name, tick) for name, tick in ticks if tick <= now]
-        if not due:
+        wait = await self._contained(scripts, self._fire_due(scripts, queue))
+        return 0.0 if wait is None else wait
+
+    async def _fire_due(self, scripts: QueueScripts, queue: str) -> float:
+        now, ticks = await scripts.schedule_ticks(TICKS_PER_PASS)
+        bad = [name for name, tick in ticks if not valid_tick(tick)]
+        due = [(name, int(tick)) for name, tick in ticks if valid_tick(tick) and tick <= now]
+        if not due and not bad:
             return IDLE_POLL if not ticks else min(POLL, (ticks[0][1] - now) / 1000)
-        defs = await scripts.schedule_defs([name for name, _ in due])
-        moved = False
+        defs = await scripts.schedule_defs([name for name, _ in due] + bad)
+        moved = await self._ticks_aside(scripts, [n for n, _ in due if n not in defs] + bad)
+        for name in bad:  # a readable definition whose tick was garbage starts afresh
+            raw = defs.get(name)
+            spec = None if raw is None else await self._spec(scripts, queue, name, raw)
+            if raw is not None and spec is not None:
+                await scripts.schedule_put(name, raw.decode(), spec.next_after(now))
         for name, tick in due:
-            spec = self._spec(queue, name, defs.get(name))
-            if spec is not None:
-                outcome = await self._fire(scripts, spec, tick, now)
-                moved = moved or outcome in (TickOutcome.FIRED, TickOutcome.ADVANCED)
+            raw = defs.get(name)
+            spec = None if raw is None else await self._spec(scripts, queue, name, raw)
+            if spec is None:
+                moved = True  # removed since the read, or set aside
+                continue
+            outcome = await self._fire(scripts, spec, tick, now)
+            moved = moved or outcome in (TickOutcome.FIRED, TickOutcome.ADVANCED)
         return 0.0 if moved else POLL
 
-    def _spec(self, queue: str, name: str, raw: bytes | None) -> Spec | None:
-        """A stored definition, parsed once; None (logged once) when it is garbled."""
-        if raw is None:
-            return None  # removed since the read
+    async def _ticks_aside(self, scripts: QueueScripts, names: Sequence[str]) -> bool:
+        if not names:
+            return False
+        why = "schedule ticks without a definition or that are not a valid time"
+        n = await scripts.schedule_ticks_aside(names, why)
+        if n:
+            logger.error("%s: set aside %d %s", scripts.base, n, why)
+        return n > 0  # none: a name that did not read back (not UTF-8) stays, and costs a slot
+
+    async def _spec(self, scripts: QueueScripts, queue: str, name: str, raw: bytes) -> Spec | None:
+        """The schedule to fire for a stored definition (see ``read_spec``), parsed once; None
+        when it is garbled or not made by a key holder: it is then set aside with the reason."""
         key = (queue, name, raw)
         if key not in self._specs:
             if len(self._specs) > 10_000:
                 self._specs.clear()
+            app = self.app
             try:
-                self._specs[key] = Spec.from_json(name, queue, raw)
+                self._specs[key] = read_spec(
+                    queue, name, raw, app.codec.signer, app.schedules.declared
+                )
             except ValueError as exc:
-                logger.error("queue %s: %s; not firing it", queue, exc)
-                self._specs[key] = None
+                logger.error("queue %s: %s; set aside, not firing it", queue, exc)
+                await scripts.schedule_set_aside(name, raw, str(exc))
+                return None
         return self._specs[key]
 
     async def _fire(self, scripts: QueueScripts, spec: Spec, tick: int, now: int) -> TickOutcome:
@@ -374,94 +434,3 @@ class Scheduler:
             spec.queue, job_id, spec.task, spec.args, spec.kwargs, template.options
         )
         return JobRecord(job_id, payload, template)
-
-
-TaskT = TypeVar("TaskT", bound=Task[Any, Any])
-
-
-class ScheduleDecorators:
-    """The App's ways to declare schedules in code (``App`` inherits them): ``@app.cron``
-    and ``app.schedule``. No I/O: workers store them when they start."""
-
-    schedules: Schedules
-
-    def cron(
-        self,
-        expression: str,
-        *,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-    ) -> Callable[[TaskT], TaskT]:
-        """Run a task on a cron schedule; put it above ``@app.task``::
-
-            @app.cron("*/5 * * * *", tz="Europe/Berlin")
-            @app.task
-            async def report() -> None: ...
-
-        Workers consuming the task's queue store the schedule when they start and enqueue one
-        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
-        Needs the ``aioqueue[cron]`` extra.
-        """
-
-        def declare(task: TaskT) -> TaskT:
-            if not isinstance(task, Task):
-                raise ConfigurationError("@app.cron(...) goes above @app.task, on a task")
-            self.schedule(
-                task,
-                cron=expression,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-            )
-            return task
-
-        return declare
-
-    def schedule(
-        self,
-        task: Task[Any, Any] | str,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        missed: MissedPolicy = "skip",
-        jitter: float | timedelta | None = None,
-        grace: float | timedelta | None = None,
-        queue: str | None = None,
-    ) -> None:
-        """Declare a periodic schedule in code: a cron expression or an interval, and the
-        task's arguments. No I/O: workers consuming its queue store it when they start (the
-        arguments are those of ``app.schedules.add``).
-
-        Raises:
-            ConfigurationError: a bad value, or a schedule of that name already declared.
-        """
-        self.schedules.declare(
-            make_spec(
-                self.schedules._app,
-                task,
-                cron=cron,
-                every=every,
-                tz=tz,
-                args=args,
-                kwargs=kwargs,
-                name=name,
-                missed=missed,
-                jitter=jitter,
-                grace=grace,
-                queue=queue,
-                declared=True,
-            )
-        )

@@ -306,24 +306,44 @@ class QueueReads:
         res = await self._run("schedule", args, [*self.lanes, self.keys.cron_next])
         return int(res[0]), _TICK[int(res[1])]
 
+    def _schedule_keys(self) -> list[str]:
+        k = self.keys
+        return [k.cron_defs, k.cron_next, k.garbled, k.stats]
+
     async def schedule_put(self, name: str, definition: str, first_ms: int) -> int:
         """Store a schedule: 1 added, 2 changed (its next tick reset), 0 unchanged."""
-        keys = [self.keys.cron_defs, self.keys.cron_next]
         args = (self.base, "put", name, definition, first_ms)
-        return int(await self._run("schedules", args, keys))
+        return int(await self._run("schedules", args, self._schedule_keys()))
 
     async def schedule_remove(self, name: str) -> bool:
-        keys = [self.keys.cron_defs, self.keys.cron_next]
-        return int(await self._run("schedules", (self.base, "remove", name), keys)) == 1
+        args = (self.base, "remove", name)
+        return int(await self._run("schedules", args, self._schedule_keys())) == 1
 
-    async def schedule_ticks(self, limit: int = 10_000) -> tuple[int, list[tuple[str, int]]]:
-        """The server's clock (ms) and the schedules' stored next ticks, earliest first."""
+    async def schedule_set_aside(self, name: str, definition: bytes, reason: str) -> bool:
+        """Move a schedule's definition (if it is still ``definition``) out of the stored ones,
+        listed in ``garbled`` with the reason; its tick is dropped."""
+        args = (self.base, "aside_def", name, definition, reason)
+        return int(await self._run("schedules", args, self._schedule_keys())) == 1
+
+    async def schedule_ticks_aside(self, names: Sequence[str], reason: str) -> int:
+        """Move the ticks of ``names`` that have no definition or are not a valid time aside
+        (one key, listed in ``garbled``); how many were moved."""
+        args = (self.base, "aside_ticks", reason, *names)
+        return int(await self._run("schedules", args, self._schedule_keys()))
+
+    async def schedule_contain(self) -> int:
+        """Rename schedule keys of the wrong type aside (listed in ``garbled``); how many."""
+        return int(await self._run("schedules", (self.base, "contain"), self._schedule_keys()))
+
+    async def schedule_ticks(self, limit: int = 10_000) -> tuple[int, list[tuple[str, float]]]:
+        """The server's clock (ms) and the schedules' stored next ticks, earliest first (as
+        stored: a planted score may be any float, even infinite)."""
         pipe = self.client.pipeline(transaction=False)
         server_time(pipe, self.client, self.keys.stats)
         pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
-        return now, [(n.decode(errors="replace"), score_ms(s)) for n, s in entries]
+        return now, [(n.decode(errors="replace"), float(s)) for n, s in entries]
 
     async def schedule_defs(self, names: Sequence[str] | None = None) -> dict[str, bytes]:
         """Stored definitions: of ``names`` (those that exist), or all of them."""

@@ -316,8 +316,8 @@ class QueueScripts(QueueReads):
     ) -> list[Outcome]:
         """A worker's heartbeat (see beat.lua): register it until ``period_ms`` from now (0:
         leave the registry) with ``info`` (host, pid, version, queues, concurrency, start ms,
-        done, failed), renew the leases ``pairs``, as ``extend``, and bury a dead worker (the
-        jobs it dead-letters kept ``dead_ttl_ms``)."""
+        done, failed, signs), renew the leases ``pairs``, as ``extend``, and bury a dead worker
+        (the jobs it dead-letters kept ``dead_ttl_ms``)."""
         args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info]
         args += (dead_ttl_ms, len(pairs))
         for job_id, token in pairs:

@@ -42,6 +42,8 @@ _PLACES_KEPT = 1024
 #: the record fields a MAC can be bound to (length-prefixed, as the context's last part)
 PAYLOAD_FIELD = b"1:p"
 RESULT_FIELD = b"1:r"
+#: not a record field: the place of a stored schedule definition's MAC (``_schedauth.py``)
+SCHEDULE_FIELD = b"1:s"
 #: not a record field: the place of a reservation handle's MAC (``_handle.py``)
 HANDLE_FIELD = b"1:h"
 #: a handle's MAC is cut to 128 bits, which keeps the handle short and is still beyond guessing
@@ -289,3 +291,17 @@ class Signer:
         if hmac.compare_digest(mac, self._mac.digest(msg)[:HANDLE_MAC_LEN]):
             return True
         return any(hmac.compare_digest(mac, k.digest(msg)[:HANDLE_MAC_LEN]) for k in self._older)
+
+    # ------------------------------------------------------------------ schedule definitions
+    def sign_schedule(self, queue: str, name: str, definition: bytes) -> str:
+        """The MAC (hex) of a stored schedule definition, bound to its queue and name."""
+        return self._mac.digest(self._context(queue, "", SCHEDULE_FIELD, name) + definition).hex()
+
+    def verify_schedule(self, queue: str, name: str, definition: bytes, mac: str) -> bool:
+        """Whether ``mac`` is the MAC of schedule ``name``'s ``definition`` on ``queue``, made
+        with an accepted key."""
+        try:
+            raw = bytes.fromhex(mac)
+        except (TypeError, ValueError):
+            return False
+        return self._matches(raw, self._context(queue, "", SCHEDULE_FIELD, name) + definition)

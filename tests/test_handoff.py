@@ -105,7 +105,7 @@ async def test_a_live_workers_heartbeat_buries_a_dead_one(redis_url: str, redis:
     """Burial does not wait for a live worker's next claim (up to idle_block away): its next
     heartbeat buries a worker past its deadline, hands back its jobs (those it never started
     with their attempt refunded) and leaves a wake token for the idle consumers."""
-    info = ("h", 1, "0", "default", 4, 0, 0, 0)
+    info = ("h", 1, "0", "default", 4, 0, 0, 0, 0)  # ..., done, failed, signs
     async with open_app(redis_url) as app:
         q = app.queue()
         await scripts(app).beat("dead", 200, LEASE_MS, 0, info, [], DEAD_TTL_MS)

@@ -8,7 +8,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 
 from redis.asyncio import Redis
 
@@ -16,6 +15,7 @@ from aioqueue import App, AttemptInfo, Backoff, JobState, Worker
 from aioqueue._inspect import HISTORY_MAX
 
 from .support.apps import unique_prefix
+from .support.clirun import aioqueue_cli
 from .support.invariants import check_invariants
 from .support.processes import WorkerProcesses, run_records
 from .support.server import server_ms
@@ -235,10 +235,4 @@ async def test_a_lease_recovered_from_a_killed_worker_shows_in_the_history(
 
 
 def _cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args, "--url", url, "--prefix", prefix],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return aioqueue_cli(url, prefix, *args)

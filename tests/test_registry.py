@@ -30,7 +30,7 @@ from .support.waiting import wait_until
 
 LEASE_MS = 60_000
 DEAD_TTL_MS = 3_600_000
-INFO = ("h", 1, "0", "default", 4, 0, 0, 0)
+INFO = ("h", 1, "0", "default", 4, 0, 0, 0, 0)
 
 
 async def beat(app: App, wid: str, period_ms: int, started: int = 0) -> None:

@@ -51,6 +51,32 @@ async def test_a_neighbours_token_cannot_be_derived_from_ones_own(app: App, redi
     assert await theirs_job.result(timeout=1) == "theirs"
 
 
+async def test_tokens_of_one_reserve_share_no_random_part(app: App, redis: Redis) -> None:
+    # issue 24 point 9: the tokens of one reserve(n) used to share the claim's nonce, so one
+    # token gave away its neighbour's (its number plus one, the same nonce)
+    q = app.queue()
+    for i in range(5):
+        await q.enqueue("t", args=[i])
+    got = await q.reserve(5)
+    assert len(got) == 5
+    numbers = [int(r.token.split("-")[0]) for r in got]
+    tails = [r.token.split("-")[1] for r in got]
+    assert numbers == list(range(numbers[0], numbers[0] + 5))  # one claim, consecutive
+    assert len(set(tails)) == 5
+    assert all(len(t) == 16 for t in tails)
+    mine, theirs = got[0], got[1]
+    leases = q._leases
+    # the sequential guess: the neighbour's number with my random part
+    guess = _bump(mine.token)
+    assert guess != theirs.token
+    assert await leases.complete([(theirs.id, guess, b"1", 60_000)]) == [Outcome.STALE]
+    assert await leases.extend([(theirs.id, guess)], 60_000) == [Outcome.STALE]
+    assert await leases.fail(theirs.id, guess, "x", FailMode.DEAD) is Outcome.STALE
+    assert (await check_invariants(redis, q._keys))[theirs.id] == "active"
+    for r in got:
+        await q.complete(r, "done")
+
+
 async def test_tokens_handed_to_a_parked_worker_carry_its_nonce(app: App, redis: Redis) -> None:
     scripts = app.queue()._scripts
     await scripts.claim(2, 60_000, DEAD_TTL_MS, "w1", 60_000)

@@ -12,7 +12,7 @@ from typing import Any
 from aioqueue._app import App
 from aioqueue._batch import Batch
 from aioqueue._exceptions import AioQueueError
-from aioqueue._inspect import JobDetail, JobSummary
+from aioqueue._inspect import JobDetail, JobSummary, ResultState
 from aioqueue._job import JobState
 from aioqueue._lua import queue_names
 from aioqueue._queue import Queue
@@ -227,7 +227,9 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
     unread = "(encrypted)" if info.encrypted else "(cannot be decoded)"
     result = "-"
     if info.state is JobState.COMPLETED:
-        result = unread if info.encrypted and info.args is None else pretty(d.result)
+        result = unread if info.encrypted and info.args is None else d.result_text()
+        if d.result_state is ResultState.OK:
+            result = pretty(d.result)
     history = [
         {
             "number": a.number,

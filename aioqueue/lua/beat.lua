@@ -8,8 +8,9 @@
   before that (0: leave)   ARGV[4] lease ms from now   ARGV[5] started: it has started (or
   given up) its first `started` leases   ARGV[6] host   ARGV[7] pid   ARGV[8] version
   ARGV[9] queues (comma-separated)   ARGV[10] concurrency   ARGV[11] start time ms
-  ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] dead_ttl_ms (of the jobs a burial
-  dead-letters; 0: keep forever)   ARGV[15] n   then n pairs: id, lease token
+  ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] 1 if it signs (App(signing_key=...):
+  it runs only jobs signed by a key holder), else 0   ARGV[15] dead_ttl_ms (of the jobs a
+  burial dead-letters; 0: keep forever)   ARGV[16] n   then n pairs: id, lease token
   Returns {now_ms, code_1, ..., code_n} as extend.lua: 1 renewed, -1 no such job, -2 lease
   token mismatch, -3 renewed but cancellation was requested ]]
 local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -35,15 +36,16 @@ elseif (count_of(call('HGET', wk, 'sn') or '') or -1) < started then
   call('HSET', wk, 'sn', started)
 end
 call('HSET', wk, 'host', ARGV[6], 'pid', ARGV[7], 'ver', ARGV[8], 'queues', ARGV[9],
-  'conc', ARGV[10], 'st', ARGV[11], 'beat', now, 'done', ARGV[12], 'failed', ARGV[13])
+  'conc', ARGV[10], 'st', ARGV[11], 'beat', now, 'done', ARGV[12], 'failed', ARGV[13],
+  'sg', ARGV[14])
 -- the description outlives a missed deadline long enough for a live worker or reap to bury it
 local keep = math.max(10 * period, 2 * lease)
 call('PEXPIRE', wk, keep)
 call('PEXPIRE', held_key(wid), keep)
 -- after its own renewal: a worker that stalled past its deadline and beats again is not
 -- buried by its own beat
-bury_dead(now, tonumber(ARGV[14]), 1)
-local n = tonumber(ARGV[15])
+bury_dead(now, tonumber(ARGV[15]), 1)
+local n = tonumber(ARGV[16])
 local out = {now}
-renew_leases(out, lease, now, 16, n)
+renew_leases(out, lease, now, 17, n)
 return out

@@ -11,9 +11,15 @@
   ARGV[10] priority   ARGV[11] options JSON ('' none)
   Returns {now_ms, code}: 1 the job was enqueued and the tick moved on, 2 the tick moved on
   without a new job (skipped, or its job existed), 0 not due yet, -1 no such schedule, -2 the
-  stored tick is another one (someone else fired it) ]]
+  stored tick is another one (someone else fired it), or a tick or run time that is not a
+  valid time (an integer in [0, 2^53]; the caller sets such an entry aside, I9/I12) ]]
 local name, seen, nxt = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
+local function valid(n)
+  return n ~= nil and n == n and n >= 0 and n <= 9007199254740992 and n == math.floor(n)
+end
+local run_at = tonumber(ARGV[9])
+if not (valid(seen) and valid(nxt) and (run_at == -1 or valid(run_at))) then return {now, -2} end
 local stored = call('ZSCORE', KEYS[14], name)
 if not stored then return {now, -1} end
 if tonumber(stored) ~= seen then return {now, -2} end

@@ -130,8 +130,9 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
 end
 
 -- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
--- new token each (a sequence number and the claim's random nonce, so no token can be guessed
--- from another) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
+-- new token each (a sequence number and 64 bits of SHA-1 of the claim's secret random nonce
+-- with that number: each token has its own random part, so no token, nor any number of them,
+-- tells another; the nonce itself is never handed out) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
 -- reply), their lease deadlines on zargs, and (when leased is given) leased[i] = true for the
 -- i-th of got. Anything not queued (cancelled, or its record
 -- expired) is dropped from the lane here; a garbled state is dead-lettered, a job past its
@@ -154,7 +155,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       seq = seq + 1
       taken = taken + 1
       if leased then leased[i] = true end
-      local tok = string.format('%d', seq) .. '-' .. h.nonce
+      local tok = string.format('%d', seq) .. '-'
+        .. string.sub(redis.sha1hex(h.nonce .. ':' .. seq), 1, 16)
       a = a + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
       if r[7] and string.byte(r[7], 1) == 113 then

@@ -1,0 +1,24 @@
+"""Running ``python -m aioqueue`` as a user runs it: a subprocess, against a server and prefix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def aioqueue_cli(
+    url: str, prefix: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m aioqueue ARGS --url URL --prefix PREFIX``; ``env``: variables to set (over
+    this process's environment, from which ``$AIOQUEUE_SIGNING_KEY`` is dropped)."""
+    full = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_SIGNING_KEY"}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "aioqueue", *args, "--url", url, "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=full,
+    )
