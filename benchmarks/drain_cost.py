@@ -132,7 +132,8 @@ def one_round(src: Path, url: str, n: int, tag: str) -> dict[str, Any]:
             "async def main():\n"
             "    async with drainapp.app:\n"
             f"        for s in range(0, {n}, 5000):\n"
-            f"            await drainapp.noop.enqueue_many([{{'i': i}} for i in range(s, min(s + 5000, {n}))])\n"
+            f"            kw = [{{'i': i}} for i in range(s, min(s + 5000, {n}))]\n"
+            "            await drainapp.noop.enqueue_many(kw)\n"
             "asyncio.run(main())\n"
         )
         penv = {**env, "PYTHONPATH": os.pathsep.join([str(work), str(src)])}
