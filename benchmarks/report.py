@@ -424,6 +424,8 @@ def history_line(results: dict[str, Any]) -> dict[str, Any]:
             "loadavg_1m": round(os.getloadavg()[0], 2),
         },
         "repeats": (results.get("config") or {}).get("repeats"),
+        "libs": (results.get("config") or {}).get("libs"),
+        "workloads": (results.get("config") or {}).get("peer_workloads"),
         "figures": {
             col: {
                 k: r.get(k)
