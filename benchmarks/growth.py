@@ -10,6 +10,10 @@ load barely changes, and wall jobs/s, which it does. One embedded Valkey, emptie
 sizes.
 
     .venv/bin/python benchmarks/growth.py [--sizes 0,1000,1000000] [--jobs 5000]
+    .venv/bin/python benchmarks/growth.py --groups 10,1000,100000 --jobs 100000
+
+With ``--groups``: claims with G active groups instead, ``--jobs`` jobs spread over them
+round-robin (queued first), drained by a burst worker: the server's cost per job.
 """
 
 from __future__ import annotations
@@ -86,15 +90,53 @@ async def _drain(app: Any, done: asyncio.Event) -> None:
         await task
 
 
+async def groups_drain(url: str, groups: int, n: int) -> dict[str, float]:
+    """Claims with ``groups`` active groups: ``n`` jobs spread round-robin over them (at least
+    one each), drained by a burst worker; the server's cost per job."""
+    from aioqueue import App, Worker
+
+    app = App(url, prefix="gg")
+
+    @app.task(name="noop")
+    async def noop(i: int) -> None:
+        return None
+
+    async with app:
+        await app.redis.flushall()
+        calls = [
+            noop.options(group=f"g{g}").enqueue_many([{"i": j} for j in range(g, n, groups)])
+            for g in range(groups)
+        ]
+        for i in range(0, len(calls), 50):
+            await asyncio.gather(*calls[i : i + 50])
+        k0, u0 = await _stats(app.redis)
+        t0 = time.perf_counter()
+        await Worker(app, concurrency=100, burst=True).run()
+        wall = time.perf_counter() - t0
+        k1, u1 = await _stats(app.redis)
+    return {
+        "groups": groups,
+        "jobs": n,
+        "script_us_per_job": round((u1 - u0) / n, 2),
+        "commands_per_job": round((k1 - k0 - 1) / n, 2),
+        "jobs_per_s": round(n / wall),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="0,1000,1000000")
     p.add_argument("--jobs", type=int, default=5000)
+    p.add_argument("--groups", help="instead: claims with these numbers of active groups")
     a = p.parse_args()
     from aioqueue import EmbeddedServer
 
     rows = []
     with EmbeddedServer() as server:
+        if a.groups:
+            for g in (int(x) for x in a.groups.split(",")):
+                print(json.dumps(asyncio.run(groups_drain(server.url, g, a.jobs))), flush=True)
+            return 0
         for size in (int(x) for x in a.sizes.split(",")):
             rows.append(asyncio.run(one_size(server.url, size, a.jobs)))
             print(json.dumps(rows[-1]), flush=True)
