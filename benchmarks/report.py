@@ -13,6 +13,7 @@ Stdlib-only.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -393,3 +394,44 @@ def write_results(results: dict[str, Any], out: Path | None, stamp: str, quick: 
     out.write_text(blob)
     (RESULTS_DIR / "latest.json").write_text(blob)
     print(f"\nwrote {out} and {RESULTS_DIR / 'latest.json'} ({results['elapsed_s']:.0f}s)")
+    if not quick and not results.get("interrupted") and results.get("ratios"):
+        line = history_line(results)
+        with HISTORY.open("a") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+        print(f"appended this run to {HISTORY}")
+
+
+#: one line per full run (not --quick, not interrupted, with the peers): commit, date, load
+#: and figures, so that a regression shows as a line (committed, unlike results/)
+HISTORY = Path(__file__).resolve().parent / "history.jsonl"
+
+
+def history_line(results: dict[str, Any]) -> dict[str, Any]:
+    """The history's line for one full run: which code, when, how loaded the machine was,
+    and aioqueue's figure, raw's and the best peer's of each column of table 1."""
+    src = results.get("aioqueue_src") or {}
+    repo = results.get("repo") or {}
+    peers = results.get("peers") or {}
+    return {
+        "date": results.get("date"),
+        "commit": src.get("commit") or repo.get("commit"),
+        "dirty": bool(src.get("dirty", repo.get("dirty"))),
+        "host": (results.get("host") or {}).get("cpu_model"),
+        "cpus": (results.get("host") or {}).get("cpus"),
+        # other processes' CPU during the harness (1.0 = a core) and the load at the end
+        "load": {
+            "foreign_util": (peers.get("foreign_cpu") or {}).get("util"),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        },
+        "repeats": (results.get("config") or {}).get("repeats"),
+        "libs": (results.get("config") or {}).get("libs"),
+        "workloads": (results.get("config") or {}).get("peer_workloads"),
+        "figures": {
+            col: {
+                k: r.get(k)
+                for k in ("aioqueue", "raw", "best_peer", "best_peer_value")
+                if r.get(k) is not None
+            }
+            for col, r in results["ratios"].items()
+        },
+    }

@@ -47,6 +47,7 @@ from peers import (
     LIB_VENV,
     PEER_WORKLOADS,
     export_commit,
+    precompile,
     prepare_peers,
     run_peers,
     run_setup,
@@ -166,6 +167,8 @@ def prepare(a: argparse.Namespace, results: dict[str, Any], setup_libs: list[str
                 "dirty": repo["dirty"],
             }
     run_setup(setup_libs, src, a.reinstall_aioqueue, a.setup_timeout)
+    if src is not None:
+        results["aioqueue_src"]["bytecode"] = precompile(src)
 
 
 def peers_phase(
