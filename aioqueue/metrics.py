@@ -159,6 +159,7 @@ class WorkerMetrics:
 
     @_never_raises
     def job_started(self, queue: str, job: Claimed) -> None:
+        """The worker started ``job`` (called by the worker)."""
         self._of(queue, job.task).started.inc()
         self._t0[queue, job.id] = time.monotonic()
 
@@ -166,6 +167,7 @@ class WorkerMetrics:
     def job_done(
         self, queue: str, job: Claimed, run: asyncio.Task[Any], *, cancelled: bool, lost: bool
     ) -> None:
+        """``job`` ended: how, from its task ``run`` (called by the worker)."""
         t0 = self._t0.pop((queue, job.id), None)
         series = self._of(queue, job.task)
         if run.cancelled():
@@ -197,17 +199,20 @@ class WorkerMetrics:
 
     @_never_raises
     def leases_renewed(self, queue: str, renewed: int, lost: int) -> None:
+        """A heartbeat renewed ``renewed`` leases and found ``lost`` gone (called by the worker)."""
         self.renewals.labels(queue).inc(renewed)
         if lost:
             self.leases_lost.labels(queue).inc(lost)
 
     @_never_raises
     def claimed(self, queue: str, jobs: int) -> None:
+        """A claim took ``jobs`` jobs (called by the worker)."""
         self.claims.labels(queue).inc()
         self.claimed_jobs.labels(queue).inc(jobs)
 
     @_never_raises
     def handed(self, queue: str, jobs: int) -> None:
+        """``jobs`` jobs were handed to the parked worker (called by the worker)."""
         self.handed_jobs.labels(queue).inc(jobs)
 
 
@@ -232,9 +237,11 @@ class _WorkerGauges(Collector):
         self.metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
+        """The metric families, without samples (prometheus_client's Collector protocol)."""
         return list(self._families(None))
 
     def collect(self) -> Iterable[Metric]:
+        """The metric families with their samples (prometheus_client's Collector protocol)."""
         return list(self._families(self.metrics._worker))
 
     @staticmethod
@@ -328,9 +335,11 @@ class QueueCollector(Collector):
         )
 
     def describe(self) -> Iterable[Metric]:
+        """Nothing: the families are read at scrape time (prometheus_client's protocol)."""
         return []  # read at scrape time: nothing to describe up front
 
     def collect(self) -> Iterable[Metric]:
+        """The families of the last ``refresh()``: depths, groups, ages, workers, pauses."""
         jobs = GaugeMetricFamily("aioqueue_queue_jobs", "Jobs per state", labels=["queue", "state"])
         dead = GaugeMetricFamily(
             "aioqueue_queue_dead_letters", "Dead-lettered jobs kept", labels=["queue"]
