@@ -22,6 +22,10 @@ from ._scripts import QueueScripts
 
 #: the most ids one page examines (filters may leave a page short; its cursor goes on)
 SCAN_BUDGET = 5000
+#: the anchor ids a cursor of the ready list carries (page.lua uses no more), and the longest
+#: cursor accepted back: a page's cursor is far shorter
+MAX_ANCHORS = 3
+MAX_CURSOR = 2048
 #: the states a listing can show: the ones an index holds
 LISTED = (
     JobState.SCHEDULED,
@@ -40,13 +44,32 @@ def _encode(cur: dict[str, Any]) -> str:
 
 
 def _decode(cursor: str) -> dict[str, Any]:
+    """The cursor a page handed out, checked field by field: it comes back from the client, so
+    anything else (oversized, garbled, more anchors than a page writes) is refused (I13)."""
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
+        raise ConfigurationError(f"invalid cursor (at most {MAX_CURSOR} characters)")
     try:
         cur = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError):
         raise ConfigurationError(f"invalid cursor {cursor!r}") from None
-    if not isinstance(cur, dict) or not isinstance(cur.get("src"), str):
+    if not (isinstance(cur, dict) and _valid(cur)):
         raise ConfigurationError(f"invalid cursor {cursor!r}")
     return cur
+
+
+def _valid(cur: dict[str, Any]) -> bool:
+    src, an, pos, sc, last = (cur.get(k) for k in ("src", "an", "pos", "sc", "id"))
+    if not isinstance(src, str) or set(cur) - {"src", "an", "pos", "sc", "id"}:
+        return False
+    if an is not None and not (
+        isinstance(an, list) and len(an) <= MAX_ANCHORS and all(isinstance(a, str) for a in an)
+    ):
+        return False
+    if pos is not None and not (isinstance(pos, int) and 0 <= pos < 2**50):
+        return False
+    if sc is not None and not (isinstance(sc, int | float) and abs(sc) < 2**63):
+        return False
+    return last is None or isinstance(last, str)
 
 
 def check_state(state: str | JobState) -> JobState:
@@ -222,7 +245,7 @@ class Lister:
         # the next page starts after (before) the last of these still in the list; where the
         # last one is now, to look for it there first
         pos = first if self.rev else first + len(ids) - 1
-        return ids, {"src": "ready", "an": ids[-3:][::-1], "pos": pos}
+        return ids, {"src": "ready", "an": ids[-MAX_ANCHORS:][::-1], "pos": pos}
 
     async def _matching(self, ids: list[str]) -> list[str]:
         if ids and self.state in INDEXED:

@@ -37,6 +37,7 @@ local keep = math.max(10 * period, 2 * lease)
 call('PEXPIRE', wk, keep)
 call('PEXPIRE', held_key(wid), keep)
 local n = tonumber(ARGV[14])
+check_count(n)
 local out = {now}
 renew_leases(out, lease, now, 15, n)
 return out

@@ -22,6 +22,7 @@ local purgeable = {queued = true, scheduled = true, failed = true, completed = t
 local ids, allowed = {}, {}
 n = math.max(0, math.min(n, MAX_JOBS_PER_CALL))
 if source == 'ids' then
+  check_count(#ARGV - 4)
   for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
   for s in string.gmatch(arg, '%S+') do
     if purgeable[s] then allowed[s] = true end

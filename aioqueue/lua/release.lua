@@ -13,6 +13,7 @@
   resent ack), -1 no such job, -2 lease token mismatch ]]
 local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
 local dead_ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5])
+check_count(n)
 local now = now_ms()
 local out = {}
 local any = false

@@ -62,6 +62,14 @@ local function num(v, default)
   return n
 end
 
+-- refuse a call that names more than MAX_JOBS_PER_CALL jobs (I13: a script's work is bounded
+-- by constants, never by its caller), before any write
+local function check_count(n)
+  if n > MAX_JOBS_PER_CALL then
+    error('aioqueue: at most ' .. MAX_JOBS_PER_CALL .. ' jobs a call, not ' .. n, 0)
+  end
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -246,6 +254,7 @@ end
 local function renew_leases(out, lease, now, at, n)
   local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
   local earliest = tonumber(first[2])
+  check_count(n)
   for i = 0, n - 1 do
     local id, tok = ARGV[at + i * 2], ARGV[at + 1 + i * 2]
     local r = call('HMGET', job_key(id), 's', 'l', 'x')
