@@ -184,7 +184,7 @@ class Lister:
             raw, nxt = await self._list_page(cur, n)
         else:
             raw, nxt = await self._zset_page(self._key(src), cur, n)
-        ids = await self._matching(raw)
+        ids = await self._matching(raw, src == "ready")
         return ids, nxt, len(raw)
 
     async def _zset_page(
@@ -247,10 +247,11 @@ class Lister:
         pos = first if self.rev else first + len(ids) - 1
         return ids, {"src": "ready", "an": ids[-MAX_ANCHORS:][::-1], "pos": pos}
 
-    async def _matching(self, ids: list[str]) -> list[str]:
-        if ids and self.state in INDEXED:
-            # an index entry may be stale (its record expired, or its id was used again):
-            # only those still in the state count toward the page
+    async def _matching(self, ids: list[str], stale: bool) -> list[str]:
+        if ids and (stale or self.state in INDEXED):
+            # an index entry may be stale (its record expired, or its id was used again), and
+            # so may an entry of the ready list (a job cancelled far from its head: see
+            # leave_ready in lua/lib/lanes): only those still in the state count
             rows = await self.s.job_fields(ids, ("s", "t", "g"))
             want = self.state.value.encode()
             out = []

@@ -64,8 +64,9 @@ for _, id in ipairs(ids) do
       elseif (tonumber(r[3]) or 0) ~= 0 then
         call('ZREM', K_PRIO, id)
       else
-        -- O(its position): cheap at the head, where source 'ready' takes its ids
-        call('LREM', K_READY, 1, id)
+        -- O(its position), within a budget: cheap at the head, where source 'ready' takes
+        -- its ids
+        leave_ready(id)
       end
       if r[4] then batch_outcome(id, jk, false, cancelled, now) end
     elseif s == 'scheduled' then
@@ -89,9 +90,11 @@ for _, id in ipairs(ids) do
     -- id was used again) leaves it too
     if source == 'completed' then call('ZREM', K_COMPLETED, id)
     elseif source == 'cancelled' then call('ZREM', K_CANCELLED, id)
+    elseif source == 'ready' and s ~= 'queued' then
+      -- no record, or one that left the list without leaving it (see leave_ready)
+      leave_ready(id)
     elseif not s and source ~= 'ids' then
-      if source == 'ready' then call('LREM', K_READY, 1, id)
-      elseif source == 'prio' then call('ZREM', K_PRIO, id)
+      if source == 'prio' then call('ZREM', K_PRIO, id)
       elseif source == 'lane' then call('ZREM', lane_key(arg), id)
       elseif source == 'scheduled' then call('ZREM', K_SCHED, id)
       elseif source == 'dead' then call('ZREM', K_DEAD, id) end
