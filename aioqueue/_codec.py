@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from ._exceptions import BadSignature
+from ._exceptions import BadSignature, SerializationError
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
 from ._signing import FAMILY, Signer
@@ -218,7 +218,12 @@ class Codec:
             data = signed.data
         elif data.startswith(FAMILY):
             raise BadSignature("the result is signed, but this App has no signing_key")
-        return self.serializer.loads(data) if data else None
+        if not data:
+            return None
+        try:
+            return self.serializer.loads(data)
+        except RecursionError as exc:  # nested deeper than the decoder goes
+            raise SerializationError(f"cannot read the result: {exc}") from exc
 
     def dump_error(self, error: BaseException | str, *, with_traceback: bool = True) -> bytes:
         """The stored form of a failure: JSON with type, message and traceback (none for an

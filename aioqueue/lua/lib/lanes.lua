@@ -148,14 +148,18 @@ local function leave_lane(id, g, pr)
   end
 end
 
+-- the reason a job cancelled before it ran records (e), unless its canceller gives one
+local CANCELLED_BEFORE = cjson.encode({type = 'Cancelled', message = 'cancelled before it ran'})
+
 -- cancel a job that has not started (waiting, scheduled or queued): it leaves its lane at
--- once (see leave_lane); returns true if it was cancelled
-local function cancel_waiting(id, jk, now, ttl)
+-- once (see leave_lane) and records why (err, JSON; default CANCELLED_BEFORE); returns true
+-- if it was cancelled
+local function cancel_waiting(id, jk, now, ttl, err)
   local r = call('HMGET', jk, 's', 'g', 'pr', 'uk')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
   unlock(id, r[4])
-  call('HSET', jk, 's', 'cancelled', 'f', now)
+  call('HSET', jk, 's', 'cancelled', 'f', now, 'e', err or CANCELLED_BEFORE)
   call('ZREM', K_SCHED, id)
   if s == 'queued' then leave_lane(id, r[2], r[3]) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
