@@ -104,6 +104,17 @@ async def test_a_step_that_fails_mid_chain_cancels_every_step_after_it(
     assert await runs(redis, t) == [-1]  # the step after the failed one never ran
     assert await chained(redis, t) == []
     assert await states(redis, capp) == ["cancelled", "cancelled", "completed", "failed"]
+    # each cancelled step says why: the first the failure before it, the next that cancel
+    q = capp.queue()
+    errors = []
+    for job_id, state in (await check_invariants(redis, q._keys)).items():
+        if state == "cancelled":
+            error = (await q.job_info(job_id)).error
+            assert error is not None, "a cancelled step without a reason"
+            assert error.type == "Cancelled"
+            errors.append(error.message)
+    assert any("ValueError: negative input -10" in m for m in errors), errors
+    assert any("the step before it failed: Cancelled" in m for m in errors), errors
 
 
 async def test_cancelling_a_chain_s_pending_steps_stops_it(
@@ -192,30 +203,6 @@ async def test_a_worker_killed_mid_chain_leaves_each_step_completed_exactly_once
     assert await chained(redis, t) == [[1000, "!"]]
     assert await states(redis, capp) == ["completed"] * 4
     assert (await capp.queue().stats())["completed"] == 4
-
-
-async def test_cancelled_steps_carry_the_reason(capp: App, tasks: BatchTasks, redis: Redis) -> None:
-    t = tasks
-    # work(-1) = -10, then maybe_fail(-10) fails for good: the two steps after it are
-    # cancelled, the first naming that failure, the next the cancellation before it
-    chain = t.work.call(-1).then(t.maybe_fail).then(t.work).then(t.describe, "?")
-    job = await chain.enqueue()
-    async with Worker(capp, concurrency=4):
-        with pytest.raises(JobCancelled):
-            await job.result(timeout=30)
-    q = capp.queue()
-    ids = await check_invariants(redis, q._keys)
-    errors = {}
-    for job_id, state in ids.items():
-        info = await q.job_info(job_id)
-        if state == "cancelled":
-            assert info.error is not None, "a cancelled step without a reason"
-            errors[job_id] = info.error
-    assert len(errors) == 2
-    assert {e.type for e in errors.values()} == {"Cancelled"}
-    messages = sorted(e.message for e in errors.values())
-    assert any("ValueError: negative input -10" in m for m in messages), messages
-    assert any("Cancelled" in m for m in messages), messages
 
 
 async def test_an_explicitly_cancelled_chain_step_says_cancelled(

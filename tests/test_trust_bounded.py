@@ -193,11 +193,16 @@ async def test_junk_fields_in_stats_do_not_become_series(app: App, redis: Redis)
 
 
 # ------------------------------------------------------------------ unique locks (point 9)
-async def test_a_planted_century_lock_is_taken(app: App, redis: Redis) -> None:
+def noop_task(app: App) -> Any:
     @app.task
     async def work() -> None:
         pass
 
+    return work
+
+
+async def test_a_planted_century_lock_is_taken(app: App, redis: Redis) -> None:
+    work = noop_task(app)
     q = app.queue()
     holder = await q.enqueue("t", [1])  # a real job, so only the TTL makes the lock stale
     key = q._keys.unique("k")
@@ -209,10 +214,7 @@ async def test_a_planted_century_lock_is_taken(app: App, redis: Redis) -> None:
 
 
 async def test_a_planted_lock_naming_a_missing_job_is_taken(app: App, redis: Redis) -> None:
-    @app.task
-    async def work() -> None:
-        pass
-
+    work = noop_task(app)
     q = app.queue()
     key = q._keys.unique("k")
     await redis.set(key, "no-such-job", px=30_000)
@@ -225,10 +227,7 @@ async def test_a_planted_lock_naming_a_missing_job_is_taken(app: App, redis: Red
 
 
 async def test_a_ttl_scoped_lock_outlives_its_job(app: App, redis: Redis) -> None:
-    @app.task
-    async def work() -> None:
-        pass
-
+    work = noop_task(app)
     q = app.queue()
     key = q._keys.unique("k")
     # scope ttl: the lock is meant to outlive its job, so a missing holder is not stale
