@@ -47,6 +47,7 @@ async def declare_queues(client: aioredis.Redis, prefix: str, names: Iterable[st
     pipe = client.pipeline(transaction=False)
     pipe.zadd(key, dict.fromkeys(names, now))
     pipe.zremrangebyrank(key, 0, -REGISTRY_MAX - 1)
+    pipe.pexpire(key, REGISTRY_KEEP_MS)  # a prefix nobody consumes any more leaves nothing
     await bounded(client, pipe.execute())
 
 
