@@ -320,10 +320,16 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         "complete": [c.base, over, *[x for i in tail for x in (i, "t", "r", 0)]],
         "enqueue": [c.base, 1, "work", 3, -1, -1, 0, "", "", "", "", "", over]
         + [x for i in tail for x in ("n" + i, "p")],
+        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, over]
+        + [x for i in tail for x in (i, "t")],
+        "complete_claim": [c.base, 1, 1000, 0, "", 0, "ef", "", "", over]
+        + [x for i in tail for x in (i, "t", "r", 0)],
+        "batch": [c.base, "add", "b-over", *tail],
     }
     for name, args in calls.items():
         with pytest.raises(ServerRefused, match="at most 1000 jobs a call"):
             await c.run(name, args)
-    # nothing moved
+    # nothing moved, nothing registered
     assert await raw.llen(c.base + "ready") == JOBS
+    assert await raw.zscore(c.base + "workers", "w-over") is None
     assert not await raw.exists(c.base + "job:n" + tail[0])

@@ -11,6 +11,7 @@
   token mismatch, -3 renewed but cancellation was requested ]]
 local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
+check_count(tonumber(ARGV[14]) or 0)  -- before any write
 local wk = worker_key(wid)
 if period <= 0 then
   -- a worker that stopped: its leases were all returned or finished (any left run out)
@@ -37,7 +38,6 @@ local keep = math.max(10 * period, 2 * lease)
 call('PEXPIRE', wk, keep)
 call('PEXPIRE', held_key(wid), keep)
 local n = tonumber(ARGV[14])
-check_count(n)
 local out = {now}
 renew_leases(out, lease, now, 15, n)
 return out
