@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_name
+from ._limits import MAX_JOBS_PER_CALL
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome, Started
 
@@ -78,8 +79,13 @@ class Leases:
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
     ) -> list[Outcome]:
-        """A worker's heartbeat: its registration and the renewal of its leases."""
-        return await self.scripts.beat(worker_id, period_ms, lease_ms, started, info, pairs)
+        """A worker's heartbeat: its registration and the renewal of its leases (those past
+        the first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend)."""
+        head, rest = pairs[:MAX_JOBS_PER_CALL], pairs[MAX_JOBS_PER_CALL:]
+        out = await self.scripts.beat(worker_id, period_ms, lease_ms, started, info, head)
+        for i in range(0, len(rest), MAX_JOBS_PER_CALL):
+            out += await self.scripts.extend(rest[i : i + MAX_JOBS_PER_CALL], lease_ms)
+        return out
 
     async def job_age_ms(self, job_id: str) -> int | None:
         """How long ago a job was created (server clock), None if unknown."""

@@ -26,7 +26,7 @@ from aioqueue._embedded import EmbeddedServer
 from aioqueue._exceptions import ServerRefused
 from aioqueue._limits import MAX_JOBS_PER_CALL
 from aioqueue._lua import SCRIPTS
-from aioqueue._scripts import QueueScripts
+from aioqueue._scripts import Outcome, QueueScripts
 
 from .support.server import text
 
@@ -333,3 +333,39 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
     assert await raw.llen(c.base + "ready") == JOBS
     assert await raw.zscore(c.base + "workers", "w-over") is None
     assert not await raw.exists(c.base + "job:n" + tail[0])
+
+
+async def test_a_heartbeat_renews_more_leases_than_one_call_takes(app: App) -> None:
+    # a worker of high concurrency holds more leases than one script call names: its
+    # heartbeat renews them all, in calls of at most the cap each
+    @app.task
+    async def work(i: int) -> None:
+        pass
+
+    await work.enqueue_many([((i,), {}) for i in range(1500)])
+    q = app.queue()
+    held = []
+    while len(held) < 1500:
+        res = await q._scripts.claim(MAX_JOBS_PER_CALL, 600_000, 0)
+        assert res.jobs
+        held += [(c.id, c.token) for c in res.jobs]
+    info = ["host", 1, "v", "default", 1500, 0, 0, 0]
+    outcomes = await q._leases.beat("w-big", 60_000, 600_000, 0, info, held)
+    assert outcomes == [Outcome.OK] * 1500
+
+
+async def test_a_batch_counts_in_more_members_than_one_call_takes(app: App) -> None:
+    # members on another queue are counted into the batch before they exist: in calls of at
+    # most the cap each, so a batch may be larger
+    @app.task(queue="elsewhere")
+    async def far(i: int) -> None:
+        pass
+
+    @app.task
+    async def near(i: int) -> None:
+        pass
+
+    calls = [far.call(i) if i % 2 else near.call(i) for i in range(2 * MAX_JOBS_PER_CALL + 100)]
+    batch = await app.batch(calls)
+    info = await batch.info()
+    assert info.total == len(calls)
