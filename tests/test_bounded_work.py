@@ -344,7 +344,7 @@ async def test_a_heartbeat_renews_more_leases_than_one_call_takes(app: App) -> N
 
     await work.enqueue_many([((i,), {}) for i in range(1500)])
     q = app.queue()
-    held = []
+    held: list[tuple[str, str]] = []
     while len(held) < 1500:
         res = await q._scripts.claim(MAX_JOBS_PER_CALL, 600_000, 0)
         assert res.jobs
@@ -366,6 +366,6 @@ async def test_a_batch_counts_in_more_members_than_one_call_takes(app: App) -> N
         pass
 
     calls = [far.call(i) if i % 2 else near.call(i) for i in range(2 * MAX_JOBS_PER_CALL + 100)]
-    batch = await app.batch(calls)
+    batch: Any = await app.batch(calls)
     info = await batch.info()
     assert info.total == len(calls)
