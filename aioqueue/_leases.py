@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_name
-from ._limits import MAX_JOBS_PER_CALL
+from ._limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome, Started
 
@@ -110,8 +110,13 @@ class Leases:
     async def release(
         self, pairs: Sequence[tuple[str, str]], delay_ms: int = 0, refund: bool = True
     ) -> list[Outcome]:
-        """Give leased jobs back unfinished (by default without spending their attempt)."""
-        return await self.scripts.release(pairs, delay_ms, refund, self.dead_ttl_ms)
+        """Give leased jobs back unfinished (by default without spending their attempt), in
+        calls of at most ``MAX_ACKS_PER_CALL``."""
+        out: list[Outcome] = []
+        for i in range(0, len(pairs), MAX_ACKS_PER_CALL):
+            chunk = pairs[i : i + MAX_ACKS_PER_CALL]
+            out += await self.scripts.release(chunk, delay_ms, refund, self.dead_ttl_ms)
+        return out
 
     async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[Outcome]:
         """Renew leases to ``lease_ms`` from now."""

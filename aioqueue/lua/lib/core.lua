@@ -46,6 +46,8 @@ local BASE = ARGV[1]
 -- tests/test_scripts.py checks that the two agree (this block ends at the first blank line).
 -- the most jobs one call moves at once (unpack() of their ids must stay within Lua's limits)
 local MAX_JOBS_PER_CALL = 1000
+-- the most leases one call gives back (release), and completes and leases (complete_claim)
+local MAX_ACKS_PER_CALL = 500
 -- values per leased job in claim's reply and in a parked worker's hand list
 local CLAIMED_JOB_VALUES = 7
 -- the priorities claim orders by (anything else is clamped into this range)
@@ -62,12 +64,11 @@ local function num(v, default)
   return n
 end
 
--- refuse a call that names more than MAX_JOBS_PER_CALL jobs (I13: a script's work is bounded
--- by constants, never by its caller), before any write
-local function check_count(n)
-  if n > MAX_JOBS_PER_CALL then
-    error('aioqueue: at most ' .. MAX_JOBS_PER_CALL .. ' jobs a call, not ' .. n, 0)
-  end
+-- refuse a call that names more than cap (default MAX_JOBS_PER_CALL) jobs (I13: a script's
+-- work is bounded by constants, never by its caller), before any write
+local function check_count(n, cap)
+  cap = cap or MAX_JOBS_PER_CALL
+  if n > cap then error('aioqueue: at most ' .. cap .. ' jobs a call, not ' .. n, 0) end
 end
 
 local function now_ms()
