@@ -129,8 +129,8 @@ class WorkerLoops:
         """Name this worker's queues in the registry of real queues (``_queuereg``)."""
         try:
             await declare_queues(self.app.redis, self.app.prefix, self.queue_names)
-        except TRANSIENT as exc:
-            logger.debug("declaring the queues failed: %s", exc)
+        except TRANSIENT as exc:  # bookkeeping (an ACL without its commands too): go on
+            logger.warning("could not record the queues in the registry: %s", exc)
 
     async def _renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
