@@ -12,6 +12,9 @@ Usage: python3 dev.py {setup,test,lint,check,docs,demo,bench} [args...]
             go to mkdocs build
     demo    run examples/demo.py
     bench   run benchmarks/run.py; extra arguments are passed to it
+    package build the wheel and the sdist, check them (twine, their contents), install the
+            wheel (not editable) in a fresh virtualenv and run `aioqueue --version`, the demo
+            and its worker from it
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import os
 import shlex
 import subprocess
 import sys
+import tarfile
+import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -137,6 +143,64 @@ def bench(args: list[str]) -> int:
     return run(PYTHON, ROOT / "benchmarks" / "run.py", *args, check=False)
 
 
+# what the wheel must carry besides the modules: the scripts, the typing marker, the
+# dashboard's templates and static files (each pattern relative to the repository's root)
+PACKAGE_DATA = (
+    "aioqueue/py.typed",
+    "aioqueue/lua/*.lua",
+    "aioqueue/lua/lib/*.lua",
+    "aioqueue/dashboard/templates/*.html",
+    "aioqueue/dashboard/static/*",
+)
+
+
+def package(_: list[str]) -> int:
+    """Build, check and install the distributions the way a user gets them."""
+    setup([])
+    with tempfile.TemporaryDirectory(prefix="aioqueue-package-") as tmp:
+        out = Path(tmp) / "dist"
+        run(PYTHON, "-m", "build", "--outdir", out, ".")
+        wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
+        if len(wheels) != 1 or len(sdists) != 1:
+            print(f"dev.py: expected one wheel and one sdist in {out}", file=sys.stderr)
+            return 1
+        run(PYTHON, "-m", "twine", "check", "--strict", wheels[0], sdists[0])
+        wanted = {str(f.relative_to(ROOT)) for pattern in PACKAGE_DATA for f in ROOT.glob(pattern)}
+        wanted |= {str(f.relative_to(ROOT)) for f in (ROOT / "aioqueue").rglob("*.py")}
+        in_wheel = set(zipfile.ZipFile(wheels[0]).namelist())
+        with tarfile.open(sdists[0]) as sdist:
+            in_sdist = {name.partition("/")[2] for name in sdist.getnames()}
+        for name, has in (("wheel", in_wheel), ("sdist", in_sdist)):
+            missing = sorted(wanted - has)
+            if missing:
+                print(f"dev.py: the {name} lacks {', '.join(missing)}", file=sys.stderr)
+                return 1
+        print(f"dev.py: the wheel and the sdist carry all {len(wanted)} files of the package")
+        venv = Path(tmp) / "venv"
+        run(sys.executable, "-m", "venv", venv)
+        python = venv / ("Scripts/python.exe" if WINDOWS else "bin/python")
+        pip = (python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet")
+        run(*pip, f"{wheels[0]}[embedded]")
+        run(venv / ("Scripts/aioqueue.exe" if WINDOWS else "bin/aioqueue"), "--version")
+        # the demo and its worker from a copy of examples/, away from the repository, so that
+        # `import aioqueue` finds the installed wheel and nothing of the work tree
+        demo = Path(tmp) / "demo"
+        (demo / "examples").mkdir(parents=True)
+        for name in ("__init__.py", "tasks.py", "demo.py"):
+            (demo / "examples" / name).write_bytes((ROOT / "examples" / name).read_bytes())
+        code = subprocess.call([python, demo / "examples" / "demo.py"], cwd=demo)
+        if code != 0:
+            print(f"dev.py: the demo from the installed wheel exited {code}", file=sys.stderr)
+            return code
+        where = subprocess.check_output(
+            [python, "-c", "import aioqueue; print(aioqueue.__file__)"], cwd=demo, text=True
+        )
+        if not where.startswith(str(venv)):
+            print(f"dev.py: aioqueue was imported from {where.strip()}", file=sys.stderr)
+            return 1
+    return 0
+
+
 COMMANDS = {
     "setup": setup,
     "test": test,
@@ -145,6 +209,7 @@ COMMANDS = {
     "docs": docs,
     "demo": demo,
     "bench": bench,
+    "package": package,
 }
 
 

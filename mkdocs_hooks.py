@@ -37,23 +37,41 @@ SECTIONS = {
     "aioqueue._embedded": "The embedded server",
     "aioqueue._exceptions": "Exceptions",
     "aioqueue.testing": "The testing kit: aioqueue.testing",
+    "aioqueue.metrics": "Prometheus metrics: aioqueue.metrics",
+    "aioqueue.otel": "OpenTelemetry traces: aioqueue.otel",
+    "aioqueue.dashboard": "The web dashboard: aioqueue.dashboard",
+    "aioqueue.contrib.django": "Enqueue on a Django commit: aioqueue.contrib.django",
+    "aioqueue.contrib.sqlalchemy": "Enqueue on an SQLAlchemy commit: aioqueue.contrib.sqlalchemy",
 }
+
+#: the public modules besides ``aioqueue`` whose ``__all__`` the reference documents
+MODULES = (
+    "aioqueue.testing",
+    "aioqueue.metrics",
+    "aioqueue.otel",
+    "aioqueue.dashboard",
+    "aioqueue.contrib.django",
+    "aioqueue.contrib.sqlalchemy",
+)
 
 
 def public_names() -> dict[str, list[str]]:
     """Every public name (``aioqueue.App``, ``aioqueue.testing.run_until_empty``), by the
     module that defines it, in page order."""
+    import importlib
+
     import aioqueue
-    import aioqueue.testing
 
     groups: dict[str, list[str]] = {}
-    for package in (aioqueue, aioqueue.testing):
+    for package in (aioqueue, *(importlib.import_module(m) for m in MODULES)):
         for name in package.__all__:
             if name.startswith("__"):
                 continue
             module = inspect.getmodule(getattr(package, name))
             # a name that is no class or function (a type alias) stays with its package
             home = module.__name__ if module and module is not typing else package.__name__
+            if package is not aioqueue:
+                home = package.__name__  # a public module's names stay in its section
             groups.setdefault(home, []).append(f"{package.__name__}.{name}")
     order = [m for m in SECTIONS if m in groups] + sorted(set(groups) - set(SECTIONS))
     return {home: groups[home] for home in order}
@@ -64,9 +82,21 @@ def api_reference() -> str:
     lines: list[str] = []
     for home, names in public_names().items():
         lines += [f"## {SECTIONS.get(home, home)}", ""]
+        if home == "aioqueue._exceptions":  # the tree of the families, from its docstring
+            lines += [_exception_tree(), ""]
         for name in names:
             lines += [f"::: {name}", "    options:", "      heading_level: 3", ""]
     return "\n".join(lines)
+
+
+def _exception_tree() -> str:
+    """The exception tree drawn in ``aioqueue._exceptions``'s docstring, as a code block."""
+    import aioqueue._exceptions
+
+    doc = inspect.getdoc(aioqueue._exceptions) or ""
+    intro, _, rest = doc.partition("::\n\n")
+    tree = rest.split("\n\n")[0]
+    return f"{intro.strip()}:\n\n```\n{inspect.cleandoc(tree)}\n```"
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:

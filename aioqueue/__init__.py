@@ -1,4 +1,10 @@
-"""aioqueue: an asyncio-native job queue for Redis and Valkey."""
+"""aioqueue: an asyncio-native job queue for Redis and Valkey.
+
+Every exception it raises derives from ``AioQueueError``, in three families: ``UsageError``
+(the call cannot work as made), ``ServerError`` (the server failed; retrying may help) and
+``JobError`` (the job, batch or lease is not what was asked for). The whole tree is in the API
+reference, under "Exceptions".
+"""
 
 from ._app import App as App
 from ._batch import Batch as Batch
@@ -20,9 +26,11 @@ from ._exceptions import BatchNotFound as BatchNotFound
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import CorruptRecord as CorruptRecord
+from ._exceptions import DecryptionFailed as DecryptionFailed
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import InvalidHandle as InvalidHandle
 from ._exceptions import JobCancelled as JobCancelled
+from ._exceptions import JobError as JobError
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
@@ -31,9 +39,11 @@ from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
 from ._exceptions import Retry as Retry
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import ServerError as ServerError
 from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
+from ._exceptions import UsageError as UsageError
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
 from ._hooks import State as State
@@ -53,6 +63,7 @@ from ._logs import JsonLogFormatter as JsonLogFormatter
 from ._pull import Reservation as Reservation
 from ._queue import Queue as Queue
 from ._registry import WorkerInfo as WorkerInfo
+from ._rekey import RekeyReport as RekeyReport
 from ._schedules import ScheduleInfo as ScheduleInfo
 from ._schedules import Schedules as Schedules
 from ._serialize import JsonSerializer as JsonSerializer
@@ -87,6 +98,7 @@ __all__ = [
     "ClosedError",
     "ConfigurationError",
     "CorruptRecord",
+    "DecryptionFailed",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",
@@ -98,6 +110,7 @@ __all__ = [
     "JobContext",
     "JobContextFilter",
     "JobDetail",
+    "JobError",
     "JobEvent",
     "JobEventKind",
     "JobFailed",
@@ -113,6 +126,7 @@ __all__ = [
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
+    "RekeyReport",
     "Reservation",
     "ResultTimeout",
     "Retry",
@@ -120,6 +134,7 @@ __all__ = [
     "Schedules",
     "SerializationError",
     "Serializer",
+    "ServerError",
     "ServerRefused",
     "ServerUnavailable",
     "ShardedQueue",
@@ -130,6 +145,7 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UsageError",
     "Worker",
     "WorkerInfo",
     "__version__",

@@ -88,7 +88,8 @@ class QueueAdmin:
                 that keeps the most recent 100,000 of each whose records are still kept (a
                 completed job whose result is not kept is not listed; look others up by id
                 with ``job_detail``).
-            task, group: only jobs of this task name / fairness group.
+            task: only jobs of this task name.
+            group: only jobs of this fairness group.
             limit: jobs per page at most (1-1,000); a filtered page may hold fewer while its
                 cursor goes on.
             cursor: the previous page's ``cursor``; ``None`` starts a listing.

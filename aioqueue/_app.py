@@ -25,6 +25,7 @@ from ._checks import (
 from ._codec import Codec
 from ._connect import adopt, connect, pool_options, resolve_url
 from ._durable import durability_setting, set_durability
+from ._encryption import encrypter_for
 from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
@@ -85,8 +86,10 @@ class App(HookDecorators, ScheduleDecorators):
         signing_key: sign with HMAC-SHA256 (at least 16 bytes) every job's payload with its
             options, and every result, each bound to its prefix, queue, job and task; workers
             then dead-letter unsigned or tampered jobs (reason ``BadSignature``), and reading
-            a tampered result raises ``BadSignature`` (docs/security.md).
-        verify_keys: more keys accepted when verifying (key rotation).
+            a tampered result raises ``BadSignature``. A list rotates keys: the first signs.
+        verify_keys: more keys accepted when verifying (key rotation; docs/security.md).
+        encryption_key: encrypt payloads and results, AES-GCM (``aioqueue[encryption]``); a list
+            rotates keys as for signing_key (docs/security.md).
         allow_unsigned_pickle: let ``serializer="pickle"`` run without a ``signing_key``
             (refused otherwise: unsigned pickle is code execution for anyone who can write
             to Redis).
@@ -123,8 +126,9 @@ class App(HookDecorators, ScheduleDecorators):
         backoff: Backoff | None = None,
         max_connections: int = 100,
         socket_timeout: float | timedelta = 30.0,
-        signing_key: str | bytes | None = None,
+        signing_key: str | bytes | Sequence[str | bytes] | None = None,
         verify_keys: Sequence[str | bytes] = (),
+        encryption_key: str | bytes | Sequence[str | bytes] | None = None,
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
         wait_replicas: int = 0,
@@ -173,6 +177,7 @@ class App(HookDecorators, ScheduleDecorators):
         self.codec = Codec(
             self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
         )
+        self.codec.encrypter = encrypter_for(encryption_key, self.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
@@ -201,7 +206,7 @@ class App(HookDecorators, ScheduleDecorators):
         """Create the connection pool, check that the server answers and load the scripts.
 
         Raises:
-            ConnectionError: the server cannot be reached, or is loading its data (retry).
+            ServerUnavailable: the server cannot be reached, or is loading its data (retry).
             ConfigurationError: the server refused: bad credentials, a DB index out of range,
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import logging
 import math
 import os
@@ -27,13 +26,20 @@ import redis.exceptions as rexc
 
 from ._app import App
 from ._checks import check_name
-from ._cli_admin import add_commands, is_admin
+from ._cli_admin import add_commands, embedded_server, server_args
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
 from ._cli_health import add_health, health
+from ._cli_load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, _error, load_app
 from ._cli_metrics import add_metrics, run_metrics
-from ._exceptions import AioQueueError, ConfigurationError, ServerUnavailable
+from ._cli_rekey import add_rekey, rekey_command
+from ._exceptions import (
+    AioQueueError,
+    ConfigurationError,
+    EmbeddedServerError,
+    ServerUnavailable,
+)
 from ._logs import configure as configure_logging
 from ._version import __version__
 
@@ -42,56 +48,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("aioqueue.cli")
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: the first and the longest pause between two attempts to reach the server at startup
 CONNECT_BACKOFF = (0.1, 5.0)
-
-
-def load_app(target: str) -> App:
-    """Import ``module:attribute`` (or ``module.attribute``) and return the App it names.
-
-    Raises:
-        SystemExit(1) with a clear message for an import error, a missing attribute, or an
-        object that is not an App.
-    """
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, _, attr = target.rpartition(".")
-    if not module_name or not attr:
-        _die(f"expected module:app (e.g. myproject.jobs:app), got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        _die(f"cannot import module {module_name!r}: {exc}")
-    if not hasattr(module, attr):
-        _die(f"module {module_name!r} has no attribute {attr!r}")
-    obj = getattr(module, attr)
-    if not isinstance(obj, App):
-        _die(f"{target!r} is a {type(obj).__name__}, not an aioqueue.App")
-    return obj
-
-
-def _error(message: object) -> None:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
-
-
-def _die(message: str) -> NoReturn:
-    _error(message)
-    raise SystemExit(EXIT_ERROR)
 
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (argparse prints the usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"aioqueue: error: {message} (see {self.prog} --help)\n")
 
 
 # --------------------------------------------------------------------- option values
@@ -222,8 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the periodic schedules stored under a key prefix, with their next "
         "runs (declared in code by the workers that run them, or added at run time).",
     )
-    s.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    s.add_argument("--prefix", default="aq", help="the Apps' key prefix (aq)")
+    server_args(s)
     s.add_argument(
         "-q",
         "--queue",
@@ -238,14 +203,43 @@ def _parser() -> argparse.ArgumentParser:
     add_metrics(sub)
     add_dashboard(sub)
     add_events(sub)
+    add_rekey(sub)
     return p
 
 
 # --------------------------------------------------------------------- the worker command
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code.
+
+    A reader that goes away (``aioqueue jobs queued --json | head -1``) ends the command
+    quietly, with exit code 0, as a pager or ``head`` expects."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader is gone: no traceback, and nothing more to flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _worker_command(parser, args)
+    try:
+        with embedded_server(args):
+            return _operator_command(args)
+    except EmbeddedServerError as exc:
+        _error(exc)
+        return EXIT_ERROR
+
+
+def _operator_command(args: argparse.Namespace) -> int:
+    """Run one of the commands that are not ``worker``."""
     if args.command == "schedules":
         from ._schedules_cli import list_schedules
 
@@ -258,8 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dashboard(args)
     if args.command == "events":
         return events(args)
-    if is_admin(args):
-        return run_admin(args)
+    if args.command == "rekey":
+        return rekey_command(args)
+    return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
+
+
+def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _check_args(parser, args)
     configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from ._app import App
 from ._checks import check_name
-from ._cli_format import echo, emit_json
+from ._cli_format import echo, emit_json, error
 from ._cli_show import dead as show_dead
 from ._cli_show import groups as show_groups
 from ._cli_show import info as show_info
@@ -52,15 +53,30 @@ def name_arg(kind: str) -> Callable[[str], str]:
     return check
 
 
-def server_args(p: argparse.ArgumentParser, embedded: bool = False) -> None:
-    """Add the options naming the server and the key prefix: ``--url``, ``--embedded`` (with
-    ``embedded``) and ``--prefix``, the same for every command that talks to Redis."""
+def server_args(p: argparse.ArgumentParser) -> None:
+    """Add the options naming the server and the key prefix: ``--url``, ``--embedded`` and
+    ``--prefix``, the same for every command that talks to Redis (``--embedded`` is resolved
+    into ``--url`` by :func:`embedded_server` before the command runs)."""
     p.add_argument("--url", help="Redis URL (default: $AIOQUEUE_REDIS_URL, else localhost)")
-    if embedded:
-        p.add_argument(
-            "--embedded", action="store_true", help="use the embedded server (see worker)"
-        )
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="use the embedded development server (the one a `worker --embedded` runs, else "
+        "one started for this command in ./.aioqueue)",
+    )
     p.add_argument("--prefix", type=name_arg("key prefix"), default="aq", help="key prefix (aq)")
+
+
+def queues_arg(p: argparse.ArgumentParser, what: str = "only this queue") -> None:
+    """Add ``-q/--queue`` (repeatable, into ``queues``; None: every queue under the prefix)."""
+    p.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        type=name_arg("queue name"),
+        help=f"{what} (repeatable; default: every queue under the prefix)",
+    )
 
 
 def _json_value(kind: type) -> Callable[[str], Any]:
@@ -102,7 +118,7 @@ def add_commands(sub: Any) -> None:
 
     def command(name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
-        server_args(p, embedded=True)
+        server_args(p)
         p.add_argument(
             "-q", "--queue", type=name_arg("queue name"), default="default", help="queue (default)"
         )
@@ -189,16 +205,34 @@ def run(args: argparse.Namespace) -> int:
     """Run an admin command; the exit code."""
     try:
         app = App(args.url, prefix=args.prefix)
-        if args.embedded:
-            from ._embedded import attach_or_start
-
-            app.url = attach_or_start().url
     except AioQueueError as exc:
         return _fail(exc, EXIT_USAGE)
     try:
         return asyncio.run(_main(app, args))
     except KeyboardInterrupt:
         return EXIT_ERROR
+
+
+@contextlib.contextmanager
+def embedded_server(args: argparse.Namespace) -> Iterator[None]:
+    """With ``--embedded``, point ``args.url`` at the development server for the command's
+    whole life: the one already running on its port, or one started here and stopped on exit
+    (the handle is held until then; a dropped handle would stop the server mid-command).
+
+    Raises:
+        EmbeddedServerError: the server cannot be started.
+    """
+    if not getattr(args, "embedded", False):
+        yield
+        return
+    from ._embedded import attach_or_start
+
+    server = attach_or_start()
+    try:
+        args.url = server.url
+        yield
+    finally:
+        server.detach()
 
 
 async def _main(app: App, args: argparse.Namespace) -> int:
@@ -217,7 +251,7 @@ async def _main(app: App, args: argparse.Namespace) -> int:
 
 
 def _fail(message: object, code: int) -> int:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
     return code
 
 
@@ -310,7 +344,7 @@ async def _purge(app: App, args: argparse.Namespace) -> int:
 
 def _confirm(question: str) -> bool:
     if not sys.stdin.isatty():
-        return False
+        raise UsageError(f"{question} cannot be asked: stdin is not a terminal; pass --yes")
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg, server_args
+from ._cli_admin import queues_arg, server_args
+from ._cli_format import error
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -22,15 +22,8 @@ def add_dashboard(sub: Any) -> None:
     """Add the ``dashboard`` command to the ``python -m aioqueue`` subparsers ``sub``."""
     what = "serve the web dashboard (needs aioqueue[dashboard])"
     p: argparse.ArgumentParser = sub.add_parser("dashboard", help=what, description=what)
-    server_args(p, embedded=True)
-    p.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        type=name_arg("queue name"),
-        help="only this queue (repeatable; default: every queue under the prefix)",
-    )
+    server_args(p)
+    queues_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to bind (8080)")
     p.add_argument(
@@ -54,7 +47,7 @@ def add_dashboard(sub: Any) -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"aioqueue: error: {message}", file=sys.stderr)
+    error(message)
     return code
 
 
@@ -82,10 +75,6 @@ def dashboard(args: argparse.Namespace) -> int:
         return _fail(f"{exc}: pip install 'aioqueue[dashboard]'", EXIT_ERROR)
     try:
         app = App(args.url, prefix=args.prefix)
-        if args.embedded:
-            from ._embedded import attach_or_start
-
-            app.url = attach_or_start().url
     except AioQueueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     auth = None if args.no_auth else basic_auth(str(user), str(password))

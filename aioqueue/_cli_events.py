@@ -13,14 +13,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import sys
 from typing import Any
 
 from ._app import App
 from ._cli_admin import name_arg, server_args
-from ._cli_format import echo
+from ._cli_format import echo, error
 from ._events import DEFAULT_EVENTS_MAXLEN, JobEvent, JobEventKind
 from ._exceptions import AioQueueError
+from ._safetext import escape
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -85,7 +85,7 @@ def _line(e: JobEvent) -> str:
         parts.append(f"due={e.due.isoformat(timespec='milliseconds')}")
     if e.reason:
         parts.append(e.reason)
-    return "  ".join(parts)
+    return escape("  ".join(parts))
 
 
 async def _run(app: App, args: argparse.Namespace) -> int:
@@ -120,5 +120,5 @@ def events(args: argparse.Namespace) -> int:
             return asyncio.run(_run(app, args))
         return EXIT_OK
     except AioQueueError as exc:
-        print(f"aioqueue: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_ERROR

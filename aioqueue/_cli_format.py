@@ -1,6 +1,8 @@
 """How the admin commands print: plain-text tables for people, JSON for scripts.
 
-Standard library only (the core takes no dependency for a CLI; docs/operations.md says why).
+Every human-readable line goes through ``_safetext.escape`` here (``echo``, ``table``,
+``error``): no planted text sends a terminal a control sequence. Standard library only (the
+core takes no dependency for a CLI; docs/operations.md says why).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+from ._safetext import escape
 
 
 def plain(value: Any) -> Any:
@@ -59,13 +63,16 @@ def when(ms: int | None) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = escape(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Columns padded to their widest cell; numbers right-aligned."""
-    cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    cells = [
+        [str(c) for c in headers],
+        *[["-" if c is None else escape(str(c)) for c in r] for r in rows],
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     numeric = [
         all(isinstance(r[i], int | float) for r in rows) and bool(rows) for i in range(len(headers))
@@ -80,4 +87,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def echo(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """Print ``text``, its control characters escaped (its line breaks kept: escape a value
+    that must stay on one line with ``escape`` first)."""
+    sys.stdout.write(escape(text, newlines=True) + "\n")
+
+
+def error(message: object) -> None:
+    """Print ``aioqueue: error: <message>`` on stderr, on one line, control characters
+    escaped (a message may quote a task name, a host, a server's reply)."""
+    sys.stderr.write(f"aioqueue: error: {escape(str(message))}\n")

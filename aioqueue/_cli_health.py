@@ -12,14 +12,13 @@ import argparse
 import asyncio
 import json
 import math
-import sys
 from typing import Any
 
 import redis.exceptions as rexc
 
 from ._app import App
 from ._cli_admin import name_arg, server_args
-from ._cli_format import echo
+from ._cli_format import echo, error
 from ._exceptions import AioQueueError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -54,7 +53,7 @@ def health(args: argparse.Namespace) -> int:
     try:
         app = App(args.url, prefix=args.prefix)
     except AioQueueError as exc:
-        print(f"aioqueue: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_USAGE
     status = asyncio.run(_status(app, args.queue, args.timeout))
     if args.json:

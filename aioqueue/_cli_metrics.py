@@ -12,9 +12,10 @@ import signal
 from typing import Any
 
 from ._app import App
-from ._cli_admin import name_arg, server_args
-from ._cli_format import echo
+from ._cli_admin import queues_arg, server_args
+from ._cli_format import error
 from ._exceptions import AioQueueError, ServerUnavailable
+from ._safetext import EscapingFormatter
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 logger = logging.getLogger("aioqueue.cli")
@@ -25,14 +26,7 @@ def add_metrics(sub: Any) -> None:
     what = "serve the queues' Prometheus metrics on GET /metrics (needs aioqueue[metrics])"
     p: argparse.ArgumentParser = sub.add_parser("metrics", help=what, description=what)
     server_args(p)
-    p.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        type=name_arg("queue name"),
-        help="queue to report (repeatable; default: every queue under the prefix)",
-    )
+    queues_arg(p, "queue to report")
     p.add_argument("--port", type=int, default=9808, help="port to listen on (9808)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (0.0.0.0)")
     p.add_argument(
@@ -45,19 +39,21 @@ def add_metrics(sub: Any) -> None:
 
 def run_metrics(args: argparse.Namespace) -> int:
     """Run the exporter until a signal; the exit code."""
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level="INFO", handlers=[handler])
     if not 0 <= args.port <= 65535 or args.max_groups < 0:
-        echo("aioqueue: error: --port must be 0-65535 and --max-groups >= 0")
+        error("--port must be 0-65535 and --max-groups >= 0")
         return EXIT_USAGE
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
-        echo("aioqueue: error: metrics needs prometheus-client: pip install 'aioqueue[metrics]'")
+        error("metrics needs prometheus-client: pip install 'aioqueue[metrics]'")
         return EXIT_USAGE
     try:
         app = App(args.url, prefix=args.prefix)
     except AioQueueError as exc:
-        echo(f"aioqueue: error: {exc}")
+        error(f"{exc}")
         return EXIT_USAGE
     try:
         return asyncio.run(_serve(app, args))
@@ -89,7 +85,7 @@ async def _serve(app: App, args: argparse.Namespace) -> int:
         try:
             server = await serve(registry, args.port, args.host, before=refresh)
         except OSError as exc:
-            echo(f"aioqueue: error: cannot serve --port {args.port}: {exc}")
+            error(f"cannot serve --port {args.port}: {exc}")
             return EXIT_ERROR
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -13,6 +13,7 @@ from ._app import App
 from ._cli_format import clip, echo, emit_json, table, when
 from ._queue import Queue
 from ._queuereg import known_queues
+from ._safetext import escape
 from ._schedules_cli import as_record
 from ._schedules_cli import table as schedule_table
 
@@ -198,6 +199,9 @@ async def job(app: App, args: argparse.Namespace) -> int:
         emit_json(d)
         return EXIT_OK
     i = d.info
+    # an encrypted job read without its key (this command has none): no plaintext to show
+    sealed = "(encrypted)" if i.encrypted else "(unreadable)"
+    result = json.dumps(d.result, default=repr) if i.args is not None or not i.encrypted else sealed
     fields: list[tuple[str, object]] = [
         ("id", i.id),
         ("queue", i.queue),
@@ -207,7 +211,7 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("priority", i.priority),
         ("group", d.group or "-"),
         ("batch", d.batch or "-"),
-        ("args", json.dumps(i.args, default=repr) if i.args is not None else "(unreadable)"),
+        ("args", json.dumps(i.args, default=repr) if i.args is not None else sealed),
         ("kwargs", json.dumps(i.kwargs, default=repr) if i.kwargs is not None else "-"),
         ("options", json.dumps(d.options) if d.options else "-"),
         ("created", when(i.created_ms)),
@@ -216,13 +220,13 @@ async def job(app: App, args: argparse.Namespace) -> int:
         ("lease until", when(d.lease_deadline_ms)),
         ("finished", when(i.finished_ms)),
         ("progress", json.dumps(i.progress, default=repr) if i.progress is not None else "-"),
-        ("result", json.dumps(d.result, default=repr) if i.state.value == "completed" else "-"),
+        ("result", result if i.state.value == "completed" else "-"),
     ]
     if i.error:
         fields.append(("error", f"{i.error.type}: {i.error.message}"))
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
-        echo(f"{k.ljust(width)}  {v}")
+        echo(f"{k.ljust(width)}  {escape(str(v))}")
     if d.history:
         echo("history:")
         echo(_history_table(d.history))

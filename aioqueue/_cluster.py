@@ -30,13 +30,14 @@ from redis.cluster import RedisCluster as SyncCluster
 from redis.crc import key_slot
 
 from ._exceptions import ConfigurationError
+from ._safetext import redact_url, split_userinfo
 
 T = TypeVar("T")
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster", "valkey+cluster", "valkeys+cluster")
 
 # the pool options of a standalone client that a cluster client takes, per node
-_NODE_OPTIONS = (
+NODE_OPTIONS = (
     "decode_responses",
     "socket_connect_timeout",
     "socket_timeout",
@@ -76,12 +77,14 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
             other than 0 (a cluster has only database 0) or a unix socket.
     """
     scheme, _, rest = url.partition("://")
-    netloc, _, query = rest.partition("?")
-    netloc, _, path = netloc.partition("/")
+    userinfo, at, rest = split_userinfo(rest)  # a password may hold "/" or "?"
+    hosts, _, query = rest.partition("?")
+    hosts, _, path = hosts.partition("/")
     if path.strip("/") not in ("", "0"):
-        raise ConfigurationError(f"invalid cluster URL: a cluster has only database 0 ({url!r})")
+        raise ConfigurationError(
+            f"invalid cluster URL: a cluster has only database 0 ({redact_url(url)!r})"
+        )
     opts: dict[str, Any] = {"ssl": scheme.startswith(("rediss", "valkeys"))}
-    userinfo, at, hosts = netloc.rpartition("@")
     if at:
         user, colon, password = userinfo.partition(":")
         if colon:
@@ -98,7 +101,7 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
             raise ConfigurationError(f"invalid cluster URL: bad seed node {seed!r}")
         seeds.append((host, int(port)))
     if not seeds:
-        raise ConfigurationError(f"invalid cluster URL: no seed node in {url!r}")
+        raise ConfigurationError(f"invalid cluster URL: no seed node in {redact_url(url)!r}")
     for key, value in parse_qsl(query):
         opts[key] = value
     return seeds, opts
@@ -108,10 +111,10 @@ def cluster_client(url: str, pool_opts: dict[str, Any]) -> RedisCluster:
     """A ``RedisCluster`` on the URL's seed nodes, with the pool options that apply per node
     (``max_connections`` is per node)."""
     seeds, opts = parse_cluster_url(url)
-    for key in _NODE_OPTIONS:
+    for key in NODE_OPTIONS:
         if key in pool_opts:
             opts[key] = pool_opts[key]
-    extra = set(pool_opts) - set(_NODE_OPTIONS) - {"timeout"}
+    extra = set(pool_opts) - set(NODE_OPTIONS) - {"timeout"}
     opts.update({k: pool_opts[k] for k in extra})
     nodes = [ClusterNode(host, port) for host, port in seeds]
     try:
@@ -235,7 +238,7 @@ def every_primary(client: object) -> dict[str, Any]:
 def blocking_cluster_client(url: str, pool_opts: dict[str, Any]) -> SyncCluster:
     """``cluster_client`` for the blocking producer (``app.sync()``)."""
     seeds, opts = parse_cluster_url(url)
-    for key in _NODE_OPTIONS:
+    for key in NODE_OPTIONS:
         if key in pool_opts:
             opts[key] = pool_opts[key]
     nodes = [SyncNode(host, port) for host, port in seeds]  # type: ignore[no-untyped-call]

@@ -11,10 +11,12 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from ._exceptions import BadSignature, SerializationError
+from ._encryption import FAMILY as ENCRYPTED
+from ._encryption import Encrypter
+from ._exceptions import BadSignature, DecryptionFailed, SerializationError
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
-from ._signing import FAMILY, Signer
+from ._signing import FAMILY, SignedResult, Signer, carried
 
 #: the option naming the batch a sub-job belongs to (home queue, batch id); see Codec.member_options
 MEMBER_OPTION = "member"
@@ -49,11 +51,13 @@ class Codec:
     Args:
         serializer: for arguments and results.
         signer: signs payloads (and checks them) when signing is on.
+        encrypter: encrypts payloads and results (and decrypts them) when encryption is on.
         max_payload_bytes: refuse arguments that serialise to more (0: no limit).
         result_ttl_ms: the App's retention of finished jobs (-1: forever).
     """
 
     __slots__ = (
+        "encrypter",
         "json",
         "max_payload_bytes",
         "result_ttl_default_ms",
@@ -68,8 +72,10 @@ class Codec:
         signer: Signer | None,
         max_payload_bytes: int,
         result_ttl_ms: int,
+        encrypter: Encrypter | None = None,
     ) -> None:
         self.serializer = serializer
+        self.encrypter = encrypter
         self.json: Serializer = JsonSerializer()
         self.signer = signer
         self.max_payload_bytes = max_payload_bytes
@@ -97,9 +103,47 @@ class Codec:
             if parent:  # [args, kwargs, meta]: read by workers of this release on, tracing or not
                 value.append({"traceparent": parent})
         data = dumps_checked(self.serializer, value, self.max_payload_bytes, "job arguments")
+        return self._seal_payload(queue, job_id, task, options, data)
+
+    def _seal_payload(
+        self, queue: str, job_id: str, task: str, options: bytes, data: bytes
+    ) -> bytes:
+        """Serialised arguments as stored: encrypted (if on), then signed (if on)."""
+        if self.encrypter is not None:
+            data = self.encrypter.seal_payload(queue, job_id, task, options, data)
         if self.signer is None:
             return data
         return self.signer.sign_payload(queue, job_id, task, options, data)
+
+    def _open_payload(
+        self, queue: str, job_id: str, task: str, options: bytes, payload: bytes
+    ) -> bytes:
+        """The serialised arguments of a stored payload: its signature checked (if on), then
+        decrypted (if on); nothing else is read from it before.
+
+        Raises:
+            BadSignature: signing is on and the payload or options are unsigned or forged.
+            DecryptionFailed: encrypted and not decryptable here, or not encrypted though
+                encryption is on.
+            Unrunnable: ``CorruptPayload``, signed but this App has no signing key.
+        """
+        if self.signer is not None:
+            payload = self.signer.verify_payload(queue, job_id, task, options, payload)
+        elif payload.startswith(FAMILY):
+            raise Unrunnable(
+                "CorruptPayload", "the payload is signed, but this App has no signing_key"
+            )
+        if self.encrypter is not None:
+            return self.encrypter.open_payload(queue, job_id, task, options, payload)
+        if payload.startswith(ENCRYPTED):
+            raise DecryptionFailed("the payload is encrypted, but this App has no encryption_key")
+        return payload
+
+    @staticmethod
+    def is_encrypted(data: bytes, result: bool = False) -> bool:
+        """Whether a stored payload (or ``result``) is encrypted, signed or not (for showing
+        it as such; nothing is verified)."""
+        return carried(data, result).startswith(ENCRYPTED)
 
     def load_args(
         self, queue: str, job_id: str, task: str, payload: bytes, options: bytes = b""
@@ -121,14 +165,10 @@ class Codec:
 
         Raises:
             BadSignature: signing is on and the payload or options are unsigned or forged.
+            DecryptionFailed: it cannot be decrypted here (see ``_open_payload``).
             Unrunnable: ``CorruptPayload``, the payload or the options cannot be decoded.
         """
-        if self.signer is not None:
-            payload = self.signer.verify_payload(queue, job_id, task, options, payload)
-        elif payload.startswith(FAMILY):
-            raise Unrunnable(
-                "CorruptPayload", "the payload is signed, but this App has no signing_key"
-            )
+        payload = self._open_payload(queue, job_id, task, options, payload)
         try:
             value = self.serializer.loads(payload)
             if (
@@ -161,8 +201,11 @@ class Codec:
 
     def member_options(self, batch_queue: str, batch_id: str) -> dict[str, Any]:
         """Options that record a sub-job's batch, so (signed with its payload) the worker can
-        bind its result to that batch. Only when signing: nothing reads them otherwise."""
-        return {} if self.signer is None else {MEMBER_OPTION: [batch_queue, batch_id]}
+        bind its result to that batch. Only when signing or encrypting: nothing reads them
+        otherwise."""
+        if self.signer is None and self.encrypter is None:
+            return {}
+        return {MEMBER_OPTION: [batch_queue, batch_id]}
 
     def result_ttl_ms(self, options: Mapping[str, Any], task_ttl: float | None = None) -> int:
         """Retention of a finished job: per-job option, else the task's, else the App's."""
@@ -187,10 +230,31 @@ class Codec:
         """The stored form of a job's result; with signing on, signed for the job (``queue``,
         ``job_id``, ``task``) and for the batch its verified ``options`` name, if any."""
         data = dumps_checked(self.serializer, value, 0, "the job's result")
+        return self._seal_result(queue, job_id, task, _member_of(options or {}), data)
+
+    def _seal_result(
+        self, queue: str, job_id: str, task: str, batch: tuple[str, str] | None, data: bytes
+    ) -> bytes:
+        if self.encrypter is not None:
+            data = self.encrypter.seal_result(queue, job_id, task, batch, data)
         if self.signer is None:
             return data
-        batch = _member_of(options or {})
         return self.signer.sign_result(queue, job_id, task, batch, data)
+
+    def _open_result(self, queue: str, job_id: str, data: bytes) -> SignedResult | None:
+        """A stored result's task, batch and serialised value, verified and decrypted (None:
+        neither signing nor encryption is on, ``data`` is the value as it is)."""
+        opened: SignedResult | None = None
+        if self.signer is not None:
+            opened = self.signer.verify_result(queue, job_id, data)
+            data = opened.data
+        elif data.startswith(FAMILY):
+            raise BadSignature("the result is signed, but this App has no signing_key")
+        if self.encrypter is not None:
+            return self.encrypter.open_result(queue, job_id, data)
+        if data.startswith(ENCRYPTED):
+            raise DecryptionFailed("the result is encrypted, but this App has no encryption_key")
+        return opened
 
     def load_result(
         self,
@@ -207,23 +271,56 @@ class Codec:
         Raises:
             BadSignature: signing is on and the result is unsigned, forged, another job's, or
                 not made for ``batch``; or signing is off and the result is signed.
+            DecryptionFailed: it cannot be decrypted here (with encryption on: not encrypted,
+                another key, tampered or another job's; without: encrypted).
         """
-        if self.signer is not None:
-            signed = self.signer.verify_result(queue, job_id, data)
-            if batch is not None and (signed.batch_queue, signed.batch_id) != batch:
+        opened = self._open_result(queue, job_id, data)
+        if opened is not None:
+            if batch is not None and (opened.batch_queue, opened.batch_id) != batch:
                 raise BadSignature(
                     f"the result of job {job_id!r} was not made for batch {batch[1]!r} "
                     f"of queue {batch[0]!r}"
                 )
-            data = signed.data
-        elif data.startswith(FAMILY):
-            raise BadSignature("the result is signed, but this App has no signing_key")
+            data = opened.data
         if not data:
             return None
         try:
             return self.serializer.loads(data)
         except RecursionError as exc:  # nested deeper than the decoder goes
             raise SerializationError(f"cannot read the result: {exc}") from exc
+
+    # ------------------------------------------------------------------ rekey
+    def rekey_payload(
+        self, queue: str, job_id: str, task: str, options: bytes, payload: bytes
+    ) -> bytes | None:
+        """A stored payload signed and encrypted again with the first keys, or None when it
+        already is. Raises what ``load_job`` raises for a payload it cannot read."""
+        data = self._open_payload(queue, job_id, task, options, payload)
+        signer = self.signer
+        if (
+            signer is None
+            or _verifies(signer.current().verify_payload, queue, job_id, task, options, payload)
+        ) and self._encrypted_now(carried(payload, False)):
+            return None
+        return self._seal_payload(queue, job_id, task, options, data)
+
+    def rekey_result(self, queue: str, job_id: str, data: bytes) -> bytes | None:
+        """A stored result signed and encrypted again with the first keys, or None when it
+        already is (or is neither signed nor encrypted). Raises what ``load_result`` does."""
+        opened = self._open_result(queue, job_id, data)
+        signer = self.signer
+        if opened is None or (
+            (signer is None or _verifies(signer.current().verify_result, queue, job_id, data))
+            and self._encrypted_now(carried(data, True))
+        ):
+            return None
+        batch = (opened.batch_queue, opened.batch_id) if opened.batch_id else None
+        return self._seal_result(queue, job_id, opened.task, batch, opened.data)
+
+    def _encrypted_now(self, inner: bytes) -> bool:
+        """Whether a value inside its signature is encrypted with the first key (or encryption
+        is off)."""
+        return self.encrypter is None or self.encrypter.is_current(inner)
 
     def dump_error(self, error: BaseException | str, *, with_traceback: bool = True) -> bytes:
         """The stored form of a failure: JSON with type, message and traceback (none for an
@@ -253,6 +350,15 @@ def _member_of(options: Mapping[str, Any]) -> tuple[str, str] | None:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
         return value[0], value[1]
     return None
+
+
+def _verifies(verify: Callable[..., object], *args: Any) -> bool:
+    """Whether ``verify(*args)`` passes (a signer's check, with its first key only)."""
+    try:
+        verify(*args)
+    except BadSignature:
+        return False
+    return True
 
 
 def corrupt(exc: Exception) -> Unrunnable:

@@ -12,18 +12,25 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode as SyncNode
+from redis.cluster import RedisCluster as SyncCluster
 from redis.exceptions import RedisClusterException
 
 from . import _sentinel
 from ._cluster import (
     CLUSTER_SCHEMES,
+    NODE_OPTIONS,
+    blocking_cluster_client,
     cluster_client,
+    is_cluster,
     is_cluster_url,
     parse_cluster_url,
 )
 from ._exceptions import ConfigurationError, ServerUnavailable
 from ._lua import load_everywhere
+from ._safetext import redact_text, redact_url, split_userinfo
 from ._scripts import check_script_access
 from ._wire import use_fast_packing
 
@@ -40,36 +47,35 @@ def resolve_url(url: str | None) -> str:
     elif url.partition("://")[0] in CLUSTER_SCHEMES:
         parse_cluster_url(url)  # raises ConfigurationError for a bad one
     else:
+        url = _quote_userinfo(url)
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a port out of range
         except ValueError as exc:
-            raise ConfigurationError(f"invalid Redis URL {url!r}: {exc}") from exc
+            raise ConfigurationError(
+                f"invalid Redis URL {redact_url(url)!r}: {why(exc, url)}"
+            ) from exc
         if parts.scheme not in _SCHEMES:
             raise ConfigurationError(
-                f"invalid Redis URL {url!r}: the scheme must be redis://, rediss:// (TLS), "
-                "unix://, redis+sentinel:// or redis+cluster://"
+                f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, "
+                "rediss:// (TLS), unix://, redis+sentinel:// or redis+cluster://"
             )
     if url.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]
     return url
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    if _sentinel.is_sentinel(url):
-        return _sentinel.redact(url)
-    if is_cluster_url(url):  # several hosts: urlsplit cannot take it apart
-        head, at, tail = url.rpartition("@")
-        scheme, _, userinfo = head.partition("://")
-        if at and ":" in userinfo:
-            return f"{scheme}://{userinfo.partition(':')[0]}:***@{tail}"
+def _quote_userinfo(url: str) -> str:
+    """``url`` with the ``/``, ``?``, ``#`` and ``@`` of its credentials percent-encoded (a
+    base64 password holds ``/``), which would otherwise end the host part early: the
+    password then read as a host or port, and shown in errors."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, tail = split_userinfo(rest)
+    if not (sep and at):
         return url
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return url
+    for char, code in (("/", "%2F"), ("?", "%3F"), ("#", "%23"), ("@", "%40")):
+        userinfo = userinfo.replace(char, code)
+    return f"{scheme}{sep}{userinfo}{at}{tail}"
 
 
 def pool_options(
@@ -145,6 +151,7 @@ async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -
     pool = getattr(client, "connection_pool", None)
     # the time limit of aioqueue's calls only: the user's connections are left as they are
     (client if pool is None else pool).aioqueue_timeout = socket_timeout  # type: ignore[union-attr]
+    _sentinel.adopt_pool(pool)  # a Sentinel pool's connections: to the primary, always
     try:
         await _prepare(client, probe_key)
     except BaseException as exc:
@@ -166,21 +173,108 @@ async def _prepare(client: aioredis.Redis, probe_key: str) -> None:
     await check_script_access(client, probe_key)
 
 
+def why(exc: BaseException, url: str) -> str:
+    """An error's message for a message of ours, any secret of ``url`` in it hidden."""
+    return redact_text(str(exc), url)
+
+
 def _refused(exc: BaseException, where: str) -> BaseException:
     """What a failed connect raises: refused (bad credentials, a DB index out of range, an
     ACL user without a command aioqueue needs: retrying cannot help) is a
     ConfigurationError, unreachable (or LOADING) a ServerUnavailable; anything else as is."""
-    where = redact(where)
+    shown = redact_url(where)
     if isinstance(exc, rexc.AuthenticationError | rexc.ResponseError):
         reply = str(exc).rpartition("caused error: ")[2].strip("()',\"")  # a pipeline's
-        return ConfigurationError(f"Redis at {where} refused: {reply}")
+        return ConfigurationError(f"Redis at {shown} refused: {redact_text(reply, where)}")
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError | RedisClusterException):
-        return ServerUnavailable(f"cannot reach Redis at {where}: {exc}")
+        return ServerUnavailable(f"cannot reach Redis at {shown}: {why(exc, where)}")
     return exc
 
 
-def sync_pool(url: str, opts: dict[str, Any]) -> redis.BlockingConnectionPool:
-    """The blocking producer's pool (``app.sync()``): standalone or through Sentinel."""
+def blocking_client(url: str, given: Any, opts: dict[str, Any]) -> redis.Redis:
+    """The blocking producer's client (``app.sync()``): like ``given``, the client the App
+    was given, else on ``url`` (standalone, through Sentinel, or a cluster)."""
+    if given is not None:
+        return blocking_twin(given, opts)
+    if is_cluster_url(url):
+        return cast(redis.Redis, blocking_cluster_client(url, opts))
     if _sentinel.is_sentinel(url):
-        return _sentinel.sync_pool(url, opts)
-    return redis.BlockingConnectionPool.from_url(url, **opts)
+        return redis.Redis(connection_pool=_sentinel.sync_pool(url, opts))
+    return redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(url, **opts))
+
+
+# ------------------------------------------------------------------ connections of their own
+# (every one derived from the App's client: I11, docs/guarantees.md)
+def own_client(client: Any, key: str, name: str) -> aioredis.Redis:
+    """A client with one connection of its own (never one of ``client``'s pool), to the same
+    server as ``client``: on a cluster, to the node that holds ``key``. ``name``: the
+    connection's CLIENT SETNAME suffix."""
+    if is_cluster(client):
+        node = client.get_node_from_key(key)
+        kwargs = dict(node.connection_kwargs)
+        connection_class = node.connection_class
+    else:
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        connection_class = pool.connection_class
+    kwargs["client_name"] = f"{kwargs.get('client_name') or 'aioqueue'}:{name}"
+    own = aioredis.ConnectionPool(connection_class=connection_class, max_connections=1, **kwargs)
+    return aioredis.Redis.from_pool(own)
+
+
+# what a blocking connection takes from an async one of a client the user gave
+_BLOCKING_KEYS = ("host", "port", "path", "db", "username", "password", "client_name")
+
+
+def blocking_twin(client: Any, opts: dict[str, Any]) -> redis.Redis:
+    """A blocking client (``app.sync()``) on the server of ``client``, a client the user gave
+    (``App(client=...)``), with the pool options ``opts``: never the default address.
+
+    Raises:
+        ConfigurationError: a client whose connections cannot be made blocking (a
+            connection class of the user's): give the App a URL for ``app.sync()``.
+    """
+    if is_cluster(client):
+        kwargs = client.connection_kwargs
+        nodes = [SyncNode(n.host, n.port) for n in client.get_nodes()]  # type: ignore[no-untyped-call]
+        extra = {k: v for k, v in kwargs.items() if k in _BLOCKING_KEYS or k.startswith("ssl_")}
+        for key in ("host", "port", "db", "path"):
+            extra.pop(key, None)
+        tls = issubclass(
+            kwargs.get("connection_class", aioredis.Connection), aioredis.SSLConnection
+        )
+        node_opts = {k: opts[k] for k in NODE_OPTIONS if k in opts}
+        return cast(redis.Redis, SyncCluster(startup_nodes=nodes, ssl=tls, **extra, **node_opts))
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return redis.Redis(connection_pool=_sentinel.sync_pool_like(pool, opts))
+    kwargs = pool.connection_kwargs
+    blocking = _blocking_class(pool)
+    if blocking is None:
+        raise ConfigurationError(
+            "app.sync() cannot make a blocking client like the given one "
+            f"({type(pool).__name__}, {pool.connection_class.__name__}): give the App a URL "
+            "(App(url, ...)) to use app.sync()"
+        )
+    options = {**opts, **{k: kwargs[k] for k in _BLOCKING_KEYS if k in kwargs}}
+    if blocking is redis.SSLConnection:
+        options.update({k: v for k, v in kwargs.items() if k.startswith("ssl_")})
+    if blocking is redis.UnixDomainSocketConnection:
+        options.pop("socket_keepalive", None)
+        options.pop("host", None)
+        options.pop("port", None)
+    return redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(connection_class=blocking, **options)  # type: ignore[no-untyped-call]
+    )
+
+
+def _blocking_class(pool: Any) -> type[Any] | None:
+    """The blocking connection class like ``pool``'s (not a Sentinel pool's), or None."""
+    for async_class, blocking in (
+        (aioredis.UnixDomainSocketConnection, redis.UnixDomainSocketConnection),
+        (aioredis.SSLConnection, redis.SSLConnection),
+        (aioredis.Connection, redis.Connection),
+    ):
+        if issubclass(pool.connection_class, async_class):
+            return blocking
+    return None

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-import redis.asyncio as aioredis
-
 from ._checks import at_to_ms, check_int
+from ._connect import own_client
 from ._exceptions import ConfigurationError, ServerRefused, ServerUnavailable
 from ._keys import QueueKeys
 from ._lua import bounded
@@ -204,17 +203,6 @@ def _kinds(kinds: Iterable[JobEventKind | str] | None) -> frozenset[JobEventKind
         raise ConfigurationError(f"unknown event kind: {exc}") from exc
 
 
-def _own_client(app: App) -> aioredis.Redis:
-    """A client with one connection of its own, never one of the App's pool."""
-    pool = app.redis.connection_pool
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["client_name"] = f"{kwargs.get('client_name') or 'aioqueue'}:events"
-    own = aioredis.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=1, **kwargs
-    )
-    return aioredis.Redis.from_pool(own)
-
-
 async def iterate_events(
     app: App,
     queue: str,
@@ -231,7 +219,7 @@ async def iterate_events(
         position = _before(skip_entry)
     key = QueueKeys(app.prefix, queue).events
     block_ms = max(1, int(block * 1000))
-    client = _own_client(app)
+    client = own_client(app.redis, key, "events")
     pause = 0.05
     try:
         while True:

@@ -1,26 +1,35 @@
-"""The exceptions aioqueue raises, all under one base class::
+"""The exceptions aioqueue raises, all under one base class, in three families that answer
+"whose fault is it?" so one ``except`` can catch each::
 
     AioQueueError
-    ├── ConfigurationError        bad App/task/option values, bad URLs, invalid names
-    ├── ClosedError               an App or worker used before opening or after closing
-    ├── SerializationError        arguments or a result that cannot be serialised
-    │   └── PayloadTooLarge       a serialised payload over the configured limit
-    ├── ServerUnavailable         Redis could not be reached or dropped the connection
-    ├── ServerRefused             Redis answered a call with an error (a script's, a command's)
-    ├── NotReplicated             durability mode: a write not acknowledged by enough replicas
-    ├── LeaseLost                 complete/fail/release/extend with a stale lease token
-    ├── JobNotFound               no record of the job (never existed, or its retention ran out)
-    ├── CorruptRecord             a job's stored state cannot be read (garbled in Redis)
-    ├── BatchNotFound             no record of the batch (never existed, or its retention ran out)
-    ├── JobFailed                 awaited result of a job that was dead-lettered
-    ├── JobCancelled              awaited result of a job that was cancelled
-    ├── ResultTimeout             result(timeout=) ran out; also a builtin TimeoutError
-    ├── BatchFailed               awaited batch (on_failure="fail") had failed sub-jobs
-    ├── BatchCancelled            awaited batch was cancelled
-    ├── BadSignature              a signing App met an unsigned or tampered payload or result
-    ├── InvalidHandle             a reservation handle that is garbled, forged or another queue's
-    ├── StartupFailed             a worker's startup hook raised: the worker did not start
-    └── EmbeddedServerError       the embedded Valkey server could not start
+    ├── UsageError                you called it wrong: fix the call or the configuration
+    │   ├── ConfigurationError    bad App/task/option values, bad URLs, invalid names
+    │   ├── ClosedError           an App or worker used before opening or after closing
+    │   └── SerializationError    arguments or a result that cannot be serialised
+    │       └── PayloadTooLarge   a serialised payload over the configured limit
+    ├── ServerError               the server failed: often worth retrying later
+    │   ├── ServerUnavailable     Redis could not be reached or dropped the connection
+    │   ├── ServerRefused         Redis answered a call with an error (a script's, a command's)
+    │   ├── NotReplicated         durability mode: a write not acknowledged by enough replicas
+    │   └── EmbeddedServerError   the embedded Valkey server could not start
+    ├── JobError                  the job (or batch, lease, stored value) is not what you asked for
+    │   ├── JobNotFound           no record of the job (never existed, or its retention ran out)
+    │   ├── CorruptRecord         a job's stored state cannot be read (garbled in Redis)
+    │   ├── JobFailed             awaited result of a job that was dead-lettered
+    │   ├── JobCancelled          awaited result of a job that was cancelled
+    │   ├── ResultTimeout         result(timeout=) ran out; also a builtin TimeoutError
+    │   ├── LeaseLost             complete/fail/release/extend with a stale lease token
+    │   ├── BadSignature          a signing App met an unsigned or tampered payload or result
+    │   │   └── DecryptionFailed  a payload or result that does not decrypt here
+    │   ├── InvalidHandle         a reservation handle that is garbled, forged or another queue's
+    │   ├── BatchNotFound         no record of the batch (never existed, or its retention ran out)
+    │   ├── BatchFailed           awaited batch (on_failure="fail") had failed sub-jobs
+    │   └── BatchCancelled        awaited batch was cancelled
+    └── StartupFailed             a worker's startup hook raised: the worker did not start
+
+Each keeps the builtin base it had (``ServerUnavailable`` is an ``OSError``, ``JobNotFound`` a
+``LookupError``, ``ConfigurationError`` a ``ValueError``, ...), so older ``except`` clauses go on
+working.
 
 ``Retry`` is not an error: a job raises it to ask to run again later.
 """
@@ -35,15 +44,30 @@ class AioQueueError(Exception):
     """Base class of every exception aioqueue raises."""
 
 
-class ConfigurationError(AioQueueError, ValueError):
+class UsageError(AioQueueError):
+    """Base class of the errors of a call that cannot work as made: a bad option or name, an App
+    used while closed, arguments that cannot be stored. Fix the call; retrying will not help."""
+
+
+class ServerError(AioQueueError):
+    """Base class of the errors of the server: unreachable, refusing a call, not replicating in
+    time, or (the embedded one) not starting. The call may work when retried later."""
+
+
+class JobError(AioQueueError):
+    """Base class of the errors about a job, a batch or a lease: not found, unreadable, failed,
+    cancelled, not finished in time, no longer held, or not authentic."""
+
+
+class ConfigurationError(UsageError, ValueError):
     """Raised when an option, a name or a URL is invalid, at the call that received it."""
 
 
-class ClosedError(AioQueueError, RuntimeError):
+class ClosedError(UsageError, RuntimeError):
     """Raised when an App or a worker is used before it was opened or after it was closed."""
 
 
-class SerializationError(AioQueueError, TypeError):
+class SerializationError(UsageError, TypeError):
     """Raised by ``enqueue`` when the arguments cannot be serialised, and by a worker when a
     result cannot be (the job then fails with this error)."""
 
@@ -52,13 +76,13 @@ class PayloadTooLarge(SerializationError):
     """Raised by ``enqueue`` when the serialised arguments exceed ``App(max_payload_bytes=)``."""
 
 
-class ServerUnavailable(AioQueueError, OSError):
+class ServerUnavailable(ServerError, OSError):
     """Raised when Redis cannot be reached or drops the connection during a call (after the
     connection pool's own retries). Also an ``OSError``; named so that it does not shadow the
     builtin ``ConnectionError`` in ``from aioqueue import *``."""
 
 
-class NotReplicated(AioQueueError):
+class NotReplicated(ServerError):
     """Raised in durability mode (``App(wait_replicas=...)``) by ``enqueue`` and the pull
     API's ``complete`` when fewer replicas than asked acknowledged the write within
     ``wait_timeout``. The write was made on the primary (a retry with the same job id is
@@ -70,7 +94,7 @@ class NotReplicated(AioQueueError):
         self.acknowledged = acknowledged
 
 
-class ServerRefused(AioQueueError):
+class ServerRefused(ServerError):
     """Raised when Redis answers a call with an error instead of a result: a script that
     refused (an ACL rule, ``OOM``, a read-only replica) or a plain read of a key that holds
     garbage. The scripts set aside garbage they meet instead of failing on it, so an error
@@ -78,7 +102,7 @@ class ServerRefused(AioQueueError):
     ``__cause__`` is redis-py's ``ResponseError``."""
 
 
-class LeaseLost(AioQueueError):
+class LeaseLost(JobError):
     """Raised when a job is completed, failed, released or extended with a lease token that is
     no longer current: the lease ran out and the job was handed to another consumer (or it
     already finished). The caller must stop working on the job."""
@@ -88,7 +112,7 @@ class LeaseLost(AioQueueError):
         self.job_id = job_id
 
 
-class JobNotFound(AioQueueError, LookupError):
+class JobNotFound(JobError, LookupError):
     """Raised when a job id has no record: it never existed or its retention expired."""
 
     def __init__(self, job_id: str) -> None:
@@ -96,7 +120,7 @@ class JobNotFound(AioQueueError, LookupError):
         self.job_id = job_id
 
 
-class CorruptRecord(AioQueueError, ValueError):
+class CorruptRecord(JobError, ValueError):
     """Raised by ``Job.info()``, ``Job.state()`` and ``Job.result()`` when the job's record
     exists but its state cannot be read (something other than aioqueue wrote to it). Other
     unreadable fields do not raise: ``JobInfo.garbled`` names them."""
@@ -107,7 +131,7 @@ class CorruptRecord(AioQueueError, ValueError):
         self.field = field
 
 
-class BatchNotFound(AioQueueError, LookupError):
+class BatchNotFound(JobError, LookupError):
     """Raised by a ``Batch`` handle's calls (``info``, ``wait``, ``results``, ``add``,
     ``seal``, ``cancel``) when the batch id has no record: it never existed or its retention
     expired."""
@@ -117,7 +141,7 @@ class BatchNotFound(AioQueueError, LookupError):
         self.batch_id = batch_id
 
 
-class JobFailed(AioQueueError):
+class JobFailed(JobError):
     """Raised by ``Job.result()`` when the job ended in the dead-letter store.
 
     Attributes:
@@ -138,7 +162,7 @@ class JobFailed(AioQueueError):
         self.traceback = traceback
 
 
-class JobCancelled(AioQueueError):
+class JobCancelled(JobError):
     """Raised by ``Job.result()`` when the job was cancelled."""
 
     def __init__(self, job_id: str, reason: str | None = None) -> None:
@@ -149,11 +173,11 @@ class JobCancelled(AioQueueError):
         self.reason = reason
 
 
-class ResultTimeout(AioQueueError, TimeoutError):
+class ResultTimeout(JobError, TimeoutError):
     """Raised by ``Job.result(timeout=)`` when the job has not finished in time."""
 
 
-class BatchFailed(AioQueueError):
+class BatchFailed(JobError):
     """Raised by ``Batch.wait()`` when a batch with ``on_failure="fail"`` had failures;
     ``info`` is its final BatchInfo."""
 
@@ -162,11 +186,11 @@ class BatchFailed(AioQueueError):
         self.info = info
 
 
-class BatchCancelled(AioQueueError):
+class BatchCancelled(JobError):
     """Raised by ``Batch.wait()`` when the batch was cancelled."""
 
 
-class BadSignature(AioQueueError):
+class BadSignature(JobError):
     """Raised when an App with a ``signing_key`` reads a value that is unsigned or whose
     signature does not match its place (prefix, queue, job, task, field): a job's payload and
     options (a worker or ``reserve`` then dead-letters the job with this reason, unread), or a
@@ -175,7 +199,15 @@ class BadSignature(AioQueueError):
     result."""
 
 
-class InvalidHandle(AioQueueError, ValueError):
+class DecryptionFailed(BadSignature):
+    """Raised when an App reads a payload or result it cannot decrypt: with an
+    ``encryption_key``, a value not encrypted, encrypted with a key it does not list, tampered
+    with, or moved from another job, task, queue or prefix (AES-GCM authenticates it with its
+    place); without one, an encrypted value. A worker or ``reserve`` dead-letters the job with
+    this reason, undecoded; ``Job.result()`` and ``Batch.results()`` raise it."""
+
+
+class InvalidHandle(JobError, ValueError):
     """Raised by ``Queue.reservation_from`` for a handle it cannot take: not a handle (cut,
     garbled, made up), another queue's, tampered with or signed with a key not accepted here
     (when the App has a ``signing_key``), or signed when the App has none, or the reverse.
@@ -189,7 +221,7 @@ class StartupFailed(AioQueueError):
     ``__cause__``; the message names the hook."""
 
 
-class EmbeddedServerError(AioQueueError, RuntimeError):
+class EmbeddedServerError(ServerError, RuntimeError):
     """Raised when the embedded Valkey server cannot be found, started or reached."""
 
 

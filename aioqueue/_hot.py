@@ -10,7 +10,8 @@ when it is busy (another queue's call is in flight), a call takes the pool's pat
 Only enqueue calls use it: they are idempotent on the job id, so a call whose connection
 failed is simply sent again by the pool's path (with its retries and its reloading of the
 scripts). A connection that failed, timed out or was cancelled mid-call is disconnected
-(its reply could still arrive) and connects again on its next use.
+(its reply could still arrive) and connects again on its next use, with ``connect()``, as the
+pool connects its own (I11: to the App's endpoint, see ``_sentinel.PrimaryConnection``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class HotConnection:
         conn = self.conn
         try:
             async with asyncio.timeout(timeout):
+                if not conn.is_connected:
+                    # the pool's own way to connect (a Sentinel connection asks for the
+                    # primary there), never the bare socket a send would open
+                    await conn.connect()
                 await conn.send_command(*command)
                 return await conn.read_response()
         except rexc.ResponseError:

@@ -12,6 +12,7 @@ from typing import Any
 from ._codec import Codec
 from ._job import ErrorInfo, JobInfo, JobState
 from ._scripts import QueueScripts
+from ._timeutil import score_ms
 
 _FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e", "b")
 #: the most ended attempts a job's record keeps (lua/lib/history.lua, HISTORY_MAX)
@@ -242,13 +243,13 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
     result = None
     if info.state is JobState.COMPLETED and "r" in h:
         try:
-            result = codec.load_result(h["r"])
+            result = codec.load_result(h["r"], queue=info.queue, job_id=info.id)
         except Exception:
             result = None
     deadline = None
     if info.state is JobState.ACTIVE:
         score = await scripts.read(scripts.client.zscore(scripts.keys.active, info.id))
-        deadline = None if score is None else int(score)
+        deadline = None if score is None else score_ms(score)
     return JobDetail(
         info=info,
         group=h["g"].decode(errors="replace") if "g" in h else None,

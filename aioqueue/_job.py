@@ -92,6 +92,9 @@ class JobInfo:
     progress: Any = None
     #: names of the fields above whose stored value could not be read
     garbled: tuple[str, ...] = ()
+    #: the payload (and the result) are stored encrypted (``App(encryption_key=...)``): an App
+    #: that cannot decrypt them reads ``args``/``kwargs`` (and a detail's result) as None
+    encrypted: bool = False
 
 
 class Job(Generic[R]):

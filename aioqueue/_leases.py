@@ -79,10 +79,13 @@ class Leases:
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
     ) -> list[Outcome]:
-        """A worker's heartbeat: its registration and the renewal of its leases (those past
-        the first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend)."""
+        """A worker's heartbeat: its registration, the renewal of its leases (those past the
+        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), and the
+        burial of a worker that missed its deadline."""
         head, rest = pairs[:MAX_JOBS_PER_CALL], pairs[MAX_JOBS_PER_CALL:]
-        out = await self.scripts.beat(worker_id, period_ms, lease_ms, started, info, head)
+        out = await self.scripts.beat(
+            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms
+        )
         for i in range(0, len(rest), MAX_JOBS_PER_CALL):
             out += await self.scripts.extend(rest[i : i + MAX_JOBS_PER_CALL], lease_ms)
         return out

@@ -58,6 +58,9 @@ def _decode(cursor: str) -> dict[str, Any]:
 
 
 def _valid(cur: dict[str, Any]) -> bool:
+    """A cursor's fields have the types and ranges this module writes: a crafted one with
+    unknown fields, more anchors than a page writes, a position past 2^50, a NaN score or a
+    list of numbers is refused, not sent to a script."""
     src, an, pos, sc, last = (cur.get(k) for k in ("src", "an", "pos", "sc", "id"))
     if not isinstance(src, str) or set(cur) - {"src", "an", "pos", "sc", "id"}:
         return False
@@ -65,10 +68,10 @@ def _valid(cur: dict[str, Any]) -> bool:
         isinstance(an, list) and len(an) <= MAX_ANCHORS and all(isinstance(a, str) for a in an)
     ):
         return False
-    if pos is not None and not (isinstance(pos, int) and 0 <= pos < 2**50):
+    if pos is not None and not (type(pos) is int and 0 <= pos < 2**50):
         return False
-    if sc is not None and not (isinstance(sc, int | float) and abs(sc) < 2**63):
-        return False
+    if sc is not None and not (type(sc) in (int, float) and abs(sc) < 2**63):
+        return False  # NaN too: it compares false
     return last is None or isinstance(last, str)
 
 

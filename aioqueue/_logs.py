@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._context import _current
+from ._safetext import EscapingFormatter
 
 #: the record attributes the filter sets (None outside a job)
 FIELDS = ("job_id", "job_task", "job_queue", "job_attempt")
@@ -93,5 +94,5 @@ def configure(level: str, fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(JsonLogFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(EscapingFormatter(TEXT_FORMAT))  # no control characters
     logging.basicConfig(level=level, handlers=[handler])

@@ -3,8 +3,9 @@ of its own while the worker runs:
 
 - the heartbeat: every ``App.heartbeat`` seconds, on each queue, renews the worker's entry in
   the worker registry and every lease it holds there (running jobs, prefetched ones and
-  finished ones whose ack is not sent yet); a job whose lease was lost or that was cancelled
-  meanwhile is stopped;
+  finished ones whose ack is not sent yet), and buries a worker that missed its deadline (so
+  a dead worker's jobs come back within a heartbeat of it, even while every worker idles); a
+  job whose lease was lost or that was cancelled meanwhile is stopped;
 - the acker: sends completions in batches, one script call per queue, fenced by lease tokens;
 - the forwarder: hands batch outcomes that an ack put in an outbox to their batch's queue;
 - the reaper: queue maintenance once per period across all workers (lock in Redis).

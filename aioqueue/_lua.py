@@ -214,7 +214,7 @@ SCRIPTS: Final = {
         ("extend", "core"),
         ("watch", "core"),
         ("reap", "core events lanes batches deadletter history maintenance parking workers"),
-        ("beat", "core events"),
+        ("beat", "core events lanes batches deadletter history maintenance parking workers"),
         ("configure", "core events lanes"),
         ("batch", "core events lanes batches"),
         ("cancel", "core events lanes batches"),
@@ -227,6 +227,7 @@ SCRIPTS: Final = {
         ("page", ""),
         ("peek", "core"),
         ("progress", "core events"),
+        ("rekey", "core"),
     )
 }
 

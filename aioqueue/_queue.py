@@ -36,6 +36,8 @@ from ._limits import MAX_JOBS_PER_CALL
 from ._pull import QueuePull
 from ._record import JobRecord, Template
 from ._registry import WorkerInfo, read_workers
+from ._rekey import RekeyReport
+from ._rekey import rekey as rekey_queue
 from ._scripts import QueueScripts
 from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
@@ -327,6 +329,14 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
             "batch_outcomes_forwarded": forwarded,
         }
 
+    async def rekey(self, *, batch: int = 200) -> RekeyReport:
+        """Sign and encrypt again, with the first of the App's ``signing_key`` and
+        ``encryption_key`` lists, every stored payload and result of this queue sealed with
+        another listed key (jobs in every state, and its batches' results): ``batch`` records
+        a step, each written back only if unchanged meanwhile. Values no listed key accepts
+        are left and counted as ``unreadable`` (docs/security.md, key rotation)."""
+        return await rekey_queue(self, check_int(batch, 1, "batch"))
+
 
 def state_counts(lanes: tuple[int, int, int, int, int], groups: dict[str, int]) -> dict[str, int]:
     """``Queue.counts()`` from the lane sizes and the queued jobs per group."""
@@ -397,12 +407,14 @@ class _RecordReader:
         task = h.get("t", b"").decode(errors="replace")
         args: tuple[Any, ...] | None = None
         kwargs: dict[str, Any] | None = None
+        encrypted = codec.is_encrypted(h.get("p", b""))
         try:  # a corrupt or unverified payload still has an inspectable record
             args, kwargs = codec.load_args(
                 queue, self.job_id, task, h.get("p", b""), h.get("o", b"")
             )
         except Exception:
-            self.garbled += ["args", "kwargs"]
+            if not (encrypted and codec.encrypter is None):  # not garbled: only sealed here
+                self.garbled += ["args", "kwargs"]
         error: ErrorInfo | None = codec.load_error(h["e"]) if "e" in h else None
         info = JobInfo(
             id=self.job_id,
@@ -419,6 +431,7 @@ class _RecordReader:
             args=args,
             kwargs=kwargs,
             progress=self._read("pg", "progress", codec.json.loads),
+            encrypted=encrypted,
         )
         if self.garbled:
             info = dataclasses.replace(info, garbled=tuple(self.garbled))

@@ -3,7 +3,8 @@
 Each worker registers on every queue it consumes and renews that registration with each
 heartbeat (``lua/beat.lua``; the keys are in ``_keys.py``, the rules in
 ``lua/lib/workers.lua``). A worker that misses three heartbeats in a row is dead: the next
-claim of any live worker on the queue, or ``reap``, buries it and hands its jobs back.
+heartbeat or claim of any live worker on the queue, or ``reap``, buries it and hands its jobs
+back, so they come back within four heartbeats of its death.
 """
 
 from __future__ import annotations

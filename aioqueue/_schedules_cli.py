@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ._app import App
+from ._cli_format import error
 from ._exceptions import AioQueueError
 from ._schedules import ScheduleInfo
 
@@ -24,12 +24,12 @@ def list_schedules(
     try:
         app = App(url, prefix=prefix)
     except AioQueueError as exc:
-        print(f"aioqueue: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_USAGE
     try:
         infos = asyncio.run(_read(app, queues))
     except AioQueueError as exc:
-        print(f"aioqueue: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        error(f"{type(exc).__name__}: {exc}")
         return EXIT_ERROR
     if as_json:
         print(json.dumps([as_record(i) for i in infos], indent=2))

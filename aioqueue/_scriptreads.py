@@ -33,6 +33,7 @@ from ._record import (
     JobRecord,
     parse_claimed,
 )
+from ._timeutil import score_ms
 
 T = TypeVar("T")
 
@@ -90,7 +91,7 @@ class QueueReads:
             pipe.scard(k.worker_jobs(wid))
         res = await self.read(pipe.execute()) if ids else []
         return now, [
-            (wid, int(score), res[2 * i], int(res[2 * i + 1]))
+            (wid, score_ms(score), res[2 * i], int(res[2 * i + 1]))
             for i, (wid, (_, score)) in enumerate(zip(ids, entries, strict=True))
         ]
 
@@ -322,7 +323,7 @@ class QueueReads:
         pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
-        return now, [(n.decode(errors="replace"), int(s)) for n, s in entries]
+        return now, [(n.decode(errors="replace"), score_ms(s)) for n, s in entries]
 
     async def schedule_defs(self, names: Sequence[str] | None = None) -> dict[str, bytes]:
         """Stored definitions: of ``names`` (those that exist), or all of them."""

@@ -312,11 +312,14 @@ class QueueScripts(QueueReads):
         started: int,
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
+        dead_ttl_ms: int,
     ) -> list[Outcome]:
         """A worker's heartbeat (see beat.lua): register it until ``period_ms`` from now (0:
         leave the registry) with ``info`` (host, pid, version, queues, concurrency, start ms,
-        done, failed) and renew the leases ``pairs``, as ``extend``."""
-        args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info, len(pairs)]
+        done, failed), renew the leases ``pairs``, as ``extend``, and bury a dead worker (the
+        jobs it dead-letters kept ``dead_ttl_ms``)."""
+        args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info]
+        args += (dead_ttl_ms, len(pairs))
         for job_id, token in pairs:
             args += (job_id, token)
         res = await self._run("beat", args)

@@ -18,14 +18,22 @@ from urllib.parse import parse_qs, unquote
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 from redis.sentinel import Sentinel as SyncSentinel
 from redis.sentinel import SentinelConnectionPool as SyncSentinelConnectionPool
+from redis.sentinel import SentinelManagedConnection as SyncSentinelManagedConnection
 
 from ._exceptions import ConfigurationError
+from ._safetext import redact_url, split_userinfo
 
 SCHEMES = ("redis+sentinel", "valkey+sentinel")
 _QUERY = ("sentinel_password", "sentinel_username")
@@ -79,14 +87,14 @@ def parse(url: str) -> SentinelURL:
     """
 
     def bad(why: str) -> ConfigurationError:
-        return ConfigurationError(f"invalid Sentinel URL {redact(url)!r}: {why}")
+        return ConfigurationError(f"invalid Sentinel URL {redact_url(url)!r}: {why}")
 
     scheme, sep, rest = url.partition("://")
     if scheme not in SCHEMES or not sep:
         raise bad("the scheme must be redis+sentinel://")
+    creds, at, rest = split_userinfo(rest)  # a password may hold "/" or "?"
     rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    creds, at, hosts = netloc.rpartition("@")
+    hosts, _, path = rest.partition("/")
     username = password = None
     if at:
         user, colon, pw = creds.partition(":")
@@ -114,20 +122,38 @@ def parse(url: str) -> SentinelURL:
     return SentinelURL(sentinels, unquote(service), int(db or 0), username, password, **extra)
 
 
-def redact(url: str) -> str:
-    """A sentinel URL without its passwords."""
-    scheme, sep, rest = url.partition("://")
-    rest, q, query = rest.partition("?")
-    netloc, slash, path = rest.partition("/")
-    creds, at, hosts = netloc.rpartition("@")
-    if at and ":" in creds:
-        creds = creds.partition(":")[0] + ":***"
-    if query:
-        query = "&".join(
-            p.partition("=")[0] + "=***" if "password" in p.partition("=")[0] else p
-            for p in query.split("&")
-        )
-    return f"{scheme}{sep}{creds}{at}{hosts}{slash}{path}{q}{query}"
+# redis-py's sentinel-managed connection asks the sentinels for the primary only in
+# ``connect()``; its other ways in (a send on an unconnected connection, which the App's held
+# enqueue connection and redis-py's own retries take) open the socket at the connection's
+# default address, localhost:6379. These look the primary up wherever the socket is opened.
+class PrimaryConnection(SentinelManagedConnection):
+    """A connection to the primary the sentinels name, however it comes to connect."""
+
+    async def connect(self) -> None:
+        await self.connect_check_health(check_health=self.connection_pool.check_connection)
+
+    async def _connect(self) -> None:
+        self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+class PrimarySSLConnection(PrimaryConnection, SSLConnection):
+    """The same over TLS."""
+
+
+class SyncPrimaryConnection(SyncSentinelManagedConnection):
+    """``PrimaryConnection`` for redis-py's blocking client."""
+
+    def connect(self) -> None:
+        self.connect_check_health(check_health=self.connection_pool.check_connection)
+
+    def _connect(self) -> Any:
+        self.host, self.port = self.connection_pool.get_master_address()
+        return super()._connect()  # type: ignore[no-untyped-call]
+
+
+class SyncPrimarySSLConnection(SyncPrimaryConnection, redis.SSLConnection):
+    """The same over TLS."""
 
 
 class BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
@@ -156,6 +182,8 @@ def async_pool(url: str, opts: dict[str, Any]) -> BlockingSentinelPool:
     kwargs = parsed.sentinel_options(AsyncRetry)
     manager = Sentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
+    tls = options.pop("ssl", False)
+    options["connection_class"] = PrimarySSLConnection if tls else PrimaryConnection
     return BlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
 
 
@@ -165,4 +193,41 @@ def sync_pool(url: str, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
     kwargs = parsed.sentinel_options(SyncRetry)
     manager = SyncSentinel(parsed.sentinels, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     options = {**opts, **parsed.node_options()}
+    tls = options.pop("ssl", False)
+    options["connection_class"] = SyncPrimarySSLConnection if tls else SyncPrimaryConnection
     return SyncBlockingSentinelPool(parsed.service, manager, **options)  # type: ignore[no-untyped-call]
+
+
+def adopt_pool(pool: Any) -> None:
+    """Make a given client's Sentinel pool (``App(client=...)`` on redis-py's
+    ``Sentinel.master_for``) look the primary up wherever its connections connect, as the
+    App's own do: its stock connection classes are swapped for these subclasses."""
+    if isinstance(pool, SentinelConnectionPool) and pool.is_master:
+        swap: dict[type[Any], type[Any]] = {
+            SentinelManagedConnection: PrimaryConnection,
+            SentinelManagedSSLConnection: PrimarySSLConnection,
+        }
+        pool.connection_class = swap.get(pool.connection_class, pool.connection_class)
+
+
+def sync_pool_like(pool: SentinelConnectionPool, opts: dict[str, Any]) -> SyncBlockingSentinelPool:
+    """A blocking pool on the primary that ``pool``'s sentinels name (``app.sync()`` of an
+    App given a Sentinel client): the same sentinels, service and node credentials."""
+    manager = pool.sentinel_manager
+    addresses = []
+    for sentinel in manager.sentinels:
+        kwargs = sentinel.connection_pool.connection_kwargs
+        addresses.append((kwargs["host"], kwargs["port"]))
+    given: dict[str, Any] = manager.sentinel_kwargs
+    own = {k: v for k, v in given.items() if k in ("username", "password")}
+    kwargs = SentinelURL([], "").sentinel_options(SyncRetry) | own
+    sync_manager = SyncSentinel(addresses, sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
+    node: dict[str, Any] = pool.connection_kwargs
+    options: dict[str, Any] = dict(opts)
+    options.update((k, node[k]) for k in ("db", "username", "password") if k in node)
+    if issubclass(pool.connection_class, SSLConnection):
+        options |= {k: v for k, v in node.items() if k.startswith("ssl_")}
+        options["connection_class"] = SyncPrimarySSLConnection
+    else:
+        options["connection_class"] = SyncPrimaryConnection
+    return SyncBlockingSentinelPool(pool.service_name, sync_manager, **options)  # type: ignore[no-untyped-call]

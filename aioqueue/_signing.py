@@ -23,6 +23,7 @@ the very place it was written for.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from collections.abc import Sequence
@@ -47,11 +48,20 @@ HANDLE_FIELD = b"1:h"
 HANDLE_MAC_LEN = 16
 
 
-def _key(value: str | bytes) -> bytes:
+def _key(value: str | bytes, what: str = "a signing key") -> bytes:
     key = value.encode() if isinstance(value, str) else value
     if not isinstance(key, bytes) or len(key) < 16:
-        raise ConfigurationError("a signing key must be at least 16 bytes")
+        raise ConfigurationError(f"{what} must be at least 16 bytes")
     return key
+
+
+def key_list(value: str | bytes | Sequence[str | bytes], what: str) -> list[str | bytes]:
+    """A key option (``signing_key``, ``encryption_key``) as a list: one key, or a list of
+    keys for rotation, whose first key writes and all of which are accepted when reading."""
+    keys: list[str | bytes] = [value] if isinstance(value, str | bytes) else list(value)
+    if not keys:
+        raise ConfigurationError(f"{what} is an empty list: give at least one key")
+    return keys
 
 
 _IPAD = bytes(x ^ 0x36 for x in range(256))
@@ -102,6 +112,27 @@ def _take(data: bytes, pos: int) -> tuple[bytes, int]:
     return data[colon + 1 : end], end
 
 
+def result_head(data: bytes) -> tuple[bytes, bytes, bytes, int]:
+    """The head of a result's signed (or encrypted) form: the task that made it, the batch it
+    was made for (home queue, id) and where the value starts; ValueError if there is none."""
+    task, pos = _take(data, 0)
+    bq, pos = _take(data, pos)
+    bid, pos = _take(data, pos)
+    return task, bq, bid, pos
+
+
+def carried(data: bytes, result: bool) -> bytes:
+    """The value a stored payload (or ``result``) carries after its signature, unverified:
+    for telling what it is (encrypted or not), never for using it. ``data`` if unsigned."""
+    if not data.startswith(MARKER):
+        return data
+    rest = data[len(MARKER) + _MAC_LEN :]
+    if result:
+        with contextlib.suppress(ValueError):  # no head: not a result, nothing to skip
+            rest = rest[result_head(rest)[3] :]
+    return rest
+
+
 @dataclass(frozen=True, slots=True)
 class SignedResult:
     """A verified result: the task that made it, the batch it was made for (home queue and
@@ -117,7 +148,8 @@ class Signer:
     """Signs values with one key, and verifies them against that key and older ones.
 
     Args:
-        key: the signing key (at least 16 bytes).
+        key: the signing key (at least 16 bytes), or a list of keys: the first signs, the
+            others are accepted too (key rotation).
         verify_keys: more keys whose signatures are accepted (key rotation).
         prefix: the App's key prefix, part of every MAC's context.
     """
@@ -125,12 +157,22 @@ class Signer:
     __slots__ = ("_head", "_mac", "_older", "_places")
 
     def __init__(
-        self, key: str | bytes, verify_keys: Sequence[str | bytes] = (), prefix: str = ""
+        self,
+        key: str | bytes | Sequence[str | bytes],
+        verify_keys: Sequence[str | bytes] = (),
+        prefix: str = "",
     ) -> None:
-        self._mac = _Hmac(_key(key))
-        self._older = tuple(_Hmac(_key(k)) for k in verify_keys)
+        first, *more = key_list(key, "signing_key")
+        self._mac = _Hmac(_key(first))
+        self._older = tuple(_Hmac(_key(k)) for k in (*more, *verify_keys))
         self._head = _CONTEXT + _lp(_b(prefix))
         self._places: dict[tuple[str, str | bytes, bytes], bytes] = {}
+
+    def current(self) -> Signer:
+        """This signer with its first key only: what verifies with it needs no ``rekey``."""
+        first = Signer.__new__(Signer)
+        first._mac, first._older, first._head, first._places = self._mac, (), self._head, {}
+        return first
 
     def _context(self, queue: str, task: str | bytes, field: bytes, job_id: str) -> bytes:
         """Version, prefix, queue, task, field and job id, each length-prefixed (all but the
@@ -219,9 +261,7 @@ class Signer:
         """
         mac, rest = self._split(data, "result")
         try:
-            task, pos = _take(rest, 0)
-            bq, pos = _take(rest, pos)
-            bid, pos = _take(rest, pos)
+            task, bq, bid, pos = result_head(rest)
         except ValueError:
             raise BadSignature("the job's result is not a signed result") from None
         msg = self._context(queue, task, RESULT_FIELD, job_id) + rest

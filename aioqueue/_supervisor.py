@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from ._cli_format import error
+
 logger = logging.getLogger("aioqueue.supervisor")
 
 SUPERVISOR_FD = "AIOQUEUE_SUPERVISOR_FD"
@@ -182,7 +184,7 @@ class Supervisor:
             )
         except OSError as exc:  # no process at all (no memory, too many processes)
             os.close(read_fd)
-            print(f"aioqueue: error: cannot start a worker process: {exc}", file=sys.stderr)
+            error(f"cannot start a worker process: {exc}")
             slot.ready = False
             self._startup_failed(slot, 0, 1)
             return
@@ -257,10 +259,9 @@ class Supervisor:
             return
         if not slot.ever_ready or slot.start_failures >= MAX_START_FAILURES:
             if slot.ever_ready:
-                print(
-                    f"aioqueue: error: worker process {number} failed to start "
-                    f"{slot.start_failures} times in a row; giving up",
-                    file=sys.stderr,
+                error(
+                    f"worker process {number} failed to start "
+                    f"{slot.start_failures} times in a row; giving up"
                 )
             else:  # its own message says why
                 logger.info("worker process %d (pid %d) failed to start", number, pid)

@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import redis
 import redis.exceptions as rexc
 from redis.retry import Retry
 
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
-from ._cluster import blocking_cluster_client, is_cluster_url
-from ._connect import sync_pool
+from ._cluster import is_cluster
+from ._connect import blocking_client
 from ._exceptions import (
     ClosedError,
     ConfigurationError,
@@ -96,12 +96,9 @@ class SyncClient:
                     raise ClosedError("this SyncClient was closed; call app.sync() for a new one")
                 if self._redis is None:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
-                    if is_cluster_url(self.app.url):
-                        cluster = blocking_cluster_client(self.app.url, opts)
-                        self._redis = cast(redis.Redis, cluster)
-                    else:
-                        pool = sync_pool(self.app.url, opts)
-                        self._redis = redis.Redis(connection_pool=pool)
+                    # the App's one endpoint: its URL, or the client it was given
+                    self._redis = blocking_client(self.app.url, self.app._given, opts)
+                    if not is_cluster(self._redis):
                         # FCALLs from now on (EVALSHAs if the library cannot be loaded now)
                         with contextlib.suppress(ServerUnavailable):
                             load_library_blocking(self._redis)

@@ -22,6 +22,7 @@ from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster
 from .support.processes import WorkerProcesses
+from .support.sentinel import SentinelGroup
 
 pytest_plugins = ["pytester"]
 
@@ -54,6 +55,18 @@ def local_cluster() -> Iterator[LocalCluster]:
     """The session's local Valkey Cluster (tests that kill its nodes start their own)."""
     with LocalCluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A Sentinel deployment (one primary, one replica) for the tests of a module that kill
+    nothing (each works under its own prefix)."""
+    group = SentinelGroup(tmp_path_factory.mktemp("sentinels"))
+    try:
+        group.wait_ready()
+        yield group
+    finally:
+        group.close()
 
 
 @pytest.fixture

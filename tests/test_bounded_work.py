@@ -202,7 +202,8 @@ async def _release(c: Ctx) -> Awaitable[Any]:
 
 async def _beat(c: Ctx) -> Awaitable[Any]:
     pairs = await _pairs(c)
-    return c.run("beat", [c.base, "w1", 60_000, 600_000, HUGE, *INFO, MAX_JOBS_PER_CALL, *pairs])
+    args = [c.base, "w1", 60_000, 600_000, HUGE, *INFO, 0, MAX_JOBS_PER_CALL, *pairs]
+    return c.run("beat", args)
 
 
 async def _fail(c: Ctx) -> Awaitable[Any]:
@@ -271,6 +272,13 @@ async def _progress(c: Ctx) -> Awaitable[Any]:
     return c.run("progress", [c.base, ids("r", JOBS - 1, 1)[0], json.dumps({"p": 1})])
 
 
+async def _rekey(c: Ctx) -> Awaitable[Any]:
+    # one entry of as many fields as a call takes, none matching what is stored
+    n = MAX_JOBS_PER_CALL - 1
+    triples = [x for j in range(n) for x in (f"f{j}", "old", "new")]
+    return c.run("rekey", [c.base, "job:" + ids("r", JOBS - 1, 1)[0], n, *triples])
+
+
 ROWS: dict[str, Row] = {
     "enqueue": _enqueue,
     "claim": _claim,
@@ -294,6 +302,7 @@ ROWS: dict[str, Row] = {
     "page": _page,
     "peek": _peek,
     "progress": _progress,
+    "rekey": _rekey,
 }
 
 
@@ -342,11 +351,12 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         "complete": [c.base, over, *[x for i in tail for x in (i, "t", "r", 0)]],
         "enqueue": [c.base, 1, "work", 3, -1, -1, 0, "", "", "", "", "", over]
         + [x for i in tail for x in ("n" + i, "p")],
-        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, over]
+        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, 0, over]
         + [x for i in tail for x in (i, "t")],
         "complete_claim": [c.base, 1, 1000, 0, "", 0, "ef", "", "", over]
         + [x for i in tail for x in (i, "t", "r", 0)],
         "batch": [c.base, "add", "b-over", *tail],
+        "rekey": [c.base, "job:" + tail[0], over, *[x for _ in tail for x in ("f", "a", "b")]],
     }
     for name, args in calls.items():
         with pytest.raises(ServerRefused, match=r"at most \d+ jobs a call"):

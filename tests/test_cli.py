@@ -119,6 +119,30 @@ def test_a_missing_app_is_one_line_and_exit_1(app_dir: Path) -> None:
     assert "cannot import module 'nosuchmodule'" in one_line_error(proc)
 
 
+def test_an_error_in_the_app_module_is_one_line_and_the_users_own_frames(app_dir: Path) -> None:
+    (app_dir / "brokenapp.py").write_text(
+        "import os\n\n\ndef helper():\n    return undefined_name\n\n\nhelper()\n"
+    )
+    proc = cli(app_dir, "worker", "brokenapp:app")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines[0] == (
+        "aioqueue: error: cannot import module 'brokenapp': "
+        "NameError: name 'undefined_name' is not defined"
+    )
+    assert lines[-1] == "NameError: name 'undefined_name' is not defined"
+    files = [line.split('"')[1] for line in lines if line.startswith('  File "')]
+    assert files == [str(app_dir / "brokenapp.py")] * 2  # line 8, then helper: no importlib
+    assert "Traceback" not in proc.stderr
+
+
+def test_every_error_message_names_one_program(app_dir: Path) -> None:
+    for args in (["worker"], ["info", "--bogus"], ["jobs", "nosuchstate"]):
+        proc = cli(app_dir, *args)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith("aioqueue: error: "), proc.stderr
+
+
 @pytest.mark.parametrize("args", [["--version"], ["worker", "--version"]])
 def test_version_works_on_the_command_and_its_subcommands(app_dir: Path, args: list[str]) -> None:
     proc = cli(app_dir, *args)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,8 +127,8 @@ async def test_retry_promote_cancel_and_purge_change_the_queue(
 
 async def test_purge_asks_first_and_does_nothing_unconfirmed(redis_url: str, dead_app: App) -> None:
     p = dead_app.prefix
-    res = cli(redis_url, p, "purge", "--all", stdin="")  # not a terminal: not confirmed
-    one_line_error(res, 1, "not confirmed")
+    res = cli(redis_url, p, "purge", "--all", stdin="")  # not a terminal: it cannot ask
+    one_line_error(res, 2, "stdin is not a terminal; pass --yes")
     assert (await dead_app.queue().counts())["failed"] == 3
     out = ok_json(redis_url, p, "purge", "--all", "--yes")
     assert out["count"] == 4
@@ -299,3 +301,52 @@ async def test_info_lists_the_queues_schedules_with_their_next_runs(redis_url: s
     res = await asyncio.to_thread(cli, redis_url, prefix, "info")
     assert res.returncode == 0, res.stderr
     assert "every 300 s" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (("info", "-q", "default", "--json"), 0),
+        (("jobs", "queued", "-q", "default", "--json"), 0),
+        (("schedules", "--json"), 0),
+        (("events", "status", "default"), 0),
+        (("health", "-q", "default", "--timeout", "1"), 1),  # the server answers; no worker
+    ],
+)
+def test_every_operator_command_keeps_the_embedded_server_for_its_whole_life(
+    tmp_path: Path, argv: tuple[str, ...], code: int
+) -> None:
+    # before, a command dropped its only handle on the server it started, and the server was
+    # stopped before the command's first request (ServerUnavailable ... :6399); health,
+    # events, schedules and metrics refused --embedded
+    res = subprocess.run(
+        [sys.executable, "-m", "aioqueue", *argv, "--embedded"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == code, (res.stdout, res.stderr)
+    assert "ServerUnavailable" not in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(redis_url: str) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head -1` that has already exited: every write fails (EPIPE)
+    argv = ["jobs", "queued", "-q", "x", "--json", "--url", redis_url, "--prefix", unique_prefix()]
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "aioqueue", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""

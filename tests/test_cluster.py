@@ -28,8 +28,9 @@ from aioqueue import (
     Worker,
 )
 from aioqueue._cluster import parse_cluster_url, slot_runs
-from aioqueue._connect import redact, resolve_url
+from aioqueue._connect import resolve_url
 from aioqueue._lua import SCRIPTS
+from aioqueue._safetext import redact_url as redact
 from aioqueue._scripts import queue_names
 from aioqueue.testing import unique_prefix
 

@@ -3,11 +3,11 @@ its API reference covers the whole public API, and every page is in its navigati
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import aioqueue
-import aioqueue.testing
 import mkdocs_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,12 @@ def test_the_api_reference_documents_every_public_name_once() -> None:
     page = mkdocs_hooks.api_reference()
     entries = re.findall(r"^::: ([\w.]+)$", page, re.M)
     wanted = [f"aioqueue.{n}" for n in aioqueue.__all__ if not n.startswith("__")]
-    wanted += [f"aioqueue.testing.{n}" for n in aioqueue.testing.__all__]
+    for name in mkdocs_hooks.MODULES:  # the other public modules: each one's __all__
+        module = importlib.import_module(name)
+        wanted += [f"{name}.{n}" for n in module.__all__]
+    assert {"aioqueue.testing", "aioqueue.metrics", "aioqueue.otel", "aioqueue.dashboard"} <= set(
+        mkdocs_hooks.MODULES
+    )
     assert sorted(entries) == sorted(wanted)
     # grouped under headings, the App first and the exceptions together
     assert page.startswith("## The App\n\n::: aioqueue.App\n")
@@ -45,3 +50,11 @@ def test_every_page_is_in_the_navigation() -> None:
     assert listed == pages, (
         f"not in mkdocs.yml's nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
     )
+
+
+def test_the_state_diagram_is_drawn_not_shown_as_code() -> None:
+    # mkdocs.yml's mermaid fence: Material draws a <pre class="mermaid"> block
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert "- name: mermaid" in config
+    assert "format: !!python/name:pymdownx.superfences.fence_code_format" in config
+    assert "```mermaid\nstateDiagram-v2" in (ROOT / "docs" / "guarantees.md").read_text()

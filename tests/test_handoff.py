@@ -52,10 +52,15 @@ async def parked(redis: Redis, app: App) -> list[str]:
 async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redis: Redis) -> None:
     async with open_app(redis_url) as app:
         q = app.queue()
+
+        @app.task(name="t")
+        async def t(i: int) -> None: ...
+
         await park(app, "w1", want=2)
         assert await parked(redis, app) == ["w1"]
-        jobs = [await q.enqueue("t", args=[i]) for i in range(3)]
-        # the first two fill w1's room; the third waits in the queue, with a wake token
+        jobs = await t.enqueue_many([((i,), {}) for i in range(3)])
+        # one enqueue, one hand-off: the first two fill w1's room; the third waits in the
+        # queue, with a wake token
         assert await handed(redis, app, "w1") == [(jobs[0].id, 1), (jobs[1].id, 1)]
         assert await parked(redis, app) == []
         states = await check_invariants(redis, q._keys)
@@ -72,6 +77,50 @@ async def test_enqueue_leases_new_jobs_to_the_parked_worker(redis_url: str, redi
         done = await scripts(app).complete([(i, t, b"1", 60_000) for i, t in held.items()])
         assert done == [Outcome.OK, Outcome.OK]
         assert (await check_invariants(redis, q._keys))[jobs[2].id] == "queued"
+
+
+async def test_a_parked_worker_gets_one_hand_off_until_its_own_next_claim(
+    redis_url: str, redis: Redis
+) -> None:
+    """A worker that died parked never claims again: after the one hand-off it got, the jobs
+    enqueued after wait in the queue for a live worker, not in its hand list."""
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "w1", want=5)
+        first = await q.enqueue("t")
+        later = [await q.enqueue("t") for _ in range(3)]
+        assert await handed(redis, app, "w1") == [(first.id, 1)]
+        assert await parked(redis, app) == []
+        states = await check_invariants(redis, q._keys)
+        assert [states[j.id] for j in later] == ["queued"] * 3
+        # its own claim takes the hand-off and the queued jobs, and parks it again
+        res = await scripts(app).claim(5, LEASE_MS, DEAD_TTL_MS, "w1", 60_000)
+        assert [c.id for c in res.jobs] == [first.id] + [j.id for j in later]
+        assert await parked(redis, app) == ["w1"]
+        again = await q.enqueue("t")
+        assert await handed(redis, app, "w1") == [(again.id, 1)]
+
+
+async def test_a_live_workers_heartbeat_buries_a_dead_one(redis_url: str, redis: Redis) -> None:
+    """Burial does not wait for a live worker's next claim (up to idle_block away): its next
+    heartbeat buries a worker past its deadline, hands back its jobs (those it never started
+    with their attempt refunded) and leaves a wake token for the idle consumers."""
+    info = ("h", 1, "0", "default", 4, 0, 0, 0)
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await scripts(app).beat("dead", 200, LEASE_MS, 0, info, [], DEAD_TTL_MS)
+        job = await q.enqueue("t")
+        res = await scripts(app).claim(1, LEASE_MS, DEAD_TTL_MS, "dead", 0, started=(0, 0))
+        assert [c.id for c in res.jobs] == [job.id]  # leased, never started (prefetched)
+        end = await server_ms(redis) + 200
+        await wait_until(lambda: _after(redis, end), interval=0.01, what="its deadline")
+        await redis.delete(q._keys.wake)
+        await scripts(app).beat("alive", 60_000, LEASE_MS, 0, info, [], DEAD_TTL_MS)
+        assert [w.id for w in await q.workers()] == ["alive"]
+        assert (await check_invariants(redis, q._keys))[job.id] == "queued"
+        assert (await job.info()).attempts == 0
+        assert await redis.llen(q._keys.wake) == 1
+        assert int((await q.stats())["buried"]) == 1
 
 
 async def test_the_worker_parked_longest_ahead_is_served_first(

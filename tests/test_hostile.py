@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -903,6 +904,126 @@ async def test_every_key_of_the_wrong_type_is_set_aside_and_the_queue_goes_on(
             await still_works(app)
             key = getattr(k, name)  # set aside by the first script (or maintenance) meeting it
             await wait_until(lambda: _has_garbled(redis, k, key), timeout=10, what="set aside")
+        await check_invariants(redis, k)
+
+
+#: integer limits written over a number (I12): the ends of the 64-bit range, past the 2^53 a
+#: script's Lua numbers hold exactly, negative, numbers that are not integers
+INT_LIMITS = ["9223372036854775807", "-9223372036854775808", "9007199254740993", "-1", "1.5"]
+INT_LIMITS += ["1e400", "nan", ""]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A key family and garbage for it: ``kind`` a wrong type (string, list, hash, zset, set)
+    or an integer limit ("=<value>" the key's value, "<field>=<value>" a field's); ``aside``:
+    the first script meeting it must list it in ``garbled`` (else it is ignored as garbage,
+    or met only by a reader)."""
+
+    key: Callable[[QueueKeys, str], str]
+    kind: str
+    aside: bool = True
+
+
+def _families() -> dict[str, Family]:
+    out = {
+        # the registry (wid: the worker's id), unique locks, events, metrics, schedules and
+        # the indexes listings page through with their cursors
+        "workers-string": Family(lambda k, w: k.workers, "string"),
+        "worker-list": Family(lambda k, w: k.worker(w), "list"),
+        "worker-jobs-string": Family(lambda k, w: k.worker_jobs(w), "string"),
+        "unique-hash": Family(lambda k, w: k.unique("u"), "hash"),
+        "events-hash": Family(lambda k, w: k.events, "hash"),
+        "tp-string": Family(lambda k, w: k.throughput, "string"),
+        "cron-defs-list": Family(lambda k, w: k.cron_defs, "list", aside=False),
+        "cron-next-hash": Family(lambda k, w: k.cron_next, "hash", aside=False),
+        "completed-string": Family(lambda k, w: k.completed, "string"),
+        "cancelled-string": Family(lambda k, w: k.cancelled, "string"),
+    }
+    counted: list[tuple[str, Callable[[QueueKeys, str], str], str, bool]] = [
+        ("seq", lambda k, w: k.seq, "", True),
+        ("stats", lambda k, w: k.stats, "completed", True),
+        ("gactive", lambda k, w: k.gactive, "g", True),
+        ("tp", lambda k, w: k.throughput, "c:{minute}", True),
+        ("worker-ln", lambda k, w: k.worker(w), "ln", True),
+        ("worker-sn", lambda k, w: k.worker(w), "sn", False),  # written over by its beat
+        ("glimit", lambda k, w: k.qconf, "glimit", False),  # a garbage setting is none
+        ("events-cap", lambda k, w: k.qconf, "events", False),
+        ("group-limit", lambda k, w: k.gconf, "limit:g", False),
+    ]
+    for name, key, field, aside in counted:
+        for i, v in enumerate(INT_LIMITS):
+            sane = v.isdigit() and int(v) < 2**53
+            out[f"{name}-{i}"] = Family(key, f"{field}={v}", aside and not sane)
+    return out
+
+
+FAMILIES = _families()
+
+
+async def _garble(redis: Redis, key: str, kind: str) -> None:
+    if "=" not in kind:
+        await _write(redis, key, kind)
+        return
+    field, _, value = kind.partition("=")
+    field = field.format(minute=await server_ms(redis) // 60000)
+    if not field:
+        await redis.set(key, value)
+    else:
+        if await redis.type(key) not in (b"hash", b"none"):
+            await redis.delete(key)
+        await redis.hset(key, field, value)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+async def test_every_key_family_of_the_wrong_type_or_at_an_integer_limit_the_queue_goes_on(
+    redis_url: str, redis: Redis, family: str
+) -> None:
+    """The class over every key family (registry, unique locks, events, metrics, schedules,
+    the listings' indexes, counters and settings), each with a wrong type or a number at an
+    integer limit: jobs of every kind run to their end, the readers (listing with a cursor,
+    throughput, workers, groups, events, stats) answer, and a counter is set aside."""
+    f = FAMILIES[family]
+    app = hostile_app(redis_url, lease=2.0)
+
+    @app.task
+    async def tick() -> None:
+        return None
+
+    app.schedule(tick, every=0.05)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        await q.set_events(100)
+        await q.set_group_limit("g", 2)
+        worker = Worker(app, concurrency=4, idle_block=0.1, grace=0.5)
+        key = f.key(k, worker.id)
+        await _garble(redis, key, f.kind)
+        jobs = [
+            await q.enqueue("echo", kwargs={"x": 1}),
+            await q.enqueue("echo", kwargs={"x": 2}, priority=3),
+            await q.enqueue("echo", kwargs={"x": 3}, group="g"),
+            await q.enqueue("echo", kwargs={"x": 4}, delay=0.05),
+            await q.enqueue("echo", kwargs={"x": 5}, unique=True, unique_key="u"),
+        ]
+        cancelled = await q.enqueue("echo", kwargs={"x": 6}, delay=60)
+        await q.cancel_jobs([cancelled.id])
+        async with worker:
+            assert [await j.result(timeout=15) for j in jobs] == [1, 2, 3, 4, 5]
+            await still_works(app)
+            if f.aside:
+                await wait_until(lambda: _has_garbled(redis, k, key), timeout=10, what="aside")
+            page = await q.jobs("completed", limit=2)
+            listed = [j.id for j in page.items]
+            while page.cursor:
+                page = await q.jobs("completed", limit=2, cursor=page.cursor)
+                listed += [j.id for j in page.items]
+            assert {j.id for j in jobs} <= set(listed)
+            await q.throughput(5)
+            await q.workers()
+            await q.groups()
+            await q.events_page(count=10)
+            assert all(0 <= n < 2**53 for n in (await q.stats()).values())
         await check_invariants(redis, k)
 
 

@@ -12,7 +12,7 @@ import pytest
 # lowest first; a module may import at run time only modules of strictly lower layers, or of
 # its own layer where it is listed after them
 LAYERS: list[list[str]] = [
-    ["_version", "_exceptions"],
+    ["_version", "_exceptions", "_safetext"],
     ["_hooks", "_observe"],
     [
         "_limits",
@@ -21,6 +21,7 @@ LAYERS: list[list[str]] = [
         "_serialize",
         "_convert",
         "_signing",
+        "_encryption",
         "_checks",
         "_record",
         "_wire",
@@ -37,7 +38,7 @@ LAYERS: list[list[str]] = [
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
     ["_leases", "_registry", "_queuereg", "_connect", "_coalesce"],
-    ["_lister", "_inspect", "_admin", "_pull", "_events"],
+    ["_lister", "_inspect", "_admin", "_pull", "_events", "_rekey"],
     ["_unique", "_queue"],
     ["_results", "_context", "_logs", "_sharded"],
     ["_batch"],
@@ -48,17 +49,19 @@ LAYERS: list[list[str]] = [
     ["_fetch", "_loops", "_worker"],
     ["_embedded", "_health", "metrics", "otel"],
     ["_embedded", "_health"],
-    # the dashboard subpackage (its modules' sources read as one)
-    ["dashboard"],
+    # the dashboard and contrib subpackages (each one's modules' sources read as one)
+    ["dashboard", "contrib"],
     [
-        "_schedules_cli",
         "_cli_format",
+        "_schedules_cli",
         "_cli_show",
         "_cli_admin",
         "_cli_health",
         "_cli_metrics",
         "_cli_dashboard",
         "_cli_events",
+        "_cli_load",
+        "_cli_rekey",
         "_supervisor",
         "_cli",
     ],
@@ -85,10 +88,10 @@ HIGHER = {"_app", "_batch", "_fetch", "_loops", "_runner", "_worker"}
 def modules() -> dict[str, str]:
     pkg = resources.files("aioqueue")
     found = {p.name[:-3]: p.read_text("utf-8") for p in pkg.iterdir() if p.name.endswith(".py")}
-    dash = pkg / "dashboard"
-    found["dashboard"] = "\n".join(
-        p.read_text("utf-8") for p in dash.iterdir() if p.name.endswith(".py")
-    )
+    for sub in ("dashboard", "contrib"):
+        found[sub] = "\n".join(
+            p.read_text("utf-8") for p in (pkg / sub).iterdir() if p.name.endswith(".py")
+        )
     return found
 
 

@@ -77,10 +77,29 @@ DELAYS = st.sampled_from([None, None, None, None, *SHORT_DELAYS, LONG])
 FAIL_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS, LONG])
 RELEASE_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS])
 
+#: integer limits written over a number (I12): the ends of the 64-bit range, past the 2^53 a
+#: script's Lua numbers hold exactly, negative, a float, one no double holds
+INT_LIMITS = (
+    "9223372036854775807",
+    "-9223372036854775807",
+    "9007199254740993",
+    "-1",
+    "1.5",
+    "1e400",
+)
+
 #: keys that hold no job of the model (or hold jobs only when they exist: JOB_HOLDERS), and
-#: the garbage written over them: a value of the wrong type, or a counter that is not a number
+#: the garbage written over them: a value of the wrong type, a counter that is not a number,
+#: or a number at an integer limit ("=<value>": the key's value, "<field>=<value>": a field's)
 GARBAGE = st.sampled_from(
     [
+        *(("seq", f"={v}") for v in INT_LIMITS),
+        *(("stats", f"completed={v}") for v in INT_LIMITS),
+        *(("stats", f"{f}=9223372036854775807") for f in ("enqueued", "retried", "failed")),
+        ("stats", "garbled=9223372036854775807"),
+        ("throughput", "c:{minute}=9223372036854775807"),  # this minute's completions
+        ("qconf", "rate_n=1e400"),
+        ("qconf", "rate_ms=-1"),
         ("seq", "text"),
         ("seq", "list"),
         ("stats", "string"),
@@ -103,6 +122,17 @@ JOB_HOLDERS = frozenset({"ready", "prio", "scheduled", "active"})
 
 
 async def write_garbage(redis: Redis, key: str, kind: str) -> None:
+    if "=" in kind:  # a number at an integer limit: the key's value, or a field's
+        field, _, value = kind.partition("=")
+        field = field.format(minute=await server_ms(redis) // 60000)
+        if not field:
+            await redis.set(key, value)
+        elif await redis.type(key) == b"hash":
+            await redis.hset(key, field, value)
+        else:
+            await redis.delete(key)
+            await redis.hset(key, field, value)
+        return
     if kind == "field":  # a counter in a hash that is not a number
         if await redis.type(key) != b"hash":
             await redis.delete(key)

@@ -71,6 +71,59 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
     assert issubclass(aioqueue.PayloadTooLarge, aioqueue.SerializationError)
 
 
+FAMILIES = (aioqueue.UsageError, aioqueue.ServerError, aioqueue.JobError)
+
+
+def test_every_error_but_the_startup_one_is_in_exactly_one_family() -> None:
+    for name in public_names():
+        exc = getattr(aioqueue, name)
+        if not (isinstance(exc, type) and issubclass(exc, aioqueue.AioQueueError)):
+            continue
+        if exc is aioqueue.AioQueueError or exc in FAMILIES:
+            continue
+        homes = [f.__name__ for f in FAMILIES if issubclass(exc, f)]
+        assert len(homes) == (0 if exc is aioqueue.StartupFailed else 1), (name, homes)
+    # one except clause per question a caller asks
+    assert issubclass(aioqueue.ServerUnavailable, aioqueue.ServerError)
+    assert issubclass(aioqueue.NotReplicated, aioqueue.ServerError)
+    assert issubclass(aioqueue.JobFailed, aioqueue.JobError)
+    assert issubclass(aioqueue.JobNotFound, aioqueue.JobError)
+    assert issubclass(aioqueue.PayloadTooLarge, aioqueue.UsageError)
+    assert issubclass(aioqueue.ConfigurationError, aioqueue.UsageError)
+
+
+def test_the_drawn_exception_tree_is_the_real_one() -> None:
+    # aioqueue._exceptions draws the tree in its docstring (shown in the API reference): each
+    # name's parent in the drawing is its direct aioqueue base, and every error is drawn
+    import aioqueue._exceptions as module
+
+    doc = module.__doc__ or ""
+    tree = doc.partition("::\n\n")[2].split("\n\n")[0].splitlines()
+    drawn: dict[str, int] = {}
+    parents: list[tuple[int, str]] = []
+    for line in tree:
+        match = re.match(r"^\s*((?:[│ ]   )*)(?:[├└]── )?(\w+)", line)
+        assert match, line
+        depth, name = len(match.group(1)) // 4 + ("──" in line), match.group(2)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        base = (
+            next(b for b in getattr(aioqueue, name).__bases__ if b.__module__ == module.__name__)
+            if parents
+            else None
+        )
+        if parents:
+            assert base is getattr(aioqueue, parents[-1][1]), (name, parents[-1][1])
+        parents.append((depth, name))
+        drawn[name] = depth
+    errors = {
+        n
+        for n in public_names()
+        if isinstance(v := getattr(aioqueue, n), type) and issubclass(v, aioqueue.AioQueueError)
+    }
+    assert set(drawn) == errors
+
+
 # parameters that take a duration, by name: every one must accept a timedelta too
 _DURATION = re.compile(r"(timeout|delay|lease|wait|grace|idle_block|period|retention|ttl)$")
 

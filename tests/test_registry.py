@@ -34,7 +34,7 @@ INFO = ("h", 1, "0", "default", 4, 0, 0, 0)
 
 
 async def beat(app: App, wid: str, period_ms: int, started: int = 0) -> None:
-    await app.queue()._scripts.beat(wid, period_ms, LEASE_MS, started, INFO, [])
+    await app.queue()._scripts.beat(wid, period_ms, LEASE_MS, started, INFO, [], DEAD_TTL_MS)
 
 
 async def past(redis: Redis, ms: int) -> None:

@@ -21,8 +21,9 @@ from aioqueue import (
     ServerUnavailable,
     Worker,
 )
-from aioqueue._connect import redact, resolve_url
+from aioqueue._connect import resolve_url
 from aioqueue._embedded import EmbeddedServer
+from aioqueue._safetext import redact_url as redact
 from aioqueue._sentinel import parse
 
 from .support.apps import unique_prefix
@@ -80,17 +81,6 @@ async def test_no_sentinel_answering_is_server_unavailable() -> None:
 
 
 # ------------------------------------------------------------------ a live deployment
-
-
-@pytest.fixture(scope="module")
-def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
-    """One deployment for the tests that kill nothing (each works under its own prefix)."""
-    group = SentinelGroup(tmp_path_factory.mktemp("sentinels"))
-    try:
-        group.wait_ready()
-        yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture

@@ -225,6 +225,11 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
             "percent": 0,
         }
     err = info.error
+    # an encrypted job read without its key: no plaintext to show, and not garbage either
+    unread = "(encrypted)" if info.encrypted else "(cannot be decoded)"
+    result = "-"
+    if info.state is JobState.COMPLETED:
+        result = unread if info.encrypted and info.args is None else pretty(d.result)
     history = [
         {
             "number": a.number,
@@ -255,10 +260,10 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
         "finished": when(info.finished_ms),
         "cancel_requested": "yes" if d.cancel_requested else "no",
         "progress": "-" if info.progress is None else clip(pretty(info.progress), 2000),
-        "args": pretty(list(info.args)) if info.args is not None else "(cannot be decoded)",
-        "kwargs": pretty(info.kwargs) if info.kwargs is not None else "(cannot be decoded)",
+        "args": pretty(list(info.args)) if info.args is not None else unread,
+        "kwargs": pretty(info.kwargs) if info.kwargs is not None else unread,
         "options": pretty(d.options) if d.options else "-",
-        "result": pretty(d.result) if info.state is JobState.COMPLETED else "-",
+        "result": result,
         "error": "-" if err is None else clip(f"{err.type}: {err.message}", 2000),
         "traceback": "" if err is None or not err.traceback else clip(err.traceback),
         "history": history,

@@ -79,7 +79,7 @@ elseif op == 'seal' then
 elseif op == 'cancel' then
   if call('HGET', bk, 's') ~= 'open' then return 0 end
   call('HSET', bk, 's', 'cancelled', 'f', now)
-  local ttl = tonumber(call('HGET', bk, 'ttl')) or 0
+  local ttl = count_of(call('HGET', bk, 'ttl')) or 0
   local n = 0
   local cb = call('HGET', bk, 'cb')
   if cb and cancel_waiting(cb, job_key(cb), now, ttl) then

@@ -1,17 +1,20 @@
 --[[ beat: a worker's heartbeat on one queue: register it (or renew its registration, see
-  lib/workers) and renew the leases it holds, fenced by lease tokens, in one call; or, with a
-  registration period of 0, leave the registry (a worker that stopped).
+  lib/workers), renew the leases it holds, fenced by lease tokens, and bury a worker that
+  missed its deadline (so a dead worker's jobs come back within a heartbeat of its deadline,
+  whatever the live workers are doing), in one call; or, with a registration period of 0,
+  leave the registry (a worker that stopped).
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] worker id   ARGV[3] registration period ms: its next beat comes
   before that (0: leave)   ARGV[4] lease ms from now   ARGV[5] started: it has started (or
   given up) its first `started` leases   ARGV[6] host   ARGV[7] pid   ARGV[8] version
   ARGV[9] queues (comma-separated)   ARGV[10] concurrency   ARGV[11] start time ms
-  ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] n   then n pairs: id, lease token
+  ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] dead_ttl_ms (of the jobs a burial
+  dead-letters; 0: keep forever)   ARGV[15] n   then n pairs: id, lease token
   Returns {now_ms, code_1, ..., code_n} as extend.lua: 1 renewed, -1 no such job, -2 lease
   token mismatch, -3 renewed but cancellation was requested ]]
 local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-check_count(tonumber(ARGV[14]) or 0)  -- before any write
+check_count(tonumber(ARGV[15]) or 0)  -- before any write
 local wk = worker_key(wid)
 if period <= 0 then
   -- a worker that stopped: its leases were all returned or finished (any left run out)
@@ -28,7 +31,8 @@ if call('HEXISTS', wk, 'ln') == 0 then
   -- has started
   call('HSET', wk, 'ln', started, 'sn', started)
   emit('worker_up', '', nil, nil, wid)
-elseif num(call('HGET', wk, 'sn'), 0) < started then
+elseif (count_of(call('HGET', wk, 'sn') or '') or -1) < started then
+  -- (one that is garbage is written over)
   call('HSET', wk, 'sn', started)
 end
 call('HSET', wk, 'host', ARGV[6], 'pid', ARGV[7], 'ver', ARGV[8], 'queues', ARGV[9],
@@ -37,7 +41,10 @@ call('HSET', wk, 'host', ARGV[6], 'pid', ARGV[7], 'ver', ARGV[8], 'queues', ARGV
 local keep = math.max(10 * period, 2 * lease)
 call('PEXPIRE', wk, keep)
 call('PEXPIRE', held_key(wid), keep)
-local n = tonumber(ARGV[14])
+-- after its own renewal: a worker that stalled past its deadline and beats again is not
+-- buried by its own beat
+bury_dead(now, tonumber(ARGV[14]), 1)
+local n = tonumber(ARGV[15])
 local out = {now}
-renew_leases(out, lease, now, 15, n)
+renew_leases(out, lease, now, 16, n)
 return out

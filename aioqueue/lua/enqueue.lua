@@ -10,7 +10,9 @@
   key when the run is unique)
   Returns {now_ms, code_1, ..., code_n}, one code per job in order: 1 queued, 2 scheduled, 0 a job
   with this id exists, or (a string) the id of the job that holds its unique lock: nothing was
-  stored. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  stored. A job that exists is answered 0 only once it is where its state says (see in_place):
+  a queued or scheduled record in no lane (garbage, or a script stopped midway before I9) is
+  put back in it, so a retried enqueue never answers success for a lost job. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
@@ -46,6 +48,35 @@ local function take_lock(key, id, ttl, scope)
   end
   call('SET', key, id, 'PX', ttl)
   return nil
+end
+
+-- an existing job (record jk) is where its state says; a queued or scheduled one found in no
+-- lane is put back (and counted in runnable / scheduled). The plain FIFO list is searched from
+-- its tail (a retried enqueue's job is near it); a server that refuses LPOS (an ACL without
+-- it) is trusted. Returns false when no record is left (one of the wrong type, set aside)
+local function in_place(id, jk)
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'due')
+  if not r[1] then return call('EXISTS', jk) == 1 end
+  if r[1] == 'scheduled' and not call('ZSCORE', K_SCHED, id) then
+    call('ZADD', K_SCHED, num(r[4], now), id)
+    scheduled = true
+  elseif r[1] == 'queued' then
+    local pr = lane_prio(r[3])
+    local there
+    if r[2] then there = call('ZSCORE', lane_key(r[2]), id)
+    elseif pr ~= 0 then there = call('ZSCORE', K_PRIO, id)
+    else
+      there = redis.pcall('LPOS', K_READY, id, 'RANK', -1)
+      if type(there) == 'table' and not string.find(there.err or '', 'WRONGTYPE', 1, true) then
+        there = true
+      end
+    end
+    if not there or type(there) == 'table' then
+      push_ready(id, r[3], false, r[2])
+      runnable = runnable + 1
+    end
+  end
+  return true
 end
 
 for _ = 1, tonumber(ARGV[2]) do
@@ -86,6 +117,7 @@ for _ = 1, tonumber(ARGV[2]) do
     local ukey = uttl and ARGV[pos + 2]
     pos = pos + step
     local holder = call('EXISTS', jk) == 1 and 0
+    if holder and not in_place(id, jk) then holder = false end
     if not holder and ukey then
       holder = take_lock(BASE .. 'unique:' .. ukey, id, uttl, uscope)
       if uk then fields[uk] = uscope .. ':' .. ukey end
@@ -115,8 +147,8 @@ for i = 1, #plain, MAX_JOBS_PER_CALL do
   call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
 end
 if #plain > 0 then join_ring('') end
-if added > 0 then
-  call('HINCRBY', K_STATS, 'enqueued', added)
+if added > 0 then call('HINCRBY', K_STATS, 'enqueued', added) end
+if added > 0 or runnable > 0 or scheduled then
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time

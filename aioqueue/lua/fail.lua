@@ -35,7 +35,8 @@ if delay == -2 then
   if has_ready() then wake() end
   return 3
 end
-if delay >= 0 and num(r[3], 0) < num(r[4], 1) then
+local a, m = attempts_of(r[3], r[4])
+if delay >= 0 and a < m then
   end_attempt(jk, r[3], r[7], 'retried', err, now)
   call('HSET', jk, 'e', err)
   requeue(id, jk, delay, now, r[5], r[6], false)

@@ -61,7 +61,7 @@ for _, id in ipairs(ids) do
     if s == 'queued' then
       if r[2] then
         call('ZREM', lane_key(r[2]), id)
-      elseif (tonumber(r[3]) or 0) ~= 0 then
+      elseif lane_prio(r[3]) ~= 0 then
         call('ZREM', K_PRIO, id)
       else
         -- O(its position), within a budget: cheap at the head, where source 'ready' takes

@@ -29,7 +29,7 @@ for i = 0, n - 1 do
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
-    local a, m = num(r[5], 0), num(r[6], 1)
+    local a, m = attempts_of(r[5], r[6])
     end_attempt(jk, r[5], r[7], 'released', nil, now)
     call('ZREM', K_ACTIVE, id)
     unhold(r[7], id)

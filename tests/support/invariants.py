@@ -52,9 +52,12 @@ async def job_keys(redis: Redis, keys: QueueKeys) -> list[str]:
     return [text(k)[len(prefix) :] async for k in found if not garbled(k)]
 
 
-async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], dict[str, float]]:
-    """``({job id: the structure holding it}, {job id: lease deadline})``, asserting that no
-    id is in two structures (or twice in the ready list)."""
+async def _structures(
+    redis: Redis, keys: QueueKeys
+) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """``({job id: the structure holding it}, {"active": {job id: lease deadline},
+    "scheduled": {job id: due time}})``, asserting that no id is in two structures (or twice
+    in the ready list)."""
     # a structure holding the wrong type is garbage no script has met yet (it is set aside
     # then): it holds no job
     ready: list[bytes | str] = []
@@ -62,7 +65,7 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
         ready = await redis.lrange(keys.ready, 0, -1)
     members: dict[str, list[str]] = {"ready": [text(m) for m in ready]}
     assert len(members["ready"]) == len(set(members["ready"])), "an id is twice in ready"
-    deadlines: dict[str, float] = {}
+    scores: dict[str, dict[str, float]] = {"active": {}, "scheduled": {}}
     for name in _ZSETS:
         if await redis.type(getattr(keys, name)) not in (b"zset", b"none"):
             continue
@@ -71,8 +74,8 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
             await redis.zrange(getattr(keys, name), 0, -1, withscores=True),
         )
         members[name] = [text(m) for m, _ in pairs]
-        if name == "active":
-            deadlines = {text(m): float(score) for m, score in pairs}
+        if name in scores:
+            scores[name] = {text(m): float(score) for m, score in pairs}
     # groups' lanes (base.."g:"..group ZSETs), where a queued job with a group waits
     async for lane in redis.scan_iter(match=keys.base + "g:*", count=1000):
         if garbled(lane) or await redis.type(lane) != b"zset":
@@ -84,18 +87,18 @@ async def _structures(redis: Redis, keys: QueueKeys) -> tuple[dict[str, str], di
         for job_id in held:
             assert job_id not in where, f"job {job_id} is in both {where[job_id]} and {name}"
             where[job_id] = name
-    return where, deadlines
+    return where, scores
 
 
 async def _hashes(redis: Redis, keys: QueueKeys) -> dict[str, list[bytes | None]]:
-    """``{job id: [s, pr, l, g, a]}`` of every job hash of the queue."""
+    """``{job id: [s, pr, l, g, a, due]}`` of every job hash of the queue."""
     ids = await job_keys(redis, keys)
     records: dict[str, list[bytes | None]] = {}
     for start in range(0, len(ids), 1000):
         chunk = ids[start : start + 1000]
         pipe = redis.pipeline(transaction=False)
         for job_id in chunk:
-            pipe.hmget(keys.job(job_id), ["s", "pr", "l", "g", "a"])
+            pipe.hmget(keys.job(job_id), ["s", "pr", "l", "g", "a", "due"])
         for job_id, fields in zip(chunk, await pipe.execute(), strict=True):
             if fields[0] is not None:  # None: expired between SCAN and HMGET
                 records[job_id] = fields
@@ -128,31 +131,37 @@ async def check_records(
     Checks that each id is in at most one of ready/prio/scheduled/active/dead or a group's
     lane (and at most once in the ready list); that a queued job is in its group's lane, or
     without a group in ready (priority 0) or prio (otherwise); a scheduled one in scheduled,
-    an active one in active (holding a lease token and a lease deadline, so that maintenance
-    hands it back if nobody renews it), a failed one in dead, a completed or waiting one in
-    none, a cancelled one in none but a runnable lane (dropped lazily); that every job handed
-    to a parked worker is active under the lease it was handed with; and that no structure
-    names a job whose hash is gone, except dead letters whose record expired before ``reap``
-    trimmed the dead set; and that the indexes of completed and cancelled jobs name jobs in
-    their state or whose record is gone. Call it only when nothing else is changing the queue:
-    it reads with several commands.
+    scored by its record's due time, an active one in active (holding a lease token and a
+    lease deadline, so that maintenance hands it back if nobody renews it), a failed one in
+    dead, a completed or waiting one in none, a cancelled one in none but a runnable lane
+    (dropped lazily); that every job handed to a parked worker is active under the lease it
+    was handed with; and that no structure names a job whose hash is gone, except dead letters
+    whose record expired before ``reap`` trimmed the dead set; and that the indexes of
+    completed and cancelled jobs name jobs in their state or whose record is gone. Call it
+    only when nothing else is changing the queue: it reads with several commands.
     """
-    where, deadlines = await _structures(redis, keys)
+    where, scores = await _structures(redis, keys)
     hashes = await _hashes(redis, keys)
     for job_id, name in where.items():
         if job_id not in hashes:
             expired_dead = allow_expired_dead and name == "dead"
             assert expired_dead, f"{name} holds job {job_id}, which has no record"
     records: dict[str, JobRecord] = {}
-    for job_id, (s, pr, lease, group, attempts) in hashes.items():
+    for job_id, (s, pr, lease, group, attempts, due) in hashes.items():
         state = text(s)
         _check_home(job_id, state, where.get(job_id), pr, group)
+        if state == "scheduled":
+            # promotion reads the score, the record's readers its due time: they must agree
+            # (a debounce that moved one and not the other would run the job early or late)
+            score = scores["scheduled"][job_id]
+            assert due is not None, f"scheduled job {job_id} has no due time"
+            assert int(due) == score, f"scheduled job {job_id}: due {text(due)}, score {score}"
         deadline = None
         # an active job always holds a lease token; the last token stays after it leaves
         # active, so that an ack resent after a lost reply is recognised (lua/lib/core.lua)
         if state == "active":
             assert lease is not None, f"active job {job_id} has no lease token"
-            deadline = int(deadlines[job_id])
+            deadline = int(scores["active"][job_id])
         records[job_id] = JobRecord(state, int(attempts or 0), deadline)
     # the indexes of finished jobs (listing only) name jobs in their state, or whose record
     # is gone (expired, or deleted at once when its result was not kept)
@@ -172,7 +181,7 @@ async def check_records(
         assert len(values) % 7 == 0, f"{text(hand)} holds a partial record"
         for i in range(0, len(values), 7):
             job_id, token = text(values[i]), text(values[i + 1])
-            fields = hashes.get(job_id, [b"gone", None, None, None, None])
+            fields = hashes.get(job_id, [b"gone", None, None, None, None, None])
             state = text(fields[0])
             assert state == "active", f"job {job_id} handed over in {text(hand)} is {state}"
             assert text(fields[2]) == token, f"job {job_id} handed over with a stale lease"

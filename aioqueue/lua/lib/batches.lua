@@ -64,7 +64,7 @@ local function batch_maybe_finish(bid, now)
   local b = call('HMGET', bk, 's', 'total', 'done', 'failed', 'sealed', 'policy', 'cb', 'grp',
     'ttl', 'lim')
   if b[1] ~= 'open' or b[5] ~= '1' then return end
-  local total, done, failed = tonumber(b[2]) or 0, tonumber(b[3]) or 0, tonumber(b[4]) or 0
+  local total, done, failed = count_of(b[2]) or 0, count_of(b[3]) or 0, count_of(b[4]) or 0
   if done + failed < total then return end
   local state = 'completed'
   if failed > 0 and b[6] == 'fail' then state = 'failed' end
@@ -76,7 +76,7 @@ local function batch_maybe_finish(bid, now)
         call('HSET', ck, 's', 'queued')
         push_ready(b[7], call('HGET', ck, 'pr'), false, call('HGET', ck, 'g'))
         wake()
-      elseif cancel_waiting(b[7], ck, now, tonumber(b[9]) or 0,
+      elseif cancel_waiting(b[7], ck, now, count_of(b[9]) or 0,
           upstream(bk, bid, failed, total)) then
         -- a callback that is itself a sub-job (a chain's step) fails its own batch in turn
         batch_outcome(b[7], ck, false, CANCELLED_ERROR, now)
@@ -84,7 +84,7 @@ local function batch_maybe_finish(bid, now)
     end
   end
   if b[10] then call('HDEL', K_GCONF, 'limit:' .. b[8]) end
-  expire_batch(bk, tonumber(b[9]) or 0)
+  expire_batch(bk, count_of(b[9]) or 0)
   announce(bk, 'batch:' .. bid)
 end
 
@@ -104,7 +104,7 @@ local function batch_apply(bid, member, ok, value, now)
     call('HSET', bk .. ':err', member, value)
   end
   if state == 'cancelled' then
-    expire_batch(bk, tonumber(call('HGET', bk, 'ttl')) or 0)
+    expire_batch(bk, count_of(call('HGET', bk, 'ttl')) or 0)
   else
     batch_maybe_finish(bid, now)
   end

@@ -64,6 +64,27 @@ local function num(v, default)
   return n
 end
 
+-- the largest value a counter may hold: Lua numbers are doubles, exact up to 2^53, so a counter
+-- past it (or one about to overflow the server's 64 bits) would be read back wrong
+local MAX_COUNT = 9007199254740991
+
+-- a count read from a key or a hash field: an integer string within 0..MAX_COUNT (absent: 0);
+-- nil for anything else (a float, "1e400", "nan", a negative or out-of-range integer), which
+-- the reader takes as unknown and the next guarded increment of it sets aside (see call)
+local function count_of(v)
+  if not v then return 0 end
+  if #v > 16 or not string.find(v, '^%d+$') then return nil end
+  local n = tonumber(v)
+  if n > MAX_COUNT then return nil end
+  return n
+end
+
+-- a job's attempts and maximum attempts (fields a and m, as read): attempts that are garbage
+-- restart at 0 (the job runs again rather than being lost), a maximum that is garbage is 1
+local function attempts_of(a, m)
+  return count_of(a) or 0, math.max(1, count_of(m) or 1)
+end
+
 -- refuse a call that names more than cap (default MAX_JOBS_PER_CALL) jobs (I13: a script's
 -- work is bounded by constants, never by its caller), before any write
 local function check_count(n, cap)
@@ -100,7 +121,19 @@ local function note_garbled(aside, key, reason, now)
     redis.call('HSET', K_GARBLED, aside, rec,
       to, cjson.encode({key = K_GARBLED, reason = 'not a hash', at = now}))
   end
-  if type(redis.pcall('HINCRBY', K_STATS, 'garbled', 1)) == 'table' then
+  local n = redis.pcall('HINCRBY', K_STATS, 'garbled', 1)
+  if type(n) == 'number' and (n > MAX_COUNT or n < 1) then
+    redis.call('HINCRBY', K_STATS, 'garbled', -1)
+    n = {err = 'out of range'}
+  end
+  if type(n) == 'table' and redis.call('TYPE', K_STATS).ok == 'hash' then
+    -- the count of garbled keys is garbage itself (not an integer, at the limit): restarted
+    local to = aside_name(K_STATS .. ':garbled', now)
+    redis.call('SET', to, 'garbled=' .. tostring(redis.call('HGET', K_STATS, 'garbled')))
+    redis.call('HSET', K_GARBLED, to,
+      cjson.encode({key = K_STATS, reason = 'field garbled', at = now}))
+    redis.call('HSET', K_STATS, 'garbled', 2)
+  elseif type(n) == 'table' then
     local to = aside_name(K_STATS, now)
     redis.call('RENAME', K_STATS, to)
     redis.call('HSET', K_GARBLED, to, cjson.encode({key = K_STATS, reason = 'garbled', at = now}))
@@ -116,21 +149,39 @@ local function set_aside(key, reason)
   note_garbled(to, key, reason, now)
 end
 
+-- move a hash field that holds garbage aside (as a string "field=value"), drop it, and list it
+local function field_aside(key, field, why)
+  local now = now_ms()
+  local to = aside_name(key .. ':' .. field, now)
+  redis.call('SET', to, field .. '=' .. tostring(redis.call('HGET', key, field)))
+  redis.call('HDEL', key, field)
+  note_garbled(to, key, 'field ' .. field .. ' ' .. why, now)
+end
+
+-- the increments call() guards: their increment's position among the arguments after the key
+-- (INCR: 1 implied)
+local INCREMENTS = {INCR = 0, INCRBY = 1, HINCRBY = 2}
+
+-- why an increment's error means its counter is garbage (nil: another error)
+local function count_error(msg)
+  if string.find(msg, 'not an integer', 1, true) then return 'not an integer' end
+  if string.find(msg, 'would overflow', 1, true) then return 'increment would overflow' end
+  if string.find(msg, 'count out of range', 1, true) then return 'out of range' end
+  return nil
+end
+
 -- put things right so that cmd on key can run again, or raise err: a key of the wrong type or
--- a counter that is not an integer is set aside; a count in a hash field that is not an
--- integer is moved aside (as a string "field=value") and dropped
+-- a counter that is not an integer within 0..MAX_COUNT is set aside; such a count in a hash
+-- field is moved aside (as a string "field=value") and dropped
 local function repair(err, cmd, key, field)
   local msg = err.err or tostring(err)
+  local bad = INCREMENTS[cmd] and count_error(msg)
   if string.find(msg, 'WRONGTYPE', 1, true) then
     set_aside(key, 'wrong type for ' .. cmd .. ': ' .. redis.call('TYPE', key).ok)
-  elseif cmd == 'HINCRBY' and string.find(msg, 'not an integer', 1, true) then
-    local now = now_ms()
-    local to = aside_name(key .. ':' .. field, now)
-    redis.call('SET', to, field .. '=' .. tostring(redis.call('HGET', key, field)))
-    redis.call('HDEL', key, field)
-    note_garbled(to, key, 'field ' .. field .. ' is not an integer', now)
-  elseif (cmd == 'INCR' or cmd == 'INCRBY') and string.find(msg, 'not an integer', 1, true) then
-    set_aside(key, 'not an integer')
+  elseif bad and cmd == 'HINCRBY' then
+    field_aside(key, field, bad)
+  elseif bad then
+    set_aside(key, bad)
   elseif cmd == 'XADD' then
     -- a stream that refuses new entries (its last id planted at the end of the id space)
     set_aside(key, 'refused XADD: ' .. msg)
@@ -146,12 +197,34 @@ local function repair(err, cmd, key, field)
   end
 end
 
--- redis.call on a key, repaired once if the key's type or value is garbage (see above)
+-- an increment that succeeded on a counter that was garbage all the same (negative before it,
+-- or past MAX_COUNT after it: "-1", "9007199254740993"): undone, so that what is set aside is
+-- what was found; returns the error repair() takes, or nil when the counter was sane
+local function out_of_range(r, cmd, key, ...)
+  local args = {...}
+  local by = 1
+  if INCREMENTS[cmd] > 0 then by = tonumber(args[INCREMENTS[cmd]]) end
+  if r <= MAX_COUNT and r - by >= 0 then return nil end
+  if cmd == 'HINCRBY' then redis.call('HINCRBY', key, args[1], -by)
+  else redis.call('INCRBY', key, -by) end
+  return {err = 'ERR count out of range 0..' .. MAX_COUNT}
+end
+
+-- redis.call on a key, repaired once if the key's type or value is garbage (see above); an
+-- increment (INCREMENTS) is guarded: its counter must be an integer within 0..MAX_COUNT before
+-- and after it, else the counter is set aside and counting restarts
 local function call(cmd, key, ...)
   local r = redis.pcall(cmd, key, ...)
   if type(r) == 'table' and r.err then
     repair(r, cmd, key, ...)
     return redis.call(cmd, key, ...)
+  end
+  if INCREMENTS[cmd] then
+    local bad = out_of_range(r, cmd, key, ...)
+    if bad then
+      repair(bad, cmd, key, ...)
+      return redis.call(cmd, key, ...)
+    end
   end
   return r
 end

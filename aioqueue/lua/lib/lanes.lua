@@ -40,15 +40,21 @@ local function activate(g, active)
   if gc[1] then return end
   if call('ZSCORE', K_GWAIT, g) then return end
   -- its concurrency limit, or the queue's default one (nil: none)
-  local limit = tonumber(gc[2] or call('HGET', K_QCONF, 'glimit'))
-  if limit and (active or tonumber(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
+  local limit = count_of(gc[2] or call('HGET', K_QCONF, 'glimit') or '')
+  -- (a running count that is garbage counts as none: the claim's charge sets it aside)
+  if limit and (active or count_of(call('HGET', K_GACTIVE, g)) or 0) >= limit then return end
   call('ZADD', K_RING, call('INCR', K_SEQ), g)
+end
+
+-- a job's priority (pr, as stored) as claim orders by it: a finite integer in
+-- MIN_PRIORITY..MAX_PRIORITY; what decides its lane (0: the plain FIFO list)
+local function lane_prio(pr)
+  return math.max(MIN_PRIORITY, math.min(MAX_PRIORITY, math.floor(num(pr, 0))))
 end
 
 -- make a job runnable in its lane; front=true puts it ahead of its priority level
 local function push_ready(id, pr, front, g)
-  -- its priority as claim orders by it: a finite integer in MIN_PRIORITY..MAX_PRIORITY
-  pr = math.max(MIN_PRIORITY, math.min(MAX_PRIORITY, math.floor(num(pr, 0))))
+  pr = lane_prio(pr)
   local seq = 0
   if not g or g == '' then
     if pr == 0 then
@@ -77,21 +83,17 @@ local function release_slot(g)
   end
 end
 
--- a running count read from gactive that HINCRBY would take (an integer, or absent)
-local function clean_count(v)
-  return not v or string.match(v, '^%-?%d+$') ~= nil
-end
-
 -- add delta[g] to the running count of each group in groups (distinct, non-empty; at most
 -- MAX_JOBS_PER_CALL) with one read and one write of gactive, given their counts as read
--- (cur; nil: read here); a count that is not an integer goes through HINCRBY, which sets it
--- aside (see call in lib/core). Counts that fall to 0 are dropped. Returns the new counts
+-- (cur; nil: read here); a count that is garbage (see count_of in lib/core) goes through
+-- HINCRBY, whose guard sets it aside (see call in lib/core). Counts that fall to 0 are dropped. Returns the new counts
 local function add_counts(groups, delta, cur)
   cur = cur or call('HMGET', K_GACTIVE, unpack(groups))
   local now, set, del = {}, {}, {}
   for i, g in ipairs(groups) do
     local n
-    if clean_count(cur[i]) then n = (tonumber(cur[i]) or 0) + delta[g]
+    local was = count_of(cur[i])
+    if was then n = was + delta[g]
     else n = call('HINCRBY', K_GACTIVE, g, delta[g]) end
     if n <= 0 then
       n = 0
@@ -141,7 +143,7 @@ end
 local function leave_lane(id, g, pr)
   if g then
     call('ZREM', lane_key(g), id)
-  elseif (tonumber(pr) or 0) ~= 0 then
+  elseif lane_prio(pr) ~= 0 then
     call('ZREM', K_PRIO, id)
   else
     leave_ready(id)

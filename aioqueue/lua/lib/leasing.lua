@@ -16,13 +16,13 @@ local function queue_terms(want, now)
   local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
     'grate_ms')
   local qt = {paused = q[1], rate_wake = -1,
-    glimit = num(q[4], nil), grate_n = num(q[5], nil), grate_ms = num(q[6], nil)}
+    glimit = count_of(q[4] or ''), grate_n = count_of(q[5] or ''), grate_ms = count_of(q[6] or '')}
   if q[1] then want = 0 end
-  local rn, rms = num(q[2], nil), num(q[3], nil)
+  local rn, rms = count_of(q[2] or ''), count_of(q[3] or '')
   if want > 0 and rn and rms and rms > 0 then
     local window = math.floor(now / rms)
     qt.rate_key, qt.rate_ms = BASE .. 'qrate:' .. window, rms
-    local left = rn - (tonumber(call('GET', qt.rate_key)) or 0)
+    local left = rn - (count_of(call('GET', qt.rate_key)) or 0)
     if left <= 0 then
       want = 0
       qt.rate_wake = (window + 1) * rms
@@ -48,22 +48,26 @@ local function group_terms(g, room, now, qt, active)
   end
   if gc[1] then return room, true, nil, nil end
   local blocked, wait_until = false, nil
-  local limit = num(gc[2], qt.glimit)
+  local limit = qt.glimit
+  if gc[2] then limit = count_of(gc[2]) end
   if limit then
-    active = num(active, 0)
+    -- a running count that is garbage counts as none: end_turn's charge sets it aside
+    active = count_of(active) or 0
     if active >= limit then
       blocked = true
     elseif limit - active < room then
       room = limit - active
     end
   end
-  local rate_n, rate_ms = num(gc[3], qt.grate_n), num(gc[4], qt.grate_ms)
+  local rate_n, rate_ms = qt.grate_n, qt.grate_ms
+  if gc[3] then rate_n = count_of(gc[3]) end
+  if gc[4] then rate_ms = count_of(gc[4]) end
   if not (rate_ms and rate_ms > 0) then rate_n = nil end  -- a garbled rate is no rate
   local rate_key = nil
   if rate_n and not blocked then
     local window = math.floor(now / rate_ms)
     rate_key = BASE .. 'grate:' .. g .. ':' .. window
-    local used = tonumber(call('GET', rate_key)) or 0
+    local used = count_of(call('GET', rate_key)) or 0
     if used >= rate_n then
       blocked, wait_until = true, (window + 1) * rate_ms
     elseif rate_n - used < room then
@@ -140,6 +144,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
+    local a, m = attempts_of(r[2], r[6])
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
@@ -150,7 +155,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       taken = taken + 1
       if leased then leased[i] = true end
       local tok = string.format('%d', seq) .. '-' .. h.nonce
-      local a = math.floor(num(r[2], 0)) + 1
+      a = a + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
       if r[7] and string.byte(r[7], 1) == 113 then
         unlock(id, r[7])
@@ -173,7 +178,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       out[n + 4] = r[3] or ''
       out[n + 5] = r[4] or ''
       out[n + 6] = r[5] or ''
-      out[n + 7] = math.max(1, math.floor(num(r[6], 1)))
+      out[n + 7] = m
     end
   end
   emit_flush()
@@ -312,7 +317,16 @@ end
 -- its set of held jobs (ids); save_holder writes those back
 local function holder(wid, nonce)
   local h = {wid = wid, nonce = nonce, ids = {}}
-  if wid ~= '' then h.ln = num(call('HGET', worker_key(wid), 'ln'), nil) end
+  if wid ~= '' then
+    local wk = worker_key(wid)
+    local ln = call('HGET', wk, 'ln')
+    h.ln = ln and count_of(ln)
+    if ln and not h.ln then
+      -- garbage: the ordinals restart at what the worker reported started
+      field_aside(wk, 'ln', 'out of range')
+      h.ln = count_of(call('HGET', wk, 'sn')) or 0
+    end
+  end
   return h
 end
 
@@ -383,7 +397,7 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, starte
   started = num(started, nil)
   if wid ~= '' and started then
     local wk = worker_key(wid)
-    local sn = num(call('HGET', wk, 'sn'), nil)
+    local sn = count_of(call('HGET', wk, 'sn') or '')
     if sn then
       local upto = started + math.min(num(free, 0), n + taken)
       if upto > sn then call('HSET', wk, 'sn', upto) end

@@ -24,7 +24,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
   if r[6] then why = 'cancelled' end
   end_attempt(jk, r[2], r[7], why, nil, now)
   release_slot(r[5])
-  local a, m = num(r[2], 0), num(r[3], 1)
+  local a, m = attempts_of(r[2], r[3])
   if r[6] then
     -- cancelled while its holder was lost: it stays cancelled, it is not run again
     unlock(id, r[9])
@@ -32,7 +32,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
     to_cancelled(id, jk, err, now, dead_ttl)
     return 'cancelled'
   end
-  local rf = num(r[8], 0)
+  local rf = count_of(r[8]) or 0
   if unstarted and a > 0 and rf < m then
     a = a - 1
     call('HSET', jk, 'a', a, 'rf', rf + 1)

@@ -5,9 +5,10 @@
   counters (ln: leases it was given, sn: the ordinal up to which it has started them),
   base.."worker:"..wid..":jobs" SET the jobs leased to it. Every lease records its worker in
   the job (wk) with its ordinal (wn): the worker starts its jobs in the order it gets them.
-  A worker past its deadline is dead: the next claim, or reap, buries it (bury): its leases
-  are handed back at once instead of when they run out, and the jobs it never started (still
-  in its hand list, or with an ordinal past what it reported started) get their attempt back.
+  A worker past its deadline is dead: the next heartbeat of a live worker (beat.lua), the next
+  claim, or reap, buries it (bury): its leases are handed back at once instead of when they run
+  out, and the jobs it never started (still in its hand list, or with an ordinal past what it
+  reported started) get their attempt back.
   Needs: core, events (emit), maintenance (recover_job, count_recovered),
   parking (hand_key, unregister). ]]
 
