@@ -157,7 +157,14 @@ def dumps_checked(serializer: Serializer, value: Any, limit: int, what: str) -> 
     payloads over ``limit`` bytes (0 = no limit)."""
     try:
         data = serializer.dumps(value)
-    except (TypeError, ValueError, OverflowError, pickle.PicklingError, AttributeError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+        pickle.PicklingError,
+        AttributeError,
+        RecursionError,  # a value nested deeper than the encoder goes
+    ) as exc:
         raise SerializationError(
             f"cannot serialise {what} with the {serializer.name} serializer: {exc}"
         ) from exc
