@@ -116,6 +116,19 @@ class QueueAdmin:
         check_int(minutes, 1, "minutes")
         return await throughput(self._scripts, min(minutes, 120))
 
+    async def wait_time(self) -> float | None:
+        """Seconds the longest-waiting runnable job has waited since it became due (its enqueue,
+        or its due time if it was delayed), by the server's clock: the autoscaling signal
+        beside the backlog (``counts()["queued"]``). Read from the heads of the queue's lanes
+        (the first 100 jobs in serving order), so the work is bounded; None when nothing is
+        queued."""
+        page = await self.jobs("queued", limit=100)
+        if not page.items:
+            return None
+        now_ms = await self._scripts.server_ms()
+        since = min(max(j.created_ms, j.due_ms or 0) for j in page.items)
+        return max(now_ms - since, 0) / 1000
+
     async def is_paused(self) -> bool:
         """Whether the queue is paused (``pause()`` without a group)."""
         return b"paused" in await self._scripts.queue_settings()
