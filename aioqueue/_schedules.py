@@ -291,7 +291,6 @@ class Scheduler:
             try:
                 if self._synced_at is None or loop.time() - self._synced_at > RESYNC:
                     await self.sync()
-                    self._synced_at = loop.time()
                 for q in self.queues:
                     wait = min(wait, await self.fire_due(q))
             except (ServerUnavailable, ConnectionError, OSError) as exc:
@@ -309,6 +308,7 @@ class Scheduler:
         for (queue, _), spec in self.app.schedules.declared.items():
             if queue in self.queues:
                 await store(self.app.queue(queue)._scripts, spec)
+        self._synced_at = asyncio.get_running_loop().time()
 
     async def fire_due(self, queue: str) -> float:
         """Fire the due ticks of one queue's schedules; the seconds until the next one is due
