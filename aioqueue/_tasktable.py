@@ -118,8 +118,9 @@ class Lookup:
 
     @property
     def unknown(self) -> bool:
-        """Live workers serve the queue and none of them declared this name."""
-        return self.live and self.declared is None
+        """Live workers serve the queue, some declared their tasks, and none this name (live
+        workers that declared nothing, of an older version, cannot tell)."""
+        return self.live and self.declared is None and bool(self.names)
 
     def message(self) -> str:
         text = f"no live worker on queue {self.queue!r} knows a task named {self.name!r}"

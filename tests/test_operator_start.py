@@ -134,11 +134,16 @@ async def op_app(redis_url: str, op_prefix: str) -> AsyncIterator[App]:
 
 
 async def live_worker(app: App, proc: WorkerProcess) -> None:
+    """Wait until the worker is registered and has declared its tasks (just after)."""
+
     async def listed() -> bool:
         assert proc.popen.poll() is None, proc.log_text()
-        return any(w.pid == proc.pid and w.alive for w in await app.queue().workers())
+        q = app.queue()
+        if not any(w.pid == proc.pid and w.alive for w in await q.workers()):
+            return False
+        return (await lookup(q._scripts, q.name, "send_invoice")).declared is not None
 
-    await wait_until(listed, timeout=60, what=f"worker pid {proc.pid} in the registry")
+    await wait_until(listed, timeout=60, what=f"worker pid {proc.pid} registered and declared")
 
 
 # ---------------------------------------------------------------------- point 1
@@ -218,7 +223,9 @@ async def test_enqueue_by_name_uses_the_defaults_live_workers_declared(
     given = await q.enqueue("send_invoice", [6], max_attempts=4, priority=-2)
     assert ((await given.info()).max_attempts, (await given.info()).priority) == (4, -2)
     # the blocking client, and the CLI
-    sync_job = await asyncio.to_thread(op_app.sync().enqueue_by_name, "default", "send_invoice", [8])
+    sync_job = await asyncio.to_thread(
+        op_app.sync().enqueue_by_name, "default", "send_invoice", [8]
+    )
     assert (await q.job(sync_job.id).info()).max_attempts == 1
     res = cli(app_dir, op_prefix, "enqueue", "send_invoice", "--args", "[7]", "--url", redis_url)
     assert res.returncode == 0, res.stderr
@@ -296,11 +303,12 @@ async def test_the_table_keeps_a_bounded_list_of_live_workers_per_task(
         await scripts.beat(f"w{i}", 60_000, 60_000, 0, info, [], 0)
         await register(scripts, f"w{i}", ["a", defaults])
     raw = await redis.hget(q._keys.base + "tasks", "a")
-    assert raw is not None
+    assert isinstance(raw, bytes)
     ids = raw.split(b"\n", 1)[0].split()
     assert ids == [f"w{i}".encode() for i in range(2, 10)]  # the last 8
     found = await lookup(scripts, q.name, "a")
-    assert found.declared is not None and found.declared.max_attempts == 2
+    assert found.declared is not None
+    assert found.declared.max_attempts == 2
     # a task only a worker that is gone declared is dropped by the next worker's write
     await scripts.beat("gone", 60_000, 60_000, 0, info, [], 0)
     await register(scripts, "gone", ["b", defaults])
