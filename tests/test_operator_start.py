@@ -317,3 +317,32 @@ async def test_the_table_keeps_a_bounded_list_of_live_workers_per_task(
     assert (await lookup(scripts, q.name, "b")).names == ("a",)
     await register(scripts, "w9", ["a", defaults])
     assert await redis.hkeys(q._keys.base + "tasks") == [b"a"]
+
+
+async def test_heartbeats_do_not_rewrite_the_task_table(redis_url: str, redis: Redis) -> None:
+    async with App(redis_url, prefix=unique_prefix(), heartbeat=0.05) as app:
+
+        @app.task(max_attempts=1)
+        async def once() -> None: ...
+
+        q = app.queue()
+        key = q._keys.base + "tasks"
+        async with Worker(app, scheduler=False) as worker:
+            entry = await redis.hget(key, "once")
+            assert isinstance(entry, bytes)
+            assert entry.startswith(worker.id.encode() + b"\n")
+            # an entry the worker would put back if it wrote the table with every beat
+            changed = entry.replace(b'"max_attempts": 1', b'"max_attempts": 9')
+            assert changed != entry
+            await redis.hset(key, "once", changed)
+            beats: set[object] = set()
+
+            async def five_beats() -> bool:
+                beats.update(w.last_beat for w in await q.workers())
+                return len(beats) >= 6
+
+            await wait_until(five_beats, timeout=30, what="five more heartbeats")
+            assert await redis.hget(key, "once") == changed
+            found = await lookup(q._scripts, q.name, "once")
+            assert found.declared is not None
+            assert found.declared.max_attempts == 9
