@@ -128,7 +128,10 @@ class WorkerLoops:
         while not self._finished:
             await asyncio.sleep(self._beat_s)
             for qs in self._queues:
+                before = self._beat_ok.get(qs.queue.name, 0.0)
                 await self._renew(qs)
+                if self._beat_ok.get(qs.queue.name, 0.0) - before > self._period_ms / 1000:
+                    self._tables_at = 0.0  # back after its deadline: maybe dropped meanwhile
             if loop.time() - self._tables_at > REFRESH:  # once a minute, not every beat
                 await self._declare_tasks()
 

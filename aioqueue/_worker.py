@@ -84,7 +84,8 @@ class Worker(WorkerLoops):
             nothing is observed, at no cost.
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
-    ``async with worker:`` to run it in the background of a block.
+    ``async with worker:`` to run it in the background of a block (it returns once the worker
+    is registered and serving; so does ``await worker.started()``).
     """
 
     def __init__(
