@@ -24,7 +24,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, StartupFailed, UnknownTask, UsageError, Worker
-from aioqueue._tasktable import lookup, register
+from aioqueue._tasktable import REFRESH, lookup, register
 
 from .support.apps import unique_prefix
 from .support.processes import WorkerProcess
@@ -36,7 +36,11 @@ APP_MODULE = textwrap.dedent(
 
     from aioqueue import App
 
-    app = App(prefix=os.environ["OP_PREFIX"], max_attempts=3)
+    app = App(
+        prefix=os.environ["OP_PREFIX"],
+        max_attempts=3,
+        heartbeat=float(os.environ.get("OP_HEARTBEAT", "2")),
+    )
 
 
     @app.task(max_attempts=1, priority=7)
@@ -53,18 +57,33 @@ APP_MODULE = textwrap.dedent(
         app.schedule("add", every=3600, args=(i, i), name=f"sum-{i}")
     """
 )
+OTHER_MODULE = textwrap.dedent(
+    """
+    import os
+
+    from aioqueue import App
+
+    app = App(prefix=os.environ["OP_PREFIX"], heartbeat=float(os.environ["OP_HEARTBEAT"]))
+
+
+    @app.task
+    async def unrelated() -> None: ...
+    """
+)
 SCHEDULES = {f"sum-{i}" for i in range(4)}
 
 
 @pytest.fixture
 def app_dir(tmp_path: Path) -> Path:
     (tmp_path / "opapp.py").write_text(APP_MODULE)
+    (tmp_path / "otherapp.py").write_text(OTHER_MODULE)
     return tmp_path
 
 
-def _env(prefix: str) -> dict[str, str]:
+def _env(prefix: str, heartbeat: float = 2.0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"}
     env["OP_PREFIX"] = prefix
+    env["OP_HEARTBEAT"] = str(heartbeat)
     return env
 
 
@@ -90,15 +109,15 @@ class Workers:
         self.cwd, self.url, self.prefix = cwd, url, prefix
         self.procs: list[WorkerProcess] = []
 
-    def start(self, *extra: str) -> WorkerProcess:
+    def start(self, *extra: str, app: str = "opapp:app", heartbeat: float = 2.0) -> WorkerProcess:
         log = self.cwd / f"worker{len(self.procs) + 1}.log"
-        args = [sys.executable, "-m", "aioqueue", "worker", "opapp:app", "--url", self.url]
+        args = [sys.executable, "-m", "aioqueue", "worker", app, "--url", self.url]
         args += ["--log-level", "INFO", *extra]
         with log.open("wb") as out:
+            env = _env(self.prefix, heartbeat)
             popen = subprocess.Popen(
-                args, cwd=self.cwd, env=_env(self.prefix), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=out,
-            )  # fmt: skip
+                args, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
         proc = WorkerProcess(popen, f"w{len(self.procs) + 1}", log)
         self.procs.append(proc)
         return proc
@@ -346,3 +365,43 @@ async def test_heartbeats_do_not_rewrite_the_task_table(redis_url: str, redis: R
             found = await lookup(q._scripts, q.name, "once")
             assert found.declared is not None
             assert found.declared.max_attempts == 9
+
+
+async def test_a_worker_back_after_its_burial_declares_its_tasks_again(
+    op_workers: Workers, op_app: App
+) -> None:
+    q = op_app.queue()
+    stalled = op_workers.start(heartbeat=0.2)
+    await live_worker(op_app, stalled)
+    stalled.signal(signal.SIGSTOP)  # a stall (a long GC pause, a frozen VM): no heartbeat
+    try:
+
+        async def dead() -> bool:
+            return all(not w.alive for w in await q.workers())
+
+        await wait_until(dead, timeout=30, what="the stalled worker past its deadline")
+        # a worker of another project starts: its write drops what only the dead one declared,
+        # and its heartbeat buries it
+        other = op_workers.start(app="otherapp:app", heartbeat=0.2)
+
+        async def dropped() -> bool:
+            assert other.popen.poll() is None, other.log_text()
+            found = await lookup(q._scripts, q.name, "send_invoice")
+            return found.unknown and [w.pid for w in await q.workers()] == [other.pid]
+
+        await wait_until(dropped, timeout=60, what="send_invoice dropped, the stalled one buried")
+        with pytest.raises(UnknownTask, match="'send_invoice'"):
+            await q.enqueue("send_invoice", [1])
+    finally:
+        stalled.signal(signal.SIGCONT)
+
+    async def declared_again() -> bool:
+        found = await lookup(q._scripts, q.name, "send_invoice")
+        return found.declared is not None and found.declared.max_attempts == 1
+
+    # with its next heartbeat, well before the table's refresh (REFRESH, a minute)
+    assert REFRESH >= 60
+    await wait_until(declared_again, timeout=30, what="the worker declaring its tasks again")
+    job = await q.enqueue("send_invoice", [3])
+    assert (await job.info()).max_attempts == 1
+    assert await job.result(timeout=60) == 3
