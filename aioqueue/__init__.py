@@ -43,6 +43,7 @@ from ._exceptions import ServerError as ServerError
 from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
+from ._exceptions import UnknownTask as UnknownTask
 from ._exceptions import UsageError as UsageError
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
@@ -147,6 +148,7 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UnknownTask",
     "UsageError",
     "Worker",
     "WorkerInfo",

@@ -328,6 +328,8 @@ class Scheduler:
             if queue in self.queues:
                 scripts = self.app.queue(queue)._scripts
                 await self._contained(scripts, store(scripts, spec, self.app.codec.signer))
+        if not self._resync:  # (a worker's startup stores them too: the loop need not again)
+            self._synced_at = asyncio.get_running_loop().time()
 
     async def _contained(self, scripts: QueueScripts, call: Awaitable[T]) -> T | None:
         """``call``'s answer; None when a schedule key of the wrong type refused it: the key
