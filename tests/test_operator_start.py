@@ -317,7 +317,7 @@ async def test_the_table_keeps_a_bounded_list_of_live_workers_per_task(
     defaults = json.dumps(
         {"queue": "default", "max_attempts": 2, "priority": 0, "timeout": None, "result_ttl": None}
     )
-    info = ("h", 1, "0", "default", 1, 0, 0, 0)
+    info = ("h", 1, "0", "default", 1, 0, 0, 0, 0)  # ..., done, failed, signs
     for i in range(10):
         await scripts.beat(f"w{i}", 60_000, 60_000, 0, info, [], 0)
         await register(scripts, f"w{i}", ["a", defaults])

@@ -2,7 +2,8 @@
   defaults. A worker writes it when it starts (and again every minute), enqueue by name reads it.
   KEYS[1..13] the shared transition keys (see lib/core; only the registry's clock is used)
   ARGV[1] key base   ARGV[2] 'put' or 'get'
-  put: ARGV[3] worker id   ARGV[4..] pairs of task name, its defaults (JSON)
+  A table of more than 1,000 names is planted garbage: set aside (listed in garbled) first.
+  put: ARGV[3] worker id   ARGV[4..] pairs of task name, its defaults (JSON), at most 1,000
     Each entry ("<wid> <wid>...\n<defaults>") keeps the ids of at most 8 live workers that
     declared the task, this one last; an entry no live worker declared any more is dropped.
     Returns the number of entries left.
@@ -12,6 +13,10 @@
     declared (at most ARGV[4]). ]]
 local T = BASE .. 'tasks'
 local now = now_ms()
+-- the table holds what live workers serve: past MAX_JOBS_PER_CALL names it is planted garbage,
+-- set aside (listed in garbled) so that no call reads more than that (I13)
+local MAX_TASKS = MAX_JOBS_PER_CALL
+if call('HLEN', T) > MAX_TASKS then set_aside(T, 'more than ' .. MAX_TASKS .. ' task names') end
 
 local function is_live(wid)
   local s = call('ZSCORE', K_WORKERS, wid)
@@ -34,6 +39,7 @@ local function parse(raw)
 end
 
 if ARGV[2] == 'put' then
+  check_count(math.floor((#ARGV - 3) / 2))  -- before any write
   local me = ARGV[3]
   local mine = {}
   for i = 4, #ARGV - 1, 2 do
@@ -60,7 +66,7 @@ local ids, defaults = parse(call('HGET', T, ARGV[3]))
 if #ids > 0 then return {1, defaults} end
 local out = {live and 1 or 0, false}
 if live then
-  local limit = num(ARGV[4], 0)
+  local limit = math.min(num(ARGV[4], 0), MAX_TASKS)
   local all = call('HGETALL', T)
   for i = 1, #all, 2 do
     if #out - 2 >= limit then break end
