@@ -22,10 +22,11 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
+from ._claimcheck import ClaimCheck, PayloadStore
 from ._codec import Codec
+from ._compress import Compression
 from ._connect import adopt, connect, pool_options, resolve_url
 from ._durable import durability_setting, set_durability
-from ._encryption import encrypter_for
 from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
@@ -65,7 +66,7 @@ class App(HookDecorators, ScheduleDecorators):
         queue: the default queue of tasks that name none.
         serializer: ``"json"`` (default), ``"pickle"`` (explicit opt-in: unsafe if anyone
             untrusted can write to Redis), or a Serializer object.
-        max_payload_bytes: refuse arguments that serialise to more than this (0: no limit).
+        max_payload_bytes: refuse arguments over this once serialised and compressed (0: none).
         lease: seconds a consumer holds a job before it is handed out again (workers renew it
             while the job runs).
         heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
@@ -90,9 +91,9 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: more keys accepted when verifying (key rotation; docs/security.md).
         encryption_key: encrypt payloads and results, AES-GCM (``aioqueue[encryption]``); a list
             rotates keys as for signing_key (docs/security.md).
+        compression, payload_store: large payloads, compressed and claim-checked (docs/tasks.md).
         allow_unsigned_pickle: let ``serializer="pickle"`` run without a ``signing_key``
-            (refused otherwise: unsigned pickle is code execution for anyone who can write
-            to Redis).
+            (refused otherwise: unsigned pickle is code execution for whoever writes to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
         wait_replicas: durability mode (docs/scaling.md): after each enqueue and each
             completion, wait until this many replicas acknowledged the write (``WAIT``);
@@ -129,6 +130,8 @@ class App(HookDecorators, ScheduleDecorators):
         signing_key: str | bytes | Sequence[str | bytes] | None = None,
         verify_keys: Sequence[str | bytes] = (),
         encryption_key: str | bytes | Sequence[str | bytes] | None = None,
+        compression: str | Compression | None = None,
+        payload_store: PayloadStore | ClaimCheck | None = None,
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
         wait_replicas: int = 0,
@@ -174,10 +177,7 @@ class App(HookDecorators, ScheduleDecorators):
                 "allow_unsigned_pickle=True if only trusted code can reach Redis"
             )
         #: how job records are encoded and decoded (arguments, options, results, errors)
-        self.codec = Codec(
-            self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
-        )
-        self.codec.encrypter = encrypter_for(encryption_key, self.prefix)
+        self.codec = Codec.of(self, signer, encryption_key, compression, payload_store)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()

@@ -22,6 +22,8 @@ LAYERS: list[list[str]] = [
         "_convert",
         "_signing",
         "_encryption",
+        "_compress",
+        "_claimcheck",
         "_checks",
         "_record",
         "_wire",
