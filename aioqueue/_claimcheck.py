@@ -197,24 +197,39 @@ class ClaimChecker:
         except Exception:  # the store's trouble: the blobs are left for sweep_payloads
             logger.warning("could not delete %d payload blobs", len(keys), exc_info=True)
 
-    async def drop_orphans(self, scripts: QueueReads, queue: str, ids: Sequence[str]) -> int:
+    async def drop_orphans(
+        self, scripts: QueueReads, queue: str, ids: Sequence[str], grace: float = 0.0
+    ) -> int:
         """Delete the blobs of jobs of ``queue`` (read through ``scripts``) among ``ids``
-        whose record is gone. Returns how many keys were deleted."""
-        if not ids:
-            return 0
-        async with scripts.client.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.exists(scripts.keys.job(job_id))
-            alive = await pipe.execute()
-        gone = [job_key(self.prefix, queue, i) for i, n in zip(ids, alive, strict=True) if not n]
+        whose record is gone, and still gone ``grace`` seconds later (a producer puts a blob
+        just before it stores the record). Returns how many keys were deleted."""
+        gone = await _gone(scripts, ids)
+        if gone and grace > 0:
+            await asyncio.sleep(grace)
+            gone = await _gone(scripts, gone)
         if gone:
-            await self.store.delete(gone)
+            await self.store.delete([job_key(self.prefix, queue, i) for i in gone])
         return len(gone)
 
 
-async def sweep_payloads(queue: Queue, limit: int = 10_000, cursor: str = "") -> tuple[int, str]:
+async def _gone(scripts: QueueReads, ids: Sequence[str]) -> list[str]:
+    """The ids among ``ids`` whose job record does not exist (one pipelined round trip)."""
+    if not ids:
+        return []
+    async with scripts.client.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.exists(scripts.keys.job(job_id))
+        alive = await pipe.execute()
+    return [i for i, n in zip(ids, alive, strict=True) if not n]
+
+
+async def sweep_payloads(
+    queue: Queue, limit: int = 10_000, cursor: str = "", grace: float = 10.0
+) -> tuple[int, str]:
     """Delete the payload blobs of ``queue`` whose job is gone (deleted by retention inside
-    Redis, or purged in bulk), looking at up to ``limit`` store keys from ``cursor``.
+    Redis, or purged in bulk), looking at up to ``limit`` store keys from ``cursor``. A blob
+    whose record is missing is deleted only if it is still missing ``grace`` seconds later:
+    an enqueue puts the blob just before it stores the record.
 
     Returns:
         How many blobs were deleted, and the cursor to go on from ("" once the scan is done).
@@ -228,7 +243,7 @@ async def sweep_payloads(queue: Queue, limit: int = 10_000, cursor: str = "") ->
         keys, cursor = await checker.store.scan(start, cursor, min(1000, limit - seen))
         seen += len(keys)
         ids = [k[len(start) :] for k in keys if k.startswith(start)]
-        deleted += await checker.drop_orphans(queue._scripts, queue.name, ids)
+        deleted += await checker.drop_orphans(queue._scripts, queue.name, ids, grace)
         if not cursor:
             break
     return deleted, cursor

@@ -64,30 +64,26 @@ def payload(size: int, repetitive: bool, seed: int = 7) -> bytes:
         for _ in range(5000 if not repetitive else 50)
     ]
     rows: list[object] = []
-    out = b""
-    while len(out) < size:
-        for _ in range(64):
-            if repetitive:
-                rows.append(
-                    {
-                        "sku": rnd.choice(words),
-                        "qty": rnd.randint(1, 9),
-                        "status": "pending",
-                        "warehouse": "eu-west-1",
-                        "price": round(rnd.uniform(1, 99), 2),
-                    }
-                )
-            else:
-                rows.append(
-                    {
-                        "id": rnd.getrandbits(64),
-                        "text": " ".join(rnd.sample(words, 8)),
-                        "score": rnd.random(),
-                        "tag": rnd.choice(words),
-                    }
-                )
-        out = json.dumps([[rows], {}], separators=(",", ":")).encode()
-    return out[:size] if False else out
+    total = 20
+    while total < size:
+        if repetitive:
+            row: object = {
+                "sku": rnd.choice(words),
+                "qty": rnd.randint(1, 9),
+                "status": "pending",
+                "warehouse": "eu-west-1",
+                "price": round(rnd.uniform(1, 99), 2),
+            }
+        else:
+            row = {
+                "id": rnd.getrandbits(64),
+                "text": " ".join(rnd.sample(words, 8)),
+                "score": rnd.random(),
+                "tag": rnd.choice(words),
+            }
+        rows.append(row)
+        total += len(json.dumps(row, separators=(",", ":"))) + 1
+    return json.dumps([[rows], {}], separators=(",", ":")).encode()
 
 
 def measure(fn: Callable[[bytes], bytes], data: bytes) -> float:

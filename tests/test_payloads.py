@@ -209,7 +209,7 @@ async def test_purge_and_sweep_remove_blobs_with_their_jobs(redis_url: str, redi
         assert key[1] in store.blobs
         # a record Redis deleted itself (retention): its blob is an orphan until the sweep
         await redis.delete(keys.job(later[1].id))
-        deleted, cursor = await sweep_payloads(q, limit=100)
+        deleted, cursor = await sweep_payloads(q, limit=100, grace=0.2)
         assert (deleted, cursor) == (1, "")
         assert key[1] not in store.blobs
         assert key[2] in store.blobs
