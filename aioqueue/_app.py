@@ -37,7 +37,6 @@ from ._results import ResultWaiter
 from ._schedules import ScheduleDecorators, Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
-from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task, check_backoff, retention_seconds
 
@@ -91,7 +90,8 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: more keys accepted when verifying (key rotation; docs/security.md).
         encryption_key: encrypt payloads and results, AES-GCM (``aioqueue[encryption]``); a list
             rotates keys as for signing_key (docs/security.md).
-        compression, payload_store: large payloads, compressed and claim-checked (docs/tasks.md).
+        compression: compress large values: ``"zstd"``, ``"lz4"``, a ``Compression`` (tasks.md).
+        payload_store: claim-check large payloads: a ``PayloadStore`` or a ``ClaimCheck``.
         allow_unsigned_pickle: let ``serializer="pickle"`` run without a ``signing_key``
             (refused otherwise: unsigned pickle is code execution for whoever writes to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
@@ -166,18 +166,16 @@ class App(HookDecorators, ScheduleDecorators):
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
         self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
-        signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
-        if verify_keys and signing_key is None:
-            raise ConfigurationError("verify_keys needs a signing_key")
+        #: how job records are encoded and decoded (arguments, options, results, errors)
+        keys = (signing_key, verify_keys, encryption_key)
+        self.codec = Codec.of(self, keys, compression, payload_store)
         pickled = isinstance(self.serializer, PickleSerializer)
-        if pickled and signer is None and not allow_unsigned_pickle:
+        if pickled and self.codec.signer is None and not allow_unsigned_pickle:
             raise ConfigurationError(
                 "serializer='pickle' without a signing_key lets anyone who can write to "
                 "Redis run code in your workers and producers: give signing_key=..., or "
                 "allow_unsigned_pickle=True if only trusted code can reach Redis"
             )
-        #: how job records are encoded and decoded (arguments, options, results, errors)
-        self.codec = Codec.of(self, signer, encryption_key, compression, payload_store)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()

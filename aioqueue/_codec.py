@@ -23,7 +23,7 @@ from ._claimcheck import (
 from ._compress import Compression, CompressionError, Compressor, decompressed_cap
 from ._encryption import FAMILY as ENCRYPTED
 from ._encryption import Encrypter, encrypter_for
-from ._exceptions import BadSignature, DecryptionFailed, PayloadTooLarge
+from ._exceptions import BadSignature, ConfigurationError, DecryptionFailed, PayloadTooLarge
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
 from ._signing import FAMILY, SignedResult, Signer, carried
@@ -37,6 +37,8 @@ MEMBER_OPTION = "member"
 #: by a producer with tracing on: aioqueue.otel); set by ``load_job`` only when there is one,
 #: in the reading task's context (a worker runs each job in a task of its own)
 carried_trace: ContextVar[str | None] = ContextVar("aioqueue_carried_trace", default=None)
+#: a key option's value: one key, or a list for rotation (the first writes)
+Key = str | bytes | Sequence[str | bytes]
 
 
 class Unrunnable(Exception):
@@ -109,12 +111,16 @@ class Codec:
     def of(
         cls,
         app: App,
-        signer: Signer | None,
-        encryption_key: str | bytes | Sequence[str | bytes] | None,
+        keys: tuple[Key | None, Sequence[str | bytes], Key | None],
         compression: str | Compression | None,
         payload_store: PayloadStore | ClaimCheck | None,
     ) -> Codec:
-        """The codec of ``app`` with these settings (see App's arguments)."""
+        """The codec of ``app`` with these settings (see App's arguments): ``keys`` are its
+        ``signing_key``, ``verify_keys`` and ``encryption_key``."""
+        signing_key, verify_keys, encryption_key = keys
+        if verify_keys and signing_key is None:
+            raise ConfigurationError("verify_keys needs a signing_key")
+        signer = None if signing_key is None else Signer(signing_key, verify_keys, app.prefix)
         codec = cls(app.serializer, signer, app.max_payload_bytes, app.result_ttl_default_ms)
         codec.encrypter = encrypter_for(encryption_key, app.prefix)
         cap = decompressed_cap(app.max_payload_bytes)

@@ -104,7 +104,7 @@ def main() -> None:
     for size in (1_000, 100_000, 5_000_000):
         for repetitive in (True, False):
             data = payload(size, repetitive)
-            label = f"{len(data) // 1000} KB {'rep' if repetitive else 'mixed'}"
+            label = f"{len(data) / 1000:.0f} KB {'rep' if repetitive else 'mixed'}"
             for name, (comp, decomp) in codecs.items():
                 packed = comp(data)
                 assert decomp(packed) == data
