@@ -23,7 +23,13 @@ from ._claimcheck import (
 from ._compress import Compression, CompressionError, Compressor, decompressed_cap
 from ._encryption import FAMILY as ENCRYPTED
 from ._encryption import Encrypter, encrypter_for
-from ._exceptions import BadSignature, ConfigurationError, DecryptionFailed, PayloadTooLarge
+from ._exceptions import (
+    BadSignature,
+    ConfigurationError,
+    CorruptRecord,
+    DecryptionFailed,
+    PayloadTooLarge,
+)
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
 from ._signing import FAMILY, SignedResult, Signer, carried
@@ -348,6 +354,8 @@ class Codec:
                 not made for ``batch``; or signing is off and the result is signed.
             DecryptionFailed: it cannot be decrypted here (with encryption on: not encrypted,
                 another key, tampered or another job's; without: encrypted).
+            CorruptRecord: it is compressed and cannot be inflated here (its codec is not
+                installed, it would pass the cap, or it is not a valid frame).
         """
         opened = self._open_result(queue, job_id, data)
         if opened is not None:
@@ -357,7 +365,11 @@ class Codec:
                     f"of queue {batch[0]!r}"
                 )
             data = opened.data
-        return self.serializer.loads(self.decompress(data)) if data else None
+        try:
+            data = self.compressor.decompress(data)
+        except CompressionError as exc:
+            raise CorruptRecord(job_id, "result", f"{exc.kind}: {exc}") from None
+        return self.serializer.loads(data) if data else None
 
     def decompress(self, data: bytes) -> bytes:
         """A serialised value as it was before compression (as it is when not compressed).

@@ -25,6 +25,7 @@ from aioqueue import (
     ClaimCheck,
     Compression,
     ConfigurationError,
+    CorruptRecord,
     PayloadTooLarge,
     sweep_payloads,
 )
@@ -147,6 +148,22 @@ async def test_a_reader_without_the_codec_dead_letters_the_job(
         info = await reader.queue("default").job(job.id).info()
         assert info.error is not None
         assert "aioqueue[compression]" in info.error.message
+
+
+async def test_a_result_that_cannot_be_inflated_raises_corrupt_record(
+    redis_url: str, redis: Redis
+) -> None:
+    prefix = unique_prefix()
+    keys = QueueKeys(prefix, "default")
+    frame = zstandard.ZstdCompressor(level=19).compress(b'"' + b"x" * (100 * MB) + b'"')
+    async with make_app(redis_url, prefix, compression="zstd") as app:
+        job = await app.tasks["echo"].enqueue("x")
+        async with working(app):
+            assert await job.result(timeout=30) == "x"
+        bomb = ZIP_MARKER + b"z" + (100 * MB + 2).to_bytes(8, "big") + frame
+        await redis.hset(keys.job(job.id), "r", bomb)
+        with pytest.raises(CorruptRecord, match="DecompressionBomb"):
+            await job.result(timeout=5)
 
 
 # ---------------------------------------------------------------------------- claim-check
