@@ -35,14 +35,16 @@ class Leases:
         self.codec = app.codec
         self.dead_ttl_ms = app.dead_ttl_ms
 
-    def decode(self, c: Claimed) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
-        """A leased job's arguments and options.
+    def decode(
+        self, c: Claimed, blob: bytes | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+        """A leased job's arguments and options (``blob``: its claim-checked payload).
 
         Raises:
             BadSignature: signing is on and the payload or options are unsigned or forged.
             Unrunnable: ``CorruptPayload``, the record cannot be decoded.
         """
-        return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options)
+        return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options, blob)
 
     async def claim(
         self,

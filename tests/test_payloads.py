@@ -305,3 +305,35 @@ def test_configuration_errors() -> None:
         App(payload_store=object())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="above"):
         App(payload_store=ClaimCheck(MemoryStore(), above=0))
+
+
+async def test_the_pull_api_reads_and_removes_claim_checked_payloads(
+    redis_url: str, redis: Redis
+) -> None:
+    prefix = unique_prefix()
+    keys = QueueKeys(prefix, "default")
+    store = MemoryStore()
+    async with make_app(redis_url, prefix, payload_store=ClaimCheck(store, above=1000)) as app:
+        q = app.queue("default")
+        job = await app.tasks["size"].enqueue(rows(200))
+        key = job_key(prefix, "default", job.id)
+        [r] = await q.reserve(1)
+        assert r.args == (rows(200),)
+        await q.complete(r, 7)
+        assert await job.result(timeout=10) == 7
+        await wait_until(lambda: key not in store.blobs, what="the blob deleted on complete")
+        failing = await app.tasks["size"].enqueue(rows(200))
+        fkey = job_key(prefix, "default", failing.id)
+        saved = store.blobs[fkey]
+
+        class Down(MemoryStore):
+            async def get(self, key: str) -> bytes | None:
+                raise ConnectionError("store down")
+
+        app.codec.claim.store = Down()  # type: ignore[union-attr]
+        assert await q.reserve(1) == []
+        assert await redis.hget(keys.job(failing.id), "s") == b"queued"
+        app.codec.claim.store = store  # type: ignore[union-attr]
+        [r] = await q.reserve(1)
+        assert r.attempt == 1  # the failed read gave its attempt back
+        assert store.blobs[fkey] == saved
