@@ -156,10 +156,11 @@ class ClaimChecker:
             if blob is not None:
                 await self.store.put(key, blob)
 
-    def refuse_pending(self, queue: str, job_id: str) -> None:
+    def refuse_pending(self, queue: str, ids: Iterable[str]) -> None:
         """For the blocking producer (``app.sync()``), which cannot await the store: drop the
-        blob of a job just built, and refuse the job if it had one."""
-        if self.pending.pop(job_key(self.prefix, queue, job_id), None) is not None:
+        blobs of the jobs just built, and refuse them if one had one."""
+        dropped = [self.pending.pop(job_key(self.prefix, queue, i), None) for i in ids]
+        if any(blob is not None for blob in dropped):
             from ._exceptions import PayloadTooLarge
 
             raise PayloadTooLarge(

@@ -199,9 +199,13 @@ class Codec:
                 "CorruptPayload", "the payload is signed, but this App has no signing_key"
             )
         if is_reference(payload):
-            prefix = "" if self.claim is None else self.claim.prefix
+            if self.claim is None:
+                raise Unrunnable(
+                    "MissingPayload",
+                    "the payload is in a payload store, but this App has no payload_store",
+                )
             try:
-                payload = check_blob(payload, job_key(prefix, queue, job_id), blob)
+                payload = check_blob(payload, job_key(self.claim.prefix, queue, job_id), blob)
             except MissingPayload as exc:
                 raise Unrunnable(exc.kind, str(exc)) from None
         if self.encrypter is not None:

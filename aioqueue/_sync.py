@@ -201,8 +201,7 @@ class SyncClient:
     def _store(self, queue: str, task: str, ids: tuple[str, ...], store: Any) -> None:
         claim = self.app.codec.claim
         if claim is not None and claim.pending:  # the store is async: refused (_claimcheck)
-            for job_id in ids:
-                claim.refuse_pending(queue, job_id)
+            claim.refuse_pending(queue, ids)
         door = self._door(queue)
         hooks = self.app.hooks
         if hooks.on_enqueue:  # the App's before/after-enqueue hooks, as for async producers

@@ -67,6 +67,17 @@ def make_app(url: str, prefix: str, **options: Any) -> App:
     return app
 
 
+def place() -> tuple[str, QueueKeys, MemoryStore]:
+    """A fresh prefix, the keys of its default queue, and an empty in-memory store."""
+    prefix = unique_prefix()
+    return prefix, QueueKeys(prefix, "default"), MemoryStore()
+
+
+def checked(url: str, prefix: str, store: MemoryStore) -> App:
+    """An App that claim-checks payloads of 1,000 bytes or more to ``store``."""
+    return make_app(url, prefix, payload_store=ClaimCheck(store, above=1000))
+
+
 async def stored(redis: Redis, keys: QueueKeys, job_id: str, name: str = "p") -> bytes:
     value = await redis.hget(keys.job(job_id), name)
     assert isinstance(value, bytes)
@@ -193,10 +204,8 @@ async def test_five_megabytes_through_a_file_store(
 
 
 async def test_missing_and_tampered_blobs_dead_letter(redis_url: str, redis: Redis) -> None:
-    prefix = unique_prefix()
-    keys = QueueKeys(prefix, "default")
-    store = MemoryStore()
-    async with make_app(redis_url, prefix, payload_store=ClaimCheck(store, above=1000)) as app:
+    prefix, keys, store = place()
+    async with checked(redis_url, prefix, store) as app:
         gone = await app.tasks["size"].enqueue(rows(200))
         bad = await app.tasks["size"].enqueue(rows(200))
         other = await app.tasks["size"].enqueue(rows(300))
@@ -213,10 +222,8 @@ async def test_missing_and_tampered_blobs_dead_letter(redis_url: str, redis: Red
 
 
 async def test_purge_and_sweep_remove_blobs_with_their_jobs(redis_url: str, redis: Redis) -> None:
-    prefix = unique_prefix()
-    keys = QueueKeys(prefix, "default")
-    store = MemoryStore()
-    async with make_app(redis_url, prefix, payload_store=ClaimCheck(store, above=1000)) as app:
+    prefix, keys, store = place()
+    async with checked(redis_url, prefix, store) as app:
         q = app.queue("default")
         later = [await app.tasks["size"].options(delay=3600).enqueue(rows(100)) for _ in range(4)]
         key = [job_key(prefix, "default", j.id) for j in later]
@@ -283,7 +290,7 @@ async def test_the_blocking_producer_refuses_claim_checked_payloads(redis_url: s
 async def test_enqueue_many_unique_and_batches_put_their_blobs(redis_url: str) -> None:
     store = MemoryStore()
     prefix = unique_prefix()
-    async with make_app(redis_url, prefix, payload_store=ClaimCheck(store, above=1000)) as app:
+    async with checked(redis_url, prefix, store) as app:
         size = app.tasks["size"]
         many = await size.enqueue_many([{"data": rows(100)} for _ in range(3)])
         unique = await size.options(unique=True).enqueue(rows(150))
@@ -310,10 +317,8 @@ def test_configuration_errors() -> None:
 async def test_the_pull_api_reads_and_removes_claim_checked_payloads(
     redis_url: str, redis: Redis
 ) -> None:
-    prefix = unique_prefix()
-    keys = QueueKeys(prefix, "default")
-    store = MemoryStore()
-    async with make_app(redis_url, prefix, payload_store=ClaimCheck(store, above=1000)) as app:
+    prefix, keys, store = place()
+    async with checked(redis_url, prefix, store) as app:
         q = app.queue("default")
         job = await app.tasks["size"].enqueue(rows(200))
         key = job_key(prefix, "default", job.id)
@@ -337,3 +342,16 @@ async def test_the_pull_api_reads_and_removes_claim_checked_payloads(
         [r] = await q.reserve(1)
         assert r.attempt == 1  # the failed read gave its attempt back
         assert store.blobs[fkey] == saved
+
+
+async def test_a_worker_without_a_store_dead_letters_claim_checked_jobs(
+    redis_url: str, redis: Redis
+) -> None:
+    prefix, keys, store = place()
+    async with checked(redis_url, prefix, store) as app:
+        job = await app.tasks["size"].enqueue(rows(200))
+    async with make_app(redis_url, prefix) as reader, working(reader):
+        assert await outcome(redis, keys, job.id) == "failed:MissingPayload"
+        info = await reader.queue("default").job(job.id).info()
+        assert info.error is not None
+        assert "no payload_store" in info.error.message
