@@ -355,3 +355,32 @@ async def test_a_worker_without_a_store_dead_letters_claim_checked_jobs(
         info = await reader.queue("default").job(job.id).info()
         assert info.error is not None
         assert "no payload_store" in info.error.message
+
+
+async def test_the_sweep_spares_a_blob_whose_record_arrives_within_the_grace(
+    redis_url: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioqueue import _claimcheck
+
+    prefix, keys, store = place()
+    late, orphan = job_key(prefix, "default", "late"), job_key(prefix, "default", "orphan")
+    await store.put(late, b"blob of a job whose enqueue is in flight")
+    await store.put(orphan, b"blob of a job that is gone")
+    real = _claimcheck._gone
+    checks: list[list[str]] = []
+
+    async def gone_then_enqueued(scripts: Any, ids: Any) -> list[str]:
+        found = await real(scripts, ids)
+        checks.append(found)
+        if len(checks) == 1:  # the producer stores the record right after the first check
+            await redis.hset(keys.job("late"), "s", "queued")
+        return found
+
+    monkeypatch.setattr(_claimcheck, "_gone", gone_then_enqueued)
+    async with checked(redis_url, prefix, store) as app:
+        deleted, _ = await sweep_payloads(app.queue("default"), grace=0.05)
+    assert sorted(checks[0]) == ["late", "orphan"]
+    assert checks[1] == ["orphan"]
+    assert deleted == 1
+    assert late in store.blobs
+    assert orphan not in store.blobs
