@@ -21,9 +21,11 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from urllib.parse import quote
 
+from ._checks import to_seconds
 from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -225,7 +227,7 @@ async def _gone(scripts: QueueReads, ids: Sequence[str]) -> list[str]:
 
 
 async def sweep_payloads(
-    queue: Queue, limit: int = 10_000, cursor: str = "", grace: float = 10.0
+    queue: Queue, limit: int = 10_000, cursor: str = "", grace: float | timedelta = 10.0
 ) -> tuple[int, str]:
     """Delete the payload blobs of ``queue`` whose job is gone (deleted by retention inside
     Redis, or purged in bulk), looking at up to ``limit`` store keys from ``cursor``. A blob
@@ -235,6 +237,7 @@ async def sweep_payloads(
     Returns:
         How many blobs were deleted, and the cursor to go on from ("" once the scan is done).
     """
+    wait = to_seconds(grace, "grace") or 0.0
     checker = queue.app.codec.claim
     if checker is None:
         raise ConfigurationError("sweep_payloads needs App(payload_store=...)")
@@ -244,7 +247,7 @@ async def sweep_payloads(
         keys, cursor = await checker.store.scan(start, cursor, min(1000, limit - seen))
         seen += len(keys)
         ids = [k[len(start) :] for k in keys if k.startswith(start)]
-        deleted += await checker.drop_orphans(queue._scripts, queue.name, ids, grace)
+        deleted += await checker.drop_orphans(queue._scripts, queue.name, ids, wait)
         if not cursor:
             break
     return deleted, cursor
