@@ -13,6 +13,10 @@ from ._batch import Chain as Chain
 from ._batchinfo import BatchInfo as BatchInfo
 from ._batchinfo import BatchItem as BatchItem
 from ._batchinfo import BatchState as BatchState
+from ._claimcheck import ClaimCheck as ClaimCheck
+from ._claimcheck import PayloadStore as PayloadStore
+from ._claimcheck import sweep_payloads as sweep_payloads
+from ._compress import Compression as Compression
 from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer
@@ -97,7 +101,9 @@ __all__ = [
     "Call",
     "CallNext",
     "Chain",
+    "ClaimCheck",
     "ClosedError",
+    "Compression",
     "ConfigurationError",
     "CorruptRecord",
     "DecryptionFailed",
@@ -125,6 +131,7 @@ __all__ = [
     "JsonSerializer",
     "LeaseLost",
     "NotReplicated",
+    "PayloadStore",
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
@@ -154,4 +161,5 @@ __all__ = [
     "WorkerInfo",
     "__version__",
     "current_job",
+    "sweep_payloads",
 ]

@@ -5,7 +5,7 @@ the operator's methods from ``QueueAdmin`` in ``_admin``."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -204,7 +204,15 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
             await self._store(jobs)
         return [Job(self, job.id, convert) for job in jobs]
 
+    async def _put_blobs(self, ids: Iterable[str]) -> None:
+        """Put the claim-checked payloads of these jobs in the payload store, before their
+        records are stored (``_claimcheck.py``)."""
+        claim = self.app.codec.claim
+        if claim is not None and claim.pending:
+            await claim.flush(self.name, ids)
+
     async def _store(self, jobs: Sequence[JobRecord]) -> None:
+        await self._put_blobs(j.id for j in jobs)
         # one job shares the round trip of the others enqueued meanwhile (_coalesce.py)
         if len(jobs) == 1:
             await self._coalescer.enqueue(jobs[0])
@@ -218,6 +226,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         (the fast path of ``enqueue_many``)."""
         if not pairs:
             return []
+        await self._put_blobs(pairs[::2])
         hooks = self.app.hooks
         if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
             event = hooks.before(self.name, template.task, tuple(pairs[::2]))

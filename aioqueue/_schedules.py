@@ -409,6 +409,7 @@ class Scheduler:
         job, run_at = None, -1
         if fire is not None:
             job = self._job(spec, fire)
+            await self.app.queue(spec.queue)._put_blobs((job.id,))
             if spec.jitter_ms:
                 run_at = fire + spec.jitter_for(fire)
         _, outcome = await scripts.schedule_tick(spec.name, tick, after, job, run_at)

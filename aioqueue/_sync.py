@@ -206,6 +206,9 @@ class SyncClient:
         return on_shard(sharded, opts, task, args, kwargs or {}).queue or queue
 
     def _store(self, queue: str, task: str, ids: tuple[str, ...], store: Any) -> None:
+        claim = self.app.codec.claim
+        if claim is not None and claim.pending:  # the store is async: refused (_claimcheck)
+            claim.refuse_pending(queue, ids)
         door = self._door(queue)
         hooks = self.app.hooks
         if hooks.on_enqueue:  # the App's before/after-enqueue hooks, as for async producers

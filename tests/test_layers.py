@@ -23,6 +23,8 @@ LAYERS: list[list[str]] = [
         "_signing",
         "_encryption",
         "_checks",
+        "_compress",
+        "_claimcheck",
         "_record",
         "_wire",
         "_funclib",
