@@ -48,13 +48,22 @@ class PayloadStore(Protocol):
     keys that start with ``prefix``, from an opaque ``cursor`` ("" first), with the cursor
     of the next page ("" at the end)."""
 
-    async def put(self, key: str, data: bytes) -> None: ...
+    async def put(self, key: str, data: bytes) -> None:
+        """Keep ``data`` under ``key`` (replacing what is there)."""
+        ...
 
-    async def get(self, key: str) -> bytes | None: ...
+    async def get(self, key: str) -> bytes | None:
+        """The data kept under ``key``; None when there is none."""
+        ...
 
-    async def delete(self, keys: Sequence[str]) -> None: ...
+    async def delete(self, keys: Sequence[str]) -> None:
+        """Remove ``keys`` (those that do not exist are ignored)."""
+        ...
 
-    async def scan(self, prefix: str, cursor: str, limit: int) -> tuple[list[str], str]: ...
+    async def scan(self, prefix: str, cursor: str, limit: int) -> tuple[list[str], str]:
+        """Up to ``limit`` keys starting with ``prefix``, from ``cursor`` ("" first), and the
+        cursor of the next page ("" at the end)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@
     ├── UsageError                you called it wrong: fix the call or the configuration
     │   ├── ConfigurationError    bad App/task/option values, bad URLs, invalid names
     │   ├── ClosedError           an App or worker used before opening or after closing
+    │   ├── UnknownTask           enqueue by name of a task no live worker declared
     │   └── SerializationError    arguments or a result that cannot be serialised
     │       └── PayloadTooLarge   a serialised payload over the configured limit
     ├── ServerError               the server failed: often worth retrying later
