@@ -202,7 +202,11 @@ async def test_jobs_handed_to_a_worker_that_never_took_them_come_back(
             return (await q.reap())["recovered"] == 1
 
         await wait_until(recovered, interval=0.02, what="the lease to run out")
-        assert await redis.exists(q._keys.hand("dead")) == 0  # expired with the lease
+
+        async def hand_list_gone() -> bool:  # it expires with the lease (a key expires only
+            return await redis.exists(q._keys.hand("dead")) == 0  # past its ms: wait that out)
+
+        await wait_until(hand_list_gone, timeout=5, what="the hand list to expire with the lease")
         assert (await check_invariants(redis, q._keys))[job.id] == "queued"
         got = await q.reserve(1)
         assert [(r.id, r.attempt) for r in got] == [(job.id, 2)]

@@ -306,8 +306,8 @@ async def test_an_expired_lease_frees_the_slot_at_once(app: App, redis: Redis) -
     got = await q.reserve(5, lease=60, wait=5)
     waited = loop.time() - start
     assert [(r.id, r.attempt) for r in got] == [(held.id, 2)]
-    assert await server_ms(redis) >= deadline
-    assert 0.1 < waited < 1.5
+    assert await server_ms(redis) >= deadline  # not before the lease ran out
+    assert waited < 1.5  # (a loaded machine may spend the whole 0.3 s before this reserve)
     assert await q.reserve(5) == []  # the limit holds for the recovered job as well
     assert (await q.stats())["expired"] == 1
 
