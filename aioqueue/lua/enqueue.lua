@@ -61,12 +61,47 @@ local function in_place(id, jk)
   return true
 end
 
+-- the runs: their template values and where their jobs are in ARGV
+local runs = {}
 for _ = 1, tonumber(ARGV[2]) do
-  local task, m, delay, at = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
-  local pr, g, bid, bhome, opts = ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8]
-  local u = ARGV[pos + 9]
-  local k = tonumber(ARGV[pos + 10])
-  pos = pos + 11
+  local run = {task = ARGV[pos], m = ARGV[pos + 1], delay = tonumber(ARGV[pos + 2]),
+    at = tonumber(ARGV[pos + 3]), pr = ARGV[pos + 4], g = ARGV[pos + 5], bid = ARGV[pos + 6],
+    bhome = ARGV[pos + 7], opts = ARGV[pos + 8], u = ARGV[pos + 9], k = tonumber(ARGV[pos + 10]),
+    first = pos + 11, step = 2}
+  if run.u ~= '' then run.step = 3 end
+  runs[#runs + 1] = run
+  pos = run.first + run.k * run.step
+end
+
+-- Redis does not roll a script back, and the server checks the ACL of the keys a script
+-- names itself (beyond KEYS) only when it writes them: every such key a job will write (its
+-- record, its group's lane, its unique lock, its batch) is checked first, so a refused call
+-- stores nothing (before, the jobs ahead of the refused one stayed in no lane)
+local function refused(cmd, key, ...)
+  if redis.acl_check_cmd(cmd, key, ...) then return nil end
+  return redis.error_reply('NOPERM this user has no permissions to write ' .. key
+    .. ' (an enqueue call: nothing was stored)')
+end
+
+if redis.acl_check_cmd then
+  for _, run in ipairs(runs) do
+    local no = (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
+      or (run.bid ~= '' and run.bhome == '' and refused('ZADD', batch_key(run.bid) .. ':all', '0', 'x'))
+    if no then return no end
+    for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+      no = refused('HSET', job_key(ARGV[p]), 's', 'x')
+        or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
+      if no then return no end
+    end
+  end
+end
+
+for _, run in ipairs(runs) do
+  local task, m, delay, at = run.task, run.m, run.delay, run.at
+  local pr, g, bid, bhome, opts = run.pr, run.g, run.bid, run.bhome, run.opts
+  local u = run.u
+  local k = run.k
+  pos = run.first
   local due = -1
   if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
   local state = 'queued'
