@@ -44,6 +44,11 @@ SECTIONS = {
     "aioqueue.contrib.sqlalchemy": "Enqueue on an SQLAlchemy commit: aioqueue.contrib.sqlalchemy",
 }
 
+#: public attributes that are internals, left out of the reference (mkdocs.yml's ``filters``,
+#: checked by tests/test_doc_site.py): the App's client and result waiter, a task's codecs, the
+#: schedules' declaration hook of the App's decorators
+HIDDEN = ("redis", "result_waiter", "args_decoder", "result_converter", "declare")
+
 #: the public modules besides ``aioqueue`` whose ``__all__`` the reference documents
 MODULES = (
     "aioqueue.testing",

@@ -20,6 +20,7 @@ from ._batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, FailurePoli
 from ._checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
 from ._exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from ._job import Job
+from ._limits import MAX_JOBS_PER_CALL
 from ._record import JobOptions, JobRecord, Template
 from ._scripts import ScriptCall
 
@@ -361,7 +362,9 @@ def _plan(
         # sub-jobs on other queues must be counted into the batch before they exist; all the
         # members go in here, in call order, so results() keeps that order (enqueueing a home
         # sub-job then finds it counted already)
-        pipeline.append(home._scripts.batch_add_call(batch.id, members))
+        for i in range(0, len(members), MAX_JOBS_PER_CALL):
+            chunk = members[i : i + MAX_JOBS_PER_CALL]
+            pipeline.append(home._scripts.batch_add_call(batch.id, chunk))
     for name, records in by_queue.items():
         pipeline += app.queue(name)._scripts.enqueue_calls(records)
     return jobs, pipeline

@@ -52,6 +52,7 @@ class BatchInfo:
 
     @property
     def pending(self) -> int:
+        """Sub-jobs without an outcome yet: ``total - done - failed``."""
         return self.total - self.done - self.failed
 
 

@@ -26,6 +26,15 @@ def add_dashboard(sub: Any) -> None:
     queues_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to bind (8080)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        default=[],
+        metavar="HOST",
+        help="a host name the Host header may name (repeatable; always allowed: the --host "
+        "address and localhost; '*' any)",
+    )
     p.add_argument("--read-only", action="store_true", help="no actions: view only")
     p.add_argument("--user", help="basic auth user (or $AIOQUEUE_DASHBOARD_USER)")
     p.add_argument("--password", help="basic auth password (or $AIOQUEUE_DASHBOARD_PASSWORD)")
@@ -61,6 +70,7 @@ def dashboard(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .dashboard import basic_auth, create_app
+        from .dashboard._security import local_hosts
     except ImportError as exc:
         return _fail(f"{exc}: pip install 'aioqueue[dashboard]'", EXIT_ERROR)
     try:
@@ -68,7 +78,14 @@ def dashboard(args: argparse.Namespace) -> int:
     except AioQueueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     auth = None if args.no_auth else basic_auth(str(user), str(password))
-    web = create_app(app, auth=auth, read_only=args.read_only, queues=args.queues, title=args.title)
+    web = create_app(
+        app,
+        auth=auth,
+        read_only=args.read_only,
+        queues=args.queues,
+        title=args.title,
+        allowed_hosts=[*local_hosts(args.host), *args.allowed_hosts],
+    )
     config = uvicorn.Config(web, host=args.host, port=args.port, log_level="info", lifespan="off")
     server = uvicorn.Server(config)
 

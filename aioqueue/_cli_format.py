@@ -10,10 +10,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from ._safetext import escape
 
@@ -28,15 +32,23 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((plain(v) for v in value), key=str)
     if isinstance(value, bytes):
         return value.decode(errors="replace")
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()  # ISO 8601 (a datetime's offset included when it has one)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN and infinities are not JSON
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    return repr(value)
+    return str(value) if isinstance(value, UUID | Decimal | Path) else repr(value)
 
 
 def emit_json(value: Any) -> None:
-    json.dump(plain(value), sys.stdout, indent=2, sort_keys=False)
+    json.dump(plain(value), sys.stdout, indent=2, sort_keys=False, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from ._app import App
 from ._cli_admin import queues_arg, server_args
 from ._cli_format import error
-from ._exceptions import AioQueueError
+from ._exceptions import AioQueueError, ServerUnavailable
 from ._safetext import EscapingFormatter
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -65,12 +66,24 @@ async def _serve(app: App, args: argparse.Namespace) -> int:
 
     from .metrics import QueueCollector, serve
 
-    async with app:
+    async def refresh() -> None:
+        # the server may be away at start, or go away: each scrape connects if it has to, and
+        # a scrape that cannot read the queues answers 503 (serve), so Prometheus records the
+        # target down instead of the exporter exiting
+        await app.open()
+        await collector.refresh()
+
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(app.aclose)
+        try:
+            await app.open()
+        except ServerUnavailable as exc:
+            logger.warning("%s; serving 503 until it can be reached", exc)
         collector = QueueCollector(app, args.queues, max_groups=args.max_groups)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         try:
-            server = await serve(registry, args.port, args.host, before=collector.refresh)
+            server = await serve(registry, args.port, args.host, before=refresh)
         except OSError as exc:
             error(f"cannot serve --port {args.port}: {exc}")
             return EXIT_ERROR

@@ -12,10 +12,10 @@ from typing import Any
 from ._app import App
 from ._cli_format import clip, echo, emit_json, table, when
 from ._queue import Queue
+from ._queuereg import known_queues
 from ._safetext import escape
 from ._schedules_cli import as_record
 from ._schedules_cli import table as schedule_table
-from ._scripts import queue_names
 
 EXIT_OK = 0
 
@@ -25,7 +25,7 @@ def queue_of(app: App, args: argparse.Namespace) -> Queue:
 
 
 async def info(app: App, args: argparse.Namespace) -> int:
-    names = [args.queue] if args.queue else await queue_names(app.redis, app.prefix)
+    names = [args.queue] if args.queue else await known_queues(app.redis, app.prefix)
     rows = []
     for name in names:
         q = app.queue(name)

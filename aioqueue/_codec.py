@@ -13,7 +13,7 @@ from typing import Any
 
 from ._encryption import FAMILY as ENCRYPTED
 from ._encryption import Encrypter
-from ._exceptions import BadSignature, DecryptionFailed
+from ._exceptions import BadSignature, DecryptionFailed, SerializationError
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
 from ._signing import FAMILY, SignedResult, Signer, carried
@@ -282,7 +282,12 @@ class Codec:
                     f"of queue {batch[0]!r}"
                 )
             data = opened.data
-        return self.serializer.loads(data) if data else None
+        if not data:
+            return None
+        try:
+            return self.serializer.loads(data)
+        except RecursionError as exc:  # nested deeper than the decoder goes
+            raise SerializationError(f"cannot read the result: {exc}") from exc
 
     # ------------------------------------------------------------------ rekey
     def rekey_payload(

@@ -16,6 +16,7 @@ import redis.exceptions as rexc
 
 from ._exceptions import AioQueueError
 from ._leases import Leases
+from ._limits import MAX_ACKS_PER_CALL
 from ._record import Claimed, ClaimResult
 from ._scripts import Outcome
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # most acks sent in one script call
-ACK_CHUNK = 500
+ACK_CHUNK = MAX_ACKS_PER_CALL
 
 # errors a loop survives by backing off and trying again (the server went away, a failover)
 TRANSIENT = (AioQueueError, rexc.RedisError, OSError)

@@ -140,10 +140,12 @@ class Throughput:
 
     @property
     def completed(self) -> int:
+        """Jobs completed over all the minutes."""
         return sum(m.completed for m in self.minutes)
 
     @property
     def failed(self) -> int:
+        """Jobs dead-lettered over all the minutes."""
         return sum(m.failed for m in self.minutes)
 
 

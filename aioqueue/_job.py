@@ -115,6 +115,7 @@ class Job(Generic[R]):
 
     @property
     def queue(self) -> str:
+        """The name of the job's queue."""
         return self._queue.name
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_name
+from ._limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome, Started
 
@@ -78,11 +79,16 @@ class Leases:
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
     ) -> list[Outcome]:
-        """A worker's heartbeat: its registration, the renewal of its leases, and the burial
-        of a worker that missed its deadline."""
-        return await self.scripts.beat(
-            worker_id, period_ms, lease_ms, started, info, pairs, self.dead_ttl_ms
+        """A worker's heartbeat: its registration, the renewal of its leases (those past the
+        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), and the
+        burial of a worker that missed its deadline."""
+        head, rest = pairs[:MAX_JOBS_PER_CALL], pairs[MAX_JOBS_PER_CALL:]
+        out = await self.scripts.beat(
+            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms
         )
+        for i in range(0, len(rest), MAX_JOBS_PER_CALL):
+            out += await self.scripts.extend(rest[i : i + MAX_JOBS_PER_CALL], lease_ms)
+        return out
 
     async def job_age_ms(self, job_id: str) -> int | None:
         """How long ago a job was created (server clock), None if unknown."""
@@ -107,8 +113,13 @@ class Leases:
     async def release(
         self, pairs: Sequence[tuple[str, str]], delay_ms: int = 0, refund: bool = True
     ) -> list[Outcome]:
-        """Give leased jobs back unfinished (by default without spending their attempt)."""
-        return await self.scripts.release(pairs, delay_ms, refund, self.dead_ttl_ms)
+        """Give leased jobs back unfinished (by default without spending their attempt), in
+        calls of at most ``MAX_ACKS_PER_CALL``."""
+        out: list[Outcome] = []
+        for i in range(0, len(pairs), MAX_ACKS_PER_CALL):
+            chunk = pairs[i : i + MAX_ACKS_PER_CALL]
+            out += await self.scripts.release(chunk, delay_ms, refund, self.dead_ttl_ms)
+        return out
 
     async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[Outcome]:
         """Renew leases to ``lease_ms`` from now."""

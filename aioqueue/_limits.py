@@ -11,6 +11,9 @@ from typing import Final
 
 #: the most jobs one script call moves at once (a claim leases, a reap recovers or promotes)
 MAX_JOBS_PER_CALL: Final = 1000
+#: the most leases one call gives back (release), and the most one call completes and leases
+#: (complete_claim): the heaviest writers per job, so a smaller cap (I13)
+MAX_ACKS_PER_CALL: Final = 500
 #: values per leased job in claim's reply and in a parked worker's hand list
 CLAIMED_JOB_VALUES: Final = 7
 #: the range of priorities claim orders by (higher runs first)

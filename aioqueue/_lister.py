@@ -22,6 +22,10 @@ from ._scripts import QueueScripts
 
 #: the most ids one page examines (filters may leave a page short; its cursor goes on)
 SCAN_BUDGET = 5000
+#: the anchor ids a cursor of the ready list carries (page.lua uses no more), and the longest
+#: cursor accepted back: a page's cursor is far shorter
+MAX_ANCHORS = 3
+MAX_CURSOR = 2048
 #: the states a listing can show: the ones an index holds
 LISTED = (
     JobState.SCHEDULED,
@@ -40,29 +44,35 @@ def _encode(cur: dict[str, Any]) -> str:
 
 
 def _decode(cursor: str) -> dict[str, Any]:
+    """The cursor a page handed out, checked field by field: it comes back from the client, so
+    anything else (oversized, garbled, more anchors than a page writes) is refused (I13)."""
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR:
+        raise ConfigurationError(f"invalid cursor (at most {MAX_CURSOR} characters)")
     try:
         cur = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError):
         raise ConfigurationError(f"invalid cursor {cursor!r}") from None
-    if not isinstance(cur, dict) or not _sane(cur):
+    if not (isinstance(cur, dict) and _valid(cur)):
         raise ConfigurationError(f"invalid cursor {cursor!r}")
     return cur
 
 
-def _sane(cur: dict[str, Any]) -> bool:
-    """A cursor's fields have the types and ranges this module writes: a crafted one with a
-    position past 2^53, a NaN score or a list of numbers is refused, not sent to a script."""
-    pos, sc, an = cur.get("pos", 0), cur.get("sc", 0), cur.get("an", [])
-    return (
-        isinstance(cur.get("src"), str)
-        and type(pos) is int
-        and 0 <= pos < 2**53
-        and type(sc) in (int, float)
-        and sc == sc
-        and isinstance(cur.get("id", ""), str)
-        and isinstance(an, list)
-        and all(isinstance(a, str) for a in an)
-    )
+def _valid(cur: dict[str, Any]) -> bool:
+    """A cursor's fields have the types and ranges this module writes: a crafted one with
+    unknown fields, more anchors than a page writes, a position past 2^50, a NaN score or a
+    list of numbers is refused, not sent to a script."""
+    src, an, pos, sc, last = (cur.get(k) for k in ("src", "an", "pos", "sc", "id"))
+    if not isinstance(src, str) or set(cur) - {"src", "an", "pos", "sc", "id"}:
+        return False
+    if an is not None and not (
+        isinstance(an, list) and len(an) <= MAX_ANCHORS and all(isinstance(a, str) for a in an)
+    ):
+        return False
+    if pos is not None and not (type(pos) is int and 0 <= pos < 2**50):
+        return False
+    if sc is not None and not (type(sc) in (int, float) and abs(sc) < 2**63):
+        return False  # NaN too: it compares false
+    return last is None or isinstance(last, str)
 
 
 def check_state(state: str | JobState) -> JobState:
@@ -177,7 +187,7 @@ class Lister:
             raw, nxt = await self._list_page(cur, n)
         else:
             raw, nxt = await self._zset_page(self._key(src), cur, n)
-        ids = await self._matching(raw)
+        ids = await self._matching(raw, src == "ready")
         return ids, nxt, len(raw)
 
     async def _zset_page(
@@ -238,12 +248,13 @@ class Lister:
         # the next page starts after (before) the last of these still in the list; where the
         # last one is now, to look for it there first
         pos = first if self.rev else first + len(ids) - 1
-        return ids, {"src": "ready", "an": ids[-3:][::-1], "pos": pos}
+        return ids, {"src": "ready", "an": ids[-MAX_ANCHORS:][::-1], "pos": pos}
 
-    async def _matching(self, ids: list[str]) -> list[str]:
-        if ids and self.state in INDEXED:
-            # an index entry may be stale (its record expired, or its id was used again):
-            # only those still in the state count toward the page
+    async def _matching(self, ids: list[str], stale: bool) -> list[str]:
+        if ids and (stale or self.state in INDEXED):
+            # an index entry may be stale (its record expired, or its id was used again), and
+            # so may an entry of the ready list (a job cancelled far from its head: see
+            # leave_ready in lua/lib/lanes): only those still in the state count
             rows = await self.s.job_fields(ids, ("s", "t", "g"))
             want = self.state.value.encode()
             out = []

@@ -38,6 +38,7 @@ class JobContextFilter(logging.Filter):
     record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Add the running job's fields to ``record`` (none outside a job); always keep it."""
         d = record.__dict__
         job_id = d.get("job_id")
         if job_id is None:
@@ -66,6 +67,7 @@ class JsonLogFormatter(logging.Formatter):
     their ``str``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of JSON, with the job's fields when it has them."""
         out: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,

@@ -27,6 +27,7 @@ from ._codec import Unrunnable
 from ._fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from ._leases import forward_outbox
 from ._limits import MAX_JOBS_PER_CALL
+from ._queuereg import declare_queues
 from ._record import Claimed
 from ._scripts import FailMode, Outcome
 from ._version import __version__
@@ -123,6 +124,14 @@ class WorkerLoops:
             await asyncio.sleep(self._beat_s)
             for qs in self._queues:
                 await self._renew(qs)
+            await self._declare()
+
+    async def _declare(self) -> None:
+        """Name this worker's queues in the registry of real queues (``_queuereg``)."""
+        try:
+            await declare_queues(self.app.redis, self.app.prefix, self.queue_names)
+        except TRANSIENT as exc:  # bookkeeping (an ACL without its commands too): go on
+            logger.warning("could not record the queues in the registry: %s", exc)
 
     async def _renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds

@@ -283,6 +283,13 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         return {k.decode(errors="replace"): int(v) for k, v in raw.items() if v.isdigit()}
 
     async def job_info(self, job_id: str) -> JobInfo:
+        """What ``self.job(job_id).info()`` gives: the job's state, attempts, times, error and
+        arguments.
+
+        Raises:
+            JobNotFound: the job has no record.
+            CorruptRecord: its state cannot be read.
+        """
         raw = await self._scripts.job_record(job_id)
         return job_info_from(self.app.codec, self.name, job_id, raw)
 

@@ -74,7 +74,7 @@ class ScheduleInfo:
     declared: bool
 
     @classmethod
-    def of(cls, spec: Spec, next_ms: int | None) -> ScheduleInfo:
+    def _of(cls, spec: Spec, next_ms: int | None) -> ScheduleInfo:
         return cls(
             name=spec.name,
             task=spec.task,
@@ -222,7 +222,7 @@ class Schedules:
         )
         scripts = self._app.queue(spec.queue)._scripts
         first = await store(scripts, spec, self._app.codec.signer)
-        return ScheduleInfo.of(spec, first)
+        return ScheduleInfo._of(spec, first)
 
     async def remove(self, name: str, *, queue: str | None = None) -> bool:
         """Remove a stored schedule; True if there was one. Without ``queue``, on every queue
@@ -248,7 +248,7 @@ class Schedules:
                 except ValueError as exc:
                     logger.warning("queue %s: %s", q, exc)
                     continue
-                out.append(ScheduleInfo.of(spec, nexts.get(name)))
+                out.append(ScheduleInfo._of(spec, nexts.get(name)))
         far = datetime.max.replace(tzinfo=UTC)
         return sorted(out, key=lambda s: (s.next_run or far, s.queue, s.name))
 

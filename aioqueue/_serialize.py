@@ -33,9 +33,13 @@ class Serializer(Protocol):
 
     name: str
 
-    def dumps(self, value: Any) -> bytes: ...
+    def dumps(self, value: Any) -> bytes:
+        """``value`` as bytes; raise ``TypeError`` or ``ValueError`` for what it cannot hold."""
+        ...
 
-    def loads(self, data: bytes) -> Any: ...
+    def loads(self, data: bytes) -> Any:
+        """The value ``dumps`` made ``data`` from."""
+        ...
 
 
 def _has_nonfinite(value: Any) -> bool:
@@ -99,6 +103,7 @@ class JsonSerializer:
     name = "json"
 
     def dumps(self, value: Any) -> bytes:
+        """``value`` as JSON (orjson where installed, else the standard library)."""
         if _orjson is not None:
             # copied into a right-sized object: orjson's own result sits in a buffer of a page
             # or more, so keeping many of them (enqueue_many, batches) costs a fresh page each
@@ -114,6 +119,7 @@ class JsonSerializer:
         ).encode()
 
     def loads(self, data: bytes) -> Any:
+        """The value of the JSON document ``data``."""
         if _orjson is not None:
             return _orjson.loads(data)
         return json.loads(data)
@@ -125,9 +131,11 @@ class PickleSerializer:
     name = "pickle"
 
     def dumps(self, value: Any) -> bytes:
+        """``value`` pickled with the highest protocol."""
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
     def loads(self, data: bytes) -> Any:
+        """The unpickled value: runs whatever code ``data`` names (see the class docstring)."""
         return pickle.loads(data)
 
 
@@ -149,7 +157,14 @@ def dumps_checked(serializer: Serializer, value: Any, limit: int, what: str) -> 
     payloads over ``limit`` bytes (0 = no limit)."""
     try:
         data = serializer.dumps(value)
-    except (TypeError, ValueError, OverflowError, pickle.PicklingError, AttributeError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+        pickle.PicklingError,
+        AttributeError,
+        RecursionError,  # a value nested deeper than the encoder goes
+    ) as exc:
         raise SerializationError(
             f"cannot serialise {what} with the {serializer.name} serializer: {exc}"
         ) from exc

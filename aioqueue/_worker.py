@@ -220,6 +220,7 @@ class Worker(WorkerLoops):
         # get back if it dies
         for qs in self._queues:
             await self._renew(qs)
+        await self._declare()
         self.ready.set()
         logger.info(
             "worker %s consuming %s at concurrency %d",

@@ -31,7 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._lua import queue_names
+from ._queuereg import declared_queues, known_queues
 from ._runner import Failure
 
 if TYPE_CHECKING:
@@ -47,6 +47,20 @@ logger = logging.getLogger(__name__)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 #: the label of a task name the worker does not know (garbage must not grow the series)
 UNKNOWN = "unknown"
+#: the lifetime counters of a queue's ``stats`` that are exported (any other field, planted
+#: there, would grow the series without bound)
+EVENTS = (
+    "enqueued",
+    "completed",
+    "failed",
+    "retried",
+    "expired",
+    "cancelled",
+    "buried",
+    "requeued",
+    "purged",
+    "garbled",
+)
 #: the group series that sums the groups past ``max_groups``
 OTHER_GROUPS = "__other__"
 
@@ -159,6 +173,7 @@ class WorkerMetrics:
 
     @_never_raises
     def job_started(self, queue: str, job: Claimed) -> None:
+        """The worker started ``job`` (called by the worker)."""
         self._of(queue, job.task).started.inc()
         self._t0[queue, job.id] = time.monotonic()
 
@@ -166,6 +181,7 @@ class WorkerMetrics:
     def job_done(
         self, queue: str, job: Claimed, run: asyncio.Task[Any], *, cancelled: bool, lost: bool
     ) -> None:
+        """``job`` ended: how, from its task ``run`` (called by the worker)."""
         t0 = self._t0.pop((queue, job.id), None)
         series = self._of(queue, job.task)
         if run.cancelled():
@@ -197,17 +213,20 @@ class WorkerMetrics:
 
     @_never_raises
     def leases_renewed(self, queue: str, renewed: int, lost: int) -> None:
+        """A heartbeat renewed ``renewed`` leases and found ``lost`` gone (called by the worker)."""
         self.renewals.labels(queue).inc(renewed)
         if lost:
             self.leases_lost.labels(queue).inc(lost)
 
     @_never_raises
     def claimed(self, queue: str, jobs: int) -> None:
+        """A claim took ``jobs`` jobs (called by the worker)."""
         self.claims.labels(queue).inc()
         self.claimed_jobs.labels(queue).inc(jobs)
 
     @_never_raises
     def handed(self, queue: str, jobs: int) -> None:
+        """``jobs`` jobs were handed to the parked worker (called by the worker)."""
         self.handed_jobs.labels(queue).inc(jobs)
 
 
@@ -232,9 +251,11 @@ class _WorkerGauges(Collector):
         self.metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
+        """The metric families, without samples (prometheus_client's Collector protocol)."""
         return list(self._families(None))
 
     def collect(self) -> Iterable[Metric]:
+        """The metric families with their samples (prometheus_client's Collector protocol)."""
         return list(self._families(self.metrics._worker))
 
     @staticmethod
@@ -280,7 +301,8 @@ class QueueCollector(Collector):
     Args:
         app: an open App (its URL and key prefix name the queues).
         queues: the queues to report (default: every queue under the App's prefix, found
-            with SCAN at each scrape, at most 1,000).
+            at each scrape: the real ones first, those the App declares and those in the
+            registry of workers' queues, then those a SCAN finds, at most 1,000 in all).
         max_groups: group series per queue at most (plus one ``__other__``).
     """
 
@@ -299,7 +321,7 @@ class QueueCollector(Collector):
         """Read every queue's numbers now (what ``collect`` then reports)."""
         t0 = time.monotonic()
         app = self.app
-        names = self.queues or await queue_names(app.redis, app.prefix)
+        names = self.queues or await known_queues(app.redis, app.prefix, declared_queues(app))
         self._snapshot = [await self._read(name) for name in names]
         self._scrape_seconds = time.monotonic() - t0
 
@@ -328,9 +350,11 @@ class QueueCollector(Collector):
         )
 
     def describe(self) -> Iterable[Metric]:
+        """Nothing: the families are read at scrape time (prometheus_client's protocol)."""
         return []  # read at scrape time: nothing to describe up front
 
     def collect(self) -> Iterable[Metric]:
+        """The families of the last ``refresh()``: depths, groups, ages, workers, pauses."""
         jobs = GaugeMetricFamily("aioqueue_queue_jobs", "Jobs per state", labels=["queue", "state"])
         dead = GaugeMetricFamily(
             "aioqueue_queue_dead_letters", "Dead-lettered jobs kept", labels=["queue"]
@@ -372,8 +396,9 @@ class QueueCollector(Collector):
             workers.add_metric([s.name, "true"], s.workers_alive)
             workers.add_metric([s.name, "false"], s.workers_dead)
             paused.add_metric([s.name], 1.0 if s.paused else 0.0)
-            for event, n in sorted(s.stats.items()):
-                lifetime.add_metric([s.name, event], n)
+            for event in EVENTS:
+                if event in s.stats:
+                    lifetime.add_metric([s.name, event], s.stats[event])
         took = GaugeMetricFamily(
             "aioqueue_exporter_scrape_seconds", "Time the last scrape took to read the queues"
         )

@@ -104,6 +104,17 @@ async def test_a_step_that_fails_mid_chain_cancels_every_step_after_it(
     assert await runs(redis, t) == [-1]  # the step after the failed one never ran
     assert await chained(redis, t) == []
     assert await states(redis, capp) == ["cancelled", "cancelled", "completed", "failed"]
+    # each cancelled step says why: the first the failure before it, the next that cancel
+    q = capp.queue()
+    errors = []
+    for job_id, state in (await check_invariants(redis, q._keys)).items():
+        if state == "cancelled":
+            error = (await q.job_info(job_id)).error
+            assert error is not None, "a cancelled step without a reason"
+            assert error.type == "Cancelled"
+            errors.append(error.message)
+    assert any("ValueError: negative input -10" in m for m in errors), errors
+    assert any("the step before it failed: Cancelled" in m for m in errors), errors
 
 
 async def test_cancelling_a_chain_s_pending_steps_stops_it(
@@ -192,3 +203,23 @@ async def test_a_worker_killed_mid_chain_leaves_each_step_completed_exactly_once
     assert await chained(redis, t) == [[1000, "!"]]
     assert await states(redis, capp) == ["completed"] * 4
     assert (await capp.queue().stats())["completed"] == 4
+
+
+async def test_an_explicitly_cancelled_chain_step_says_cancelled(
+    capp: App, tasks: BatchTasks, redis: Redis
+) -> None:
+    t = tasks
+    await t.work.call(3).then(t.work).enqueue()
+    q = capp.queue()
+    ids = await check_invariants(redis, q._keys)
+    queued = [i for i, state in ids.items() if state == "queued"]
+    assert await q.cancel_jobs(queued) == 1
+    first = await q.job_info(queued[0])
+    assert first.error is not None
+    assert first.error.type == "Cancelled"
+    (second,) = [i for i in ids if i not in queued]
+    after = await q.job_info(second)
+    assert after.state is JobState.CANCELLED
+    assert after.error is not None
+    assert after.error.type == "Cancelled"
+    assert "the step before it failed: Cancelled" in after.error.message

@@ -38,7 +38,7 @@ LAYERS: list[list[str]] = [
     ["_lua", "_durable"],
     ["_scriptreads"],
     ["_scripts", "_syncdoor"],
-    ["_leases", "_registry", "_connect", "_coalesce"],
+    ["_leases", "_registry", "_queuereg", "_connect", "_coalesce"],
     ["_lister", "_inspect", "_admin", "_pull", "_events", "_rekey"],
     ["_unique", "_queue"],
     ["_results", "_context", "_logs", "_sharded"],

@@ -63,6 +63,7 @@ ACL_COMMANDS = (
     "lpush",
     "lrange",
     "lrem",
+    "lpos",
     "hgetall",
     "hkeys",
     "subscribe",
@@ -92,6 +93,8 @@ ACL_COMMANDS = (
     "zpopmin",
     "zrangebyscore",
     "zremrangebyscore",
+    # the registry of real queues (<prefix>:queues), trimmed by each worker
+    "zremrangebyrank",
     "sadd",
     # the worker registry: a worker's set of held jobs (and Queue.workers() counts it)
     "srem",

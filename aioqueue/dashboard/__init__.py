@@ -40,6 +40,7 @@ def create_app(
     secret: bytes | None = None,
     title: str = "aioqueue",
     poll_seconds: float = 2.0,
+    allowed_hosts: list[str] | tuple[str, ...] | None = None,
 ) -> Starlette:
     """The dashboard of ``app``'s queues, as a Starlette app (mount it anywhere).
 
@@ -59,6 +60,11 @@ def create_app(
             that serves the dashboard behind one load balancer.
         title: shown in the header and the page titles.
         poll_seconds: how often open pages refresh their numbers (>= 0.5).
+        allowed_hosts: the host names (or addresses) a request's ``Host`` header may name;
+            any other gets a 400 before anything answers (against DNS rebinding). ``None``
+            (the default for a mounted app) checks nothing: the app it is mounted in
+            decides; ``"*"`` allows any. ``aioqueue dashboard`` always passes its bound
+            address, the forms of localhost and each ``--allowed-host``.
 
     Raises:
         ConfigurationError: ``auth`` not given, or a bad option.
@@ -85,4 +91,4 @@ def create_app(
         title=title,
         poll_seconds=poll_seconds,
     )
-    return build(d, auth)
+    return build(d, auth, None if allowed_hosts is None else list(allowed_hosts))

@@ -14,8 +14,8 @@ from aioqueue._batch import Batch
 from aioqueue._exceptions import AioQueueError
 from aioqueue._inspect import JobDetail, JobSummary, ResultState
 from aioqueue._job import JobState
-from aioqueue._lua import queue_names
 from aioqueue._queue import Queue
+from aioqueue._queuereg import declared_queues, known_queues
 from aioqueue._registry import WorkerInfo
 
 #: the states a queue page has a tab for, in the order of a job's life
@@ -63,8 +63,9 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
 
 
 class Names:
-    """The queue names under the App's prefix: the ones given, or found with a SCAN that is
-    reused for ``NAMES_TTL`` seconds (a SCAN is O(keys in the database))."""
+    """The queue names under the App's prefix: the ones given, or the real ones then those a
+    SCAN finds (``_queuereg.known_queues``), reused for ``NAMES_TTL`` seconds (a SCAN is
+    O(keys in the database))."""
 
     def __init__(self, app: App, fixed: tuple[str, ...] | None) -> None:
         self.app = app
@@ -76,7 +77,8 @@ class Names:
         if self.fixed is not None:
             return list(self.fixed)
         if time.monotonic() - self._at >= NAMES_TTL:
-            self._cached = await queue_names(self.app.redis, self.app.prefix)
+            app = self.app
+            self._cached = await known_queues(app.redis, app.prefix, declared_queues(app))
             self._at = time.monotonic()
         return list(self._cached)
 

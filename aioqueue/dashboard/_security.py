@@ -125,3 +125,39 @@ class HeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def host_of(header: str) -> str:
+    """The host of a ``Host`` header, without its port, lower case ('[::1]' for IPv6)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else ""
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def local_hosts(bound: str) -> list[str]:
+    """The hosts a dashboard bound to ``bound`` answers by default: that address and the
+    forms of localhost."""
+    hosts = ["localhost", "127.0.0.1", "[::1]"]
+    if bound and bound not in ("0.0.0.0", "::"):
+        hosts.append(f"[{bound}]" if ":" in bound else bound)
+    return [host_of(h) for h in hosts]
+
+
+class HostMiddleware:
+    """Refuses (400) a request whose ``Host`` header names none of the allowed hosts, before
+    anything else answers: a page of another site cannot reach the dashboard by pointing its
+    own name at this address (DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, hosts: list[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(host_of(h) if h != "*" else h for h in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "*" not in self.hosts:
+            host = Request(scope).headers.get("host", "")
+            if host_of(host) not in self.hosts:
+                response = PlainTextResponse("invalid Host header", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

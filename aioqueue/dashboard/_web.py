@@ -33,6 +33,7 @@ from aioqueue.dashboard._security import (
     AuthMiddleware,
     Csrf,
     HeadersMiddleware,
+    HostMiddleware,
 )
 
 #: the most bytes a POST body may have (a form of at most 1,000 selected ids)
@@ -139,15 +140,19 @@ def routes(d: Dashboard) -> list[Route | Mount]:
         if state not in _data.TABS:
             raise HTTPException(400, f"unknown state {state!r}")
         task, group = _opt(request, "task"), _opt(request, "group")
-        page = await _data.queue_page(
-            d.app,
-            name,
-            state,
-            task=task,
-            group=group,
-            cursor=_opt(request, "cursor"),
-            newest_first=request.query_params.get("order") == "newest",
-        )
+        try:
+            page = await _data.queue_page(
+                d.app,
+                name,
+                state,
+                task=task,
+                group=group,
+                cursor=_opt(request, "cursor"),
+                newest_first=request.query_params.get("order") == "newest",
+            )
+        except ConfigurationError as exc:
+            # a garbled or crafted cursor, or a filter that is no name: the request's fault
+            raise HTTPException(400, str(exc)) from None
         filters = {"state": state, "task": task or "", "group": group or ""}
         order = request.query_params.get("order", "newest" if state == "failed" else "")
         here = request.url.path + ("?" + request.url.query if request.url.query else "")
@@ -316,7 +321,7 @@ def _error(d: Dashboard, request: Request, status: int, message: str) -> Respons
     return response
 
 
-def build(d: Dashboard, auth: AuthHook | None) -> Starlette:
+def build(d: Dashboard, auth: AuthHook | None, hosts: list[str] | None = None) -> Starlette:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return _error(d, request, exc.status_code, str(exc.detail))
@@ -324,6 +329,7 @@ def build(d: Dashboard, auth: AuthHook | None) -> Starlette:
     return Starlette(
         routes=routes(d),
         middleware=[
+            *([] if hosts is None else [Middleware(HostMiddleware, hosts=hosts)]),
             Middleware(HeadersMiddleware, headers=SECURITY_HEADERS),
             Middleware(AuthMiddleware, hook=auth),
         ],

@@ -18,6 +18,7 @@
   cancel the number of sub-jobs cancelled here (queued or scheduled ones); apply the number of
   outcomes; -1 when there is no such batch (add, seal, cancel) ]]
 local op, bid = ARGV[2], ARGV[3]
+if op == 'apply' then check_count((#ARGV - 3) / 4) elseif op == 'add' then check_count(#ARGV - 3) end
 local bk = batch_key(bid)
 local now = now_ms()
 

@@ -15,6 +15,7 @@
   token mismatch, -3 renewed but cancellation was requested ]]
 local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
+check_count(tonumber(ARGV[16]) or 0)  -- before any write
 local wk = worker_key(wid)
 if period <= 0 then
   -- a worker that stopped: its leases were all returned or finished (any left run out)

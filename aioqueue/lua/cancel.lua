@@ -4,6 +4,7 @@
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] retention of cancelled records ms (0: forever)   ARGV[3..] job ids
   Returns {cancelled now, active ones flagged} ]]
+check_count(#ARGV - 2)
 local ttl = tonumber(ARGV[2])
 local now = now_ms()
 local done, flagged = 0, 0

@@ -22,12 +22,30 @@ local runnable = 0
 local plain = {}
 local scheduled = false
 
--- take the unique lock key for job id, or return the id of the job that holds it; a lock
--- without a TTL was not written by enqueue (garbage that would hold the key for ever): taken
-local function take_lock(key, id, ttl)
+-- at most MAX_JOBS_PER_CALL jobs a call (counted before any write; a run of no jobs counts
+-- as one, so the runs are bounded too)
+do
+  local p, total = 3, 0
+  for _ = 1, tonumber(ARGV[2]) do
+    local k = tonumber(ARGV[p + 10]) or 0
+    total = total + math.max(k, 1)
+    check_count(total)
+    p = p + 11 + k * (ARGV[p + 9] == '' and 2 or 3)
+  end
+end
+
+-- take the unique lock key for job id, or return the id of the job that holds it. A lock not
+-- written by enqueue is garbage that would hold the key for ever, and is taken: one without a
+-- TTL or with a longer one than this lock's (ttl, the task's unique_for), or (scopes
+-- 'queued' and 'running', whose lock goes with its job) one naming a job that does not exist
+local function take_lock(key, id, ttl, scope)
   if call('SET', key, id, 'NX', 'PX', ttl) then return nil end
   local holder = call('GET', key)
-  if holder and call('PTTL', key) >= 0 then return holder end
+  local left = call('PTTL', key)
+  if holder and left >= 0 and left <= tonumber(ttl)
+    and (scope == 't' or call('EXISTS', job_key(holder)) == 1) then
+    return holder
+  end
   call('SET', key, id, 'PX', ttl)
   return nil
 end
@@ -136,7 +154,7 @@ for _, run in ipairs(runs) do
     local holder = call('EXISTS', jk) == 1 and 0
     if holder and not in_place(id, jk) then holder = false end
     if not holder and ukey then
-      holder = take_lock(BASE .. 'unique:' .. ukey, id, uttl)
+      holder = take_lock(BASE .. 'unique:' .. ukey, id, uttl, uscope)
       if uk then fields[uk] = uscope .. ':' .. ukey end
     end
     if holder then

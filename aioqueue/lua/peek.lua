@@ -5,6 +5,8 @@
   ARGV[3+k..] job ids (at most MAX_JOBS_PER_CALL)
   Returns the k values of each job in turn (nil where a field or the record is missing) ]]
 local k = tonumber(ARGV[2])
+if k < 0 or k > 16 then error('aioqueue: 0 to 16 fields a call, not ' .. k, 0) end
+check_count(#ARGV - 2 - k)
 local fields = {}
 for i = 3, 2 + k do fields[#fields + 1] = ARGV[i] end
 local out = {}

@@ -4,6 +4,7 @@
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2..] job ids (at most MAX_JOBS_PER_CALL)
   Returns {promoted, skipped} ]]
+check_count(#ARGV - 1)
 local done, skipped = 0, 0
 for i = 2, #ARGV do
   local id = ARGV[i]

@@ -22,6 +22,7 @@ local purgeable = {queued = true, scheduled = true, failed = true, completed = t
 local ids, allowed = {}, {}
 n = math.max(0, math.min(n, MAX_JOBS_PER_CALL))
 if source == 'ids' then
+  check_count(#ARGV - 4)
   for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
   for s in string.gmatch(arg, '%S+') do
     if purgeable[s] then allowed[s] = true end
@@ -63,8 +64,9 @@ for _, id in ipairs(ids) do
       elseif lane_prio(r[3]) ~= 0 then
         call('ZREM', K_PRIO, id)
       else
-        -- O(its position): cheap at the head, where source 'ready' takes its ids
-        call('LREM', K_READY, 1, id)
+        -- O(its position), within a budget: cheap at the head, where source 'ready' takes
+        -- its ids
+        leave_ready(id)
       end
       if r[4] then batch_outcome(id, jk, false, cancelled, now) end
     elseif s == 'scheduled' then
@@ -88,9 +90,11 @@ for _, id in ipairs(ids) do
     -- id was used again) leaves it too
     if source == 'completed' then call('ZREM', K_COMPLETED, id)
     elseif source == 'cancelled' then call('ZREM', K_CANCELLED, id)
+    elseif source == 'ready' and s ~= 'queued' then
+      -- no record, or one that left the list without leaving it (see leave_ready)
+      leave_ready(id)
     elseif not s and source ~= 'ids' then
-      if source == 'ready' then call('LREM', K_READY, 1, id)
-      elseif source == 'prio' then call('ZREM', K_PRIO, id)
+      if source == 'prio' then call('ZREM', K_PRIO, id)
       elseif source == 'lane' then call('ZREM', lane_key(arg), id)
       elseif source == 'scheduled' then call('ZREM', K_SCHED, id)
       elseif source == 'dead' then call('ZREM', K_DEAD, id) end

@@ -8,11 +8,14 @@
   Returns {written, changed}
   Garbage (I9): through core's call(), a key of the wrong type is set aside first; it then
   reads as absent, so its entry counts as changed and nothing is written. ]]
+-- at most about MAX_JOBS_PER_CALL values (I13), and each entry's n a count that moves on
+check_count(math.floor((#ARGV - 1) / 3))
 local written, changed = 0, 0
 local i = 2
 while i <= #ARGV do
   local key = ARGV[1] .. ARGV[i]
-  local n = tonumber(ARGV[i + 1])
+  local n = count_of(ARGV[i + 1])
+  if not n then error('aioqueue: rekey: not a count: ' .. tostring(ARGV[i + 1]), 0) end
   local same = true
   for j = 0, n - 1 do
     local at = i + 2 + 3 * j

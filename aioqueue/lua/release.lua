@@ -3,7 +3,8 @@
   max_attempts.
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] delay ms (0: runnable now, ahead of its priority level)
-  ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n
+  ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n (at most
+  MAX_ACKS_PER_CALL)
   then n pairs: id, lease token
   A job released without a refund on its last attempt is dead-lettered (AttemptsExhausted).
   The released token is also kept as rl: a later fail or complete with it is stale; a resent
@@ -13,6 +14,7 @@
   resent ack), -1 no such job, -2 lease token mismatch ]]
 local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
 local dead_ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5])
+check_count(n, MAX_ACKS_PER_CALL)
 local now = now_ms()
 local out = {}
 local any = false

@@ -34,6 +34,7 @@ end
 -- finish active jobs with their results, fenced by lease tokens: n groups of 4 values (id,
 -- token, result, result_ttl_ms) from ARGV[first]; returns one code per job (see complete.lua)
 local function do_complete(first, n, now)
+  check_count(n)
   local out = {}
   local ok = 0
   local done = {}

@@ -44,6 +44,20 @@ local function expire_batch(bk, ttl)
   end
 end
 
+-- why a callback is cancelled when its batch failed: the one error of a chain's step (a batch
+-- of one), or how many sub-jobs failed
+local function upstream(bk, bid, failed, total)
+  if total == 1 then
+    local ok, e = pcall(cjson.decode, call('HVALS', bk .. ':err')[1] or '')
+    if ok and type(e) == 'table' and type(e.type) == 'string' then
+      return cjson.encode({type = 'Cancelled', message = 'the step before it failed: '
+        .. e.type .. ': ' .. tostring(e.message or '')})
+    end
+  end
+  return cjson.encode({type = 'Cancelled', message = 'its batch ' .. bid .. ' failed ('
+    .. failed .. ' of ' .. total .. ' sub-jobs)'})
+end
+
 -- fire the batch once every sub-job has an outcome and no more can be added
 local function batch_maybe_finish(bid, now)
   local bk = batch_key(bid)
@@ -62,7 +76,8 @@ local function batch_maybe_finish(bid, now)
         call('HSET', ck, 's', 'queued')
         push_ready(b[7], call('HGET', ck, 'pr'), false, call('HGET', ck, 'g'))
         wake()
-      elseif cancel_waiting(b[7], ck, now, count_of(b[9]) or 0) then
+      elseif cancel_waiting(b[7], ck, now, count_of(b[9]) or 0,
+          upstream(bk, bid, failed, total)) then
         -- a callback that is itself a sub-job (a chain's step) fails its own batch in turn
         batch_outcome(b[7], ck, false, CANCELLED_ERROR, now)
       end

@@ -46,6 +46,8 @@ local BASE = ARGV[1]
 -- tests/test_scripts.py checks that the two agree (this block ends at the first blank line).
 -- the most jobs one call moves at once (unpack() of their ids must stay within Lua's limits)
 local MAX_JOBS_PER_CALL = 1000
+-- the most leases one call gives back (release), and completes and leases (complete_claim)
+local MAX_ACKS_PER_CALL = 500
 -- values per leased job in claim's reply and in a parked worker's hand list
 local CLAIMED_JOB_VALUES = 7
 -- the priorities claim orders by (anything else is clamped into this range)
@@ -81,6 +83,13 @@ end
 -- restart at 0 (the job runs again rather than being lost), a maximum that is garbage is 1
 local function attempts_of(a, m)
   return count_of(a) or 0, math.max(1, count_of(m) or 1)
+end
+
+-- refuse a call that names more than cap (default MAX_JOBS_PER_CALL) jobs (I13: a script's
+-- work is bounded by constants, never by its caller), before any write
+local function check_count(n, cap)
+  cap = cap or MAX_JOBS_PER_CALL
+  if n > cap then error('aioqueue: at most ' .. cap .. ' jobs a call, not ' .. n, 0) end
 end
 
 local function now_ms()
@@ -319,6 +328,7 @@ end
 local function renew_leases(out, lease, now, at, n)
   local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
   local earliest = tonumber(first[2])
+  check_count(n)
   for i = 0, n - 1 do
     local id, tok = ARGV[at + i * 2], ARGV[at + 1 + i * 2]
     local r = call('HMGET', job_key(id), 's', 'l', 'x')

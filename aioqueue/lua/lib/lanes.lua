@@ -121,26 +121,47 @@ local function release_slots(groups, freed)
   for i, g in ipairs(groups) do activate(g, active[i]) end
 end
 
--- take a queued job (of group g, priority pr) out of its lane (LREM on the plain FIFO list is
--- O(n) in its length)
+-- the places of the plain FIFO list one call may search to take jobs out of it (LPOS and LREM
+-- are O(place)); a job beyond what is left stays in the list, its record no longer queued:
+-- claim drops it when it reaches the head (lease_jobs), listings skip it (I13)
+local READY_SEARCH = 100000
+local ready_search = READY_SEARCH -- per call
+
+-- take id out of the plain FIFO list, within this call's search budget
+local function leave_ready(id)
+  if ready_search <= 0 then return end
+  local at = call('LPOS', K_READY, id, 'MAXLEN', ready_search)
+  if at then
+    ready_search = ready_search - 2 * (at + 1)
+    call('LREM', K_READY, 1, id)
+  else
+    ready_search = 0
+  end
+end
+
+-- take a queued job (of group g, priority pr) out of its lane
 local function leave_lane(id, g, pr)
   if g then
     call('ZREM', lane_key(g), id)
   elseif lane_prio(pr) ~= 0 then
     call('ZREM', K_PRIO, id)
   else
-    call('LREM', K_READY, 1, id)
+    leave_ready(id)
   end
 end
 
+-- the reason a job cancelled before it ran records (e), unless its canceller gives one
+local CANCELLED_BEFORE = cjson.encode({type = 'Cancelled', message = 'cancelled before it ran'})
+
 -- cancel a job that has not started (waiting, scheduled or queued): it leaves its lane at
--- once (LREM on the plain FIFO list is O(n) in its length); returns true if it was cancelled
-local function cancel_waiting(id, jk, now, ttl)
+-- once (see leave_lane) and records why (err, JSON; default CANCELLED_BEFORE); returns true
+-- if it was cancelled
+local function cancel_waiting(id, jk, now, ttl, err)
   local r = call('HMGET', jk, 's', 'g', 'pr', 'uk')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
   unlock(id, r[4])
-  call('HSET', jk, 's', 'cancelled', 'f', now)
+  call('HSET', jk, 's', 'cancelled', 'f', now, 'e', err or CANCELLED_BEFORE)
   call('ZREM', K_SCHED, id)
   if s == 'queued' then leave_lane(id, r[2], r[3]) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
