@@ -12,7 +12,9 @@
   with this id exists, or (a string) the id of the job that holds its unique lock: nothing was
   stored. A job that exists is answered 0 only once it is where its state says (see in_place):
   a queued or scheduled record in no lane (garbage, or a script stopped midway before I9) is
-  put back in it, so a retried enqueue never answers success for a lost job. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  put back in it, so a retried enqueue never answers success for a lost job. A call whose
+  caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch)
+  is refused (NOPERM) before any write. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
@@ -21,18 +23,6 @@ local added = 0
 local runnable = 0
 local plain = {}
 local scheduled = false
-
--- at most MAX_JOBS_PER_CALL jobs a call (counted before any write; a run of no jobs counts
--- as one, so the runs are bounded too)
-do
-  local p, total = 3, 0
-  for _ = 1, tonumber(ARGV[2]) do
-    local k = tonumber(ARGV[p + 10]) or 0
-    total = total + math.max(k, 1)
-    check_count(total)
-    p = p + 11 + k * (ARGV[p + 9] == '' and 2 or 3)
-  end
-end
 
 -- take the unique lock key for job id, or return the id of the job that holds it. A lock not
 -- written by enqueue is garbage that would hold the key for ever, and is taken: one without a
@@ -79,13 +69,17 @@ local function in_place(id, jk)
   return true
 end
 
--- the runs: their template values and where their jobs are in ARGV
-local runs = {}
+-- the runs: their template values and where their jobs are in ARGV; at most
+-- MAX_JOBS_PER_CALL jobs a call (counted before any write; a run of no jobs counts as one, so
+-- the runs are bounded too)
+local runs, total = {}, 0
 for _ = 1, tonumber(ARGV[2]) do
   local run = {task = ARGV[pos], m = ARGV[pos + 1], delay = tonumber(ARGV[pos + 2]),
     at = tonumber(ARGV[pos + 3]), pr = ARGV[pos + 4], g = ARGV[pos + 5], bid = ARGV[pos + 6],
-    bhome = ARGV[pos + 7], opts = ARGV[pos + 8], u = ARGV[pos + 9], k = tonumber(ARGV[pos + 10]),
-    first = pos + 11, step = 2}
+    bhome = ARGV[pos + 7], opts = ARGV[pos + 8], u = ARGV[pos + 9],
+    k = tonumber(ARGV[pos + 10]) or 0, first = pos + 11, step = 2}
+  total = total + math.max(run.k, 1)
+  check_count(total)
   if run.u ~= '' then run.step = 3 end
   runs[#runs + 1] = run
   pos = run.first + run.k * run.step
