@@ -51,13 +51,15 @@ def every_key_but(denied: str) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def refusing_app(
-    redis_url: str, redis: Redis, prefix: str, denied: str
+    redis_url: str, redis: Redis, prefix: str, denied: str = "", *rules: str
 ) -> AsyncIterator[App]:
-    """An open App whose ACL user may run everything on every key but ``denied``."""
+    """An open App whose ACL user may run everything (but ``rules``, e.g. ``-xadd``) on
+    every key but ``denied``."""
     user, password = f"u{prefix}", "pw-" + prefix
     acl: Any = redis  # redis-py's execute_command is untyped
+    keys = every_key_but(denied) if denied else ["~*"]
     await acl.execute_command(
-        "ACL", "SETUSER", user, "on", f">{password}", "+@all", "&*", *every_key_but(denied)
+        "ACL", "SETUSER", user, "on", f">{password}", "+@all", *rules, "&*", *keys
     )
     try:
         url = redis_url.replace("redis://", f"redis://{user}:{password}@", 1)
@@ -65,6 +67,10 @@ async def refusing_app(
             yield app
     finally:
         await acl.execute_command("ACL", "DELUSER", user)
+
+
+async def work(n: int = 0) -> int:
+    return n
 
 
 async def drained(redis_url: str, prefix: str, queue: str, jobs: list[Job[Any]]) -> None:
@@ -160,3 +166,29 @@ async def test_a_lone_enqueue_refused_at_its_lane_leaves_no_record(
                 await q.enqueue("t", job_id="x", group="bad")
         assert await redis.exists(q._keys.job("x")) == 0
         assert await check_invariants(redis, q._keys) == {}
+
+
+async def test_an_enqueue_without_xadd_on_a_queue_with_events_stores_nothing(
+    redis_url: str, redis: Redis
+) -> None:
+    """Events on, and a user without ``XADD``: before, the jobs were written and the call
+    failed at its event (so the caller of ``enqueue_many`` was told nothing was stored while
+    the jobs ran); now the call is refused before any write, and the same jobs enqueued by a
+    user with ``XADD`` run."""
+    prefix = unique_prefix()
+    queue = "ev"
+    async with App(redis_url, prefix=prefix) as full:
+        await full.queue(queue).set_events(100)
+    async with refusing_app(redis_url, redis, prefix, "", "-xadd") as app:
+        t = app.task(name="t", queue=queue)(work)
+        with pytest.raises(ServerRefused, match=r"(?i)permission"):
+            await t.enqueue_many([{"n": i} for i in range(5)])
+        with pytest.raises(ServerRefused, match=r"(?i)permission"):
+            await app.queue(queue).enqueue("t", job_id="one")
+        keys = app.queue(queue)._keys
+        assert await check_invariants(redis, keys) == {}
+    async with App(redis_url, prefix=prefix) as full:
+        stored = await full.task(name="t", queue=queue)(work).enqueue_many(
+            [{"n": i} for i in range(5)]
+        )
+    await drained(redis_url, prefix, queue, stored)

@@ -13,8 +13,8 @@
   stored. A job that exists is answered 0 only once it is where its state says (see in_place):
   a queued or scheduled record in no lane (garbage, or a script stopped midway before I9) is
   put back in it, so a retried enqueue never answers success for a lost job. A call whose
-  caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch)
-  is refused (NOPERM) before any write. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch;
+  the event stream) is refused (NOPERM) before any write. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
@@ -87,24 +87,30 @@ end
 
 -- Redis does not roll a script back, and the server checks the ACL of the keys a script
 -- names itself (beyond KEYS) only when it writes them: every such key a job will write (its
--- record, its group's lane, its unique lock, its batch) is checked first, so a refused call
--- stores nothing (before, the jobs ahead of the refused one stayed in no lane)
+-- record, its group's lane, its unique lock, its batch; the event stream when events are on)
+-- is checked first, so a refused call stores nothing (before, the jobs ahead of the refused
+-- one stayed in no lane, and a job refused at its lane kept a record in none)
 local function refused(cmd, key, ...)
   if redis.acl_check_cmd(cmd, key, ...) then return nil end
-  return redis.error_reply('NOPERM this user has no permissions to write ' .. key
-    .. ' (an enqueue call: nothing was stored)')
+  return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on '
+    .. key .. ' (an enqueue call: nothing was stored)')
 end
 
-if redis.acl_check_cmd then
+-- (one plain job without events writes nothing before its record: its refusal, if any, comes
+-- first, so the most common call skips the checks)
+local one = runs[1]
+local lone = total == 1 and one and one.k == 1 and one.g == '' and one.u == '' and one.bid == ''
+if redis.acl_check_cmd and not (lone and not events_on()) then
+  local no = events_on() and refused('XADD', K_EVENTS, '*', 'k', 'x')
   for _, run in ipairs(runs) do
-    local no = (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
+    no = no or (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
       or (run.bid ~= '' and run.bhome == '' and refused('ZADD', batch_key(run.bid) .. ':all', '0', 'x'))
-    if no then return no end
     for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+      if no then return no end
       no = refused('HSET', job_key(ARGV[p]), 's', 'x')
         or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
-      if no then return no end
     end
+    if no then return no end
   end
 end
 
