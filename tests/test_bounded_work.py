@@ -351,7 +351,7 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         "complete": [c.base, over, *[x for i in tail for x in (i, "t", "r", 0)]],
         "enqueue": [c.base, 1, "work", 3, -1, -1, 0, "", "", "", "", "", over]
         + [x for i in tail for x in ("n" + i, "p")],
-        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, 0, over]
+        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, 0, 0, over]
         + [x for i in tail for x in (i, "t")],
         "complete_claim": [c.base, 1, 1000, 0, "", 0, "ef", "", "", over]
         + [x for i in tail for x in (i, "t", "r", 0)],
