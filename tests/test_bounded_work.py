@@ -151,7 +151,7 @@ class Ctx:
 
 
 Row = Callable[[Ctx], Awaitable[Awaitable[Any]]]
-INFO = ["host", 1, "v", "default", 1, 0, 0, 0]
+INFO = ["host", 1, "v", "default", 1, 0, 0, 0, 0]  # ... done, failed, signs
 
 
 async def _page(c: Ctx) -> Awaitable[Any]:
@@ -351,7 +351,7 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         "complete": [c.base, over, *[x for i in tail for x in (i, "t", "r", 0)]],
         "enqueue": [c.base, 1, "work", 3, -1, -1, 0, "", "", "", "", "", over]
         + [x for i in tail for x in ("n" + i, "p")],
-        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, 0, 0, over]
+        "beat": [c.base, "w-over", 60_000, 1000, 0, *INFO, 0, over]
         + [x for i in tail for x in (i, "t")],
         "complete_claim": [c.base, 1, 1000, 0, "", 0, "ef", "", "", over]
         + [x for i in tail for x in (i, "t", "r", 0)],
@@ -381,7 +381,7 @@ async def test_a_heartbeat_renews_more_leases_than_one_call_takes(app: App) -> N
         res = await q._scripts.claim(MAX_JOBS_PER_CALL, 600_000, 0)
         assert res.jobs
         held += [(c.id, c.token) for c in res.jobs]
-    info = ["host", 1, "v", "default", 1500, 0, 0, 0]
+    info = ["host", 1, "v", "default", 1500, 0, 0, 0, 0]
     outcomes = await q._leases.beat("w-big", 60_000, 600_000, 0, info, held)
     assert outcomes == [Outcome.OK] * 1500
 

@@ -42,8 +42,9 @@ end
 
 -- an existing job (record jk) is where its state says; a queued or scheduled one found in no
 -- lane is put back (and counted in runnable / scheduled). The plain FIFO list is searched from
--- its tail (a retried enqueue's job is near it); a server that refuses LPOS (an ACL without
--- it) is trusted. Returns false when no record is left (one of the wrong type, set aside)
+-- its tail (a retried enqueue's job is near it), within the call's search budget
+-- (ready_search, lib/lanes: I13); a job beyond it, or on a server that refuses LPOS (an ACL
+-- without it), is trusted. Returns false when no record is left (one of the wrong type, set aside)
 local function in_place(id, jk)
   local r = call('HMGET', jk, 's', 'g', 'pr', 'due')
   if not r[1] then return call('EXISTS', jk) == 1 end
@@ -55,9 +56,16 @@ local function in_place(id, jk)
     local there
     if r[2] then there = call('ZSCORE', lane_key(r[2]), id)
     elseif pr ~= 0 then there = call('ZSCORE', K_PRIO, id)
+    elseif ready_search <= 0 then there = true -- this call's search budget is spent: trusted
     else
-      there = redis.pcall('LPOS', K_READY, id, 'RANK', -1)
-      if type(there) == 'table' and not string.find(there.err or '', 'WRONGTYPE', 1, true) then
+      local len = call('LLEN', K_READY)
+      there = redis.pcall('LPOS', K_READY, id, 'RANK', -1, 'MAXLEN', ready_search)
+      if type(there) == 'number' then ready_search = ready_search - (len - there)
+      elseif type(there) ~= 'table' then
+        -- not among the last ready_search places: missing only if they were all of them
+        if len > ready_search then there = true end
+        ready_search = ready_search - math.min(len, ready_search)
+      elseif not string.find(there.err or '', 'WRONGTYPE', 1, true) then
         there = true
       end
     end
