@@ -13,6 +13,10 @@ from ._batch import Chain as Chain
 from ._batchinfo import BatchInfo as BatchInfo
 from ._batchinfo import BatchItem as BatchItem
 from ._batchinfo import BatchState as BatchState
+from ._claimcheck import ClaimCheck as ClaimCheck
+from ._claimcheck import PayloadStore as PayloadStore
+from ._claimcheck import sweep_payloads as sweep_payloads
+from ._compress import Compression as Compression
 from ._context import JobContext as JobContext
 from ._context import current_job as current_job
 from ._embedded import EmbeddedServer as EmbeddedServer
@@ -43,6 +47,7 @@ from ._exceptions import ServerError as ServerError
 from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
+from ._exceptions import UnknownTask as UnknownTask
 from ._exceptions import UsageError as UsageError
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
@@ -96,7 +101,9 @@ __all__ = [
     "Call",
     "CallNext",
     "Chain",
+    "ClaimCheck",
     "ClosedError",
+    "Compression",
     "ConfigurationError",
     "CorruptRecord",
     "DecryptionFailed",
@@ -124,6 +131,7 @@ __all__ = [
     "JsonSerializer",
     "LeaseLost",
     "NotReplicated",
+    "PayloadStore",
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
@@ -147,9 +155,11 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UnknownTask",
     "UsageError",
     "Worker",
     "WorkerInfo",
     "__version__",
     "current_job",
+    "sweep_payloads",
 ]

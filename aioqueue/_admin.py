@@ -116,6 +116,19 @@ class QueueAdmin:
         check_int(minutes, 1, "minutes")
         return await throughput(self._scripts, min(minutes, 120))
 
+    async def wait_time(self) -> float | None:
+        """Seconds the longest-waiting runnable job has waited since it became due (its enqueue,
+        or its due time if it was delayed), by the server's clock: the autoscaling signal
+        beside the backlog (``counts()["queued"]``). Read from the heads of the queue's lanes
+        (the first 100 jobs in serving order), so the work is bounded; None when nothing is
+        queued."""
+        page = await self.jobs("queued", limit=100)
+        if not page.items:
+            return None
+        now_ms = await self._scripts.server_ms()
+        since = min(max(j.created_ms, j.due_ms or 0) for j in page.items)
+        return max(now_ms - since, 0) / 1000
+
     async def is_paused(self) -> bool:
         """Whether the queue is paused (``pause()`` without a group)."""
         return b"paused" in await self._scripts.queue_settings()
@@ -185,7 +198,7 @@ class QueueAdmin:
             states: tuple[str, ...] = ("queued", "scheduled", "failed", "completed", "cancelled")
             if state is not None:
                 states = (JobState(state).value,)
-            return await _chunked(lambda ids: scripts.purge_ids(ids, states), job_ids)
+            return await _chunked(lambda ids: self._purge_ids(ids, states), job_ids)
         if state is None:
             raise ConfigurationError(
                 "purge needs job ids or a state (queued, scheduled, failed, completed, cancelled)"
@@ -206,8 +219,16 @@ class QueueAdmin:
                 return await _drain(scripts, source.get(st, st.value))
         total = 0
         async for ids in self._lister(st, task, group, since=since).pages():
-            total += (await scripts.purge_ids(ids, (st.value,)))[0]
+            total += (await self._purge_ids(ids, (st.value,)))[0]
         return total
+
+    async def _purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
+        """purge.lua on these ids, then the payload-store blobs of those deleted."""
+        res = await self._scripts.purge_ids(ids, states)
+        claim = self.app.codec.claim
+        if claim is not None:
+            await claim.drop_orphans(self._scripts, self.name, ids)
+        return res
 
     async def purge_queue(self) -> dict[str, int]:
         """Delete every job of the queue that is not running (queued, scheduled, dead

@@ -22,10 +22,11 @@ from ._checks import (
     to_ms,
     to_seconds,
 )
+from ._claimcheck import ClaimCheck, PayloadStore
 from ._codec import Codec
+from ._compress import Compression
 from ._connect import adopt, connect, pool_options, resolve_url
 from ._durable import durability_setting, set_durability
-from ._encryption import encrypter_for
 from ._events import JobEvent, JobEventKind, iterate_events
 from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
@@ -37,7 +38,6 @@ from ._scheddecl import ScheduleDecorators
 from ._schedules import Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
-from ._signing import Signer
 from ._sync import SyncClient
 from ._task import Backoff, Task, check_backoff, retention_seconds
 
@@ -66,7 +66,7 @@ class App(HookDecorators, ScheduleDecorators):
         queue: the default queue of tasks that name none.
         serializer: ``"json"`` (default), ``"pickle"`` (explicit opt-in: unsafe if anyone
             untrusted can write to Redis), or a Serializer object.
-        max_payload_bytes: refuse arguments that serialise to more than this (0: no limit).
+        max_payload_bytes: refuse arguments over this once serialised and compressed (0: none).
         lease: seconds a consumer holds a job before it is handed out again (workers renew it
             while the job runs).
         heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
@@ -91,9 +91,10 @@ class App(HookDecorators, ScheduleDecorators):
         verify_keys: more keys accepted when verifying (key rotation; docs/security.md).
         encryption_key: encrypt payloads and results, AES-GCM (``aioqueue[encryption]``); a list
             rotates keys as for signing_key (docs/security.md).
+        compression: compress large values: ``"zstd"``, ``"lz4"``, a ``Compression`` (tasks.md).
+        payload_store: claim-check large payloads: a ``PayloadStore`` or a ``ClaimCheck``.
         allow_unsigned_pickle: let ``serializer="pickle"`` run without a ``signing_key``
-            (refused otherwise: unsigned pickle is code execution for anyone who can write
-            to Redis).
+            (refused otherwise: unsigned pickle is code execution for whoever writes to Redis).
         redis_options: extra keyword arguments for ``redis.asyncio.Redis.from_url``.
         wait_replicas: durability mode (docs/scaling.md): after each enqueue and each
             completion, wait until this many replicas acknowledged the write (``WAIT``);
@@ -130,6 +131,8 @@ class App(HookDecorators, ScheduleDecorators):
         signing_key: str | bytes | Sequence[str | bytes] | None = None,
         verify_keys: Sequence[str | bytes] = (),
         encryption_key: str | bytes | Sequence[str | bytes] | None = None,
+        compression: str | Compression | None = None,
+        payload_store: PayloadStore | ClaimCheck | None = None,
         allow_unsigned_pickle: bool = False,
         redis_options: Mapping[str, Any] | None = None,
         wait_replicas: int = 0,
@@ -164,21 +167,16 @@ class App(HookDecorators, ScheduleDecorators):
             raise ConfigurationError("socket_timeout must be at least 1 s")
         self.socket_timeout = st
         self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
-        signer = None if signing_key is None else Signer(signing_key, verify_keys, self.prefix)
-        if verify_keys and signing_key is None:
-            raise ConfigurationError("verify_keys needs a signing_key")
+        #: how job records are encoded and decoded (arguments, options, results, errors)
+        keys = (signing_key, verify_keys, encryption_key)
+        self.codec = Codec.of(self, keys, compression, payload_store)
         pickled = isinstance(self.serializer, PickleSerializer)
-        if pickled and signer is None and not allow_unsigned_pickle:
+        if pickled and self.codec.signer is None and not allow_unsigned_pickle:
             raise ConfigurationError(
                 "serializer='pickle' without a signing_key lets anyone who can write to "
                 "Redis run code in your workers and producers: give signing_key=..., or "
                 "allow_unsigned_pickle=True if only trusted code can reach Redis"
             )
-        #: how job records are encoded and decoded (arguments, options, results, errors)
-        self.codec = Codec(
-            self.serializer, signer, self.max_payload_bytes, self.result_ttl_default_ms
-        )
-        self.codec.encrypter = encrypter_for(encryption_key, self.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()

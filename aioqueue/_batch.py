@@ -135,6 +135,8 @@ class Chain(Generic[R]):
                     member = homes[k]._keys.base + member
                 pipeline.append(scripts.batch_add_call(bids[k], [member]))
             pipeline.append(scripts.batch_seal_call(bids[k]))
+        for q, job_id in zip(homes, ids, strict=True):
+            await q._put_blobs((job_id,))
         await homes[-1]._scripts.run_many(pipeline)
         return Job(homes[-1], ids[-1])
 
@@ -168,6 +170,7 @@ class Batch(Generic[R]):
             raise ConfigurationError(f"batch {self.id!r} is sealed or finished; it takes no jobs")
         opts = await _batch_opts(self)
         jobs, pipeline = _plan(self, list(calls), opts)
+        await _put_blobs(jobs)
         await self.queue._scripts.run_many(pipeline)
         return jobs
 
@@ -294,6 +297,12 @@ def _member_job(home: Queue, member: str) -> Job[Any]:
         name, _, job_id = member[len(lead) :].partition("}:")
         return Job(app.queue(name), job_id)
     return Job(home, member)
+
+
+async def _put_blobs(jobs: Iterable[Job[Any]]) -> None:
+    """Put the claim-checked payloads of sub-jobs before their records (``_claimcheck.py``)."""
+    for job in jobs:
+        await job._queue._put_blobs((job.id,))
 
 
 async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
@@ -425,9 +434,12 @@ async def open_batch(
             bid, on_failure, ttl_ms, own_group or "", concurrency, priority, callback_record
         )
     ]
+    if callback_record is not None:
+        await home._put_blobs((callback_record.id,))
     if calls is not None:
         opts = {"group": own_group, "priority": priority}
-        _, more = _plan(batch, list(calls), opts)
+        members, more = _plan(batch, list(calls), opts)
+        await _put_blobs(members)
         pipeline += more
         pipeline.append(scripts.batch_seal_call(bid))
     await scripts.run_many(pipeline)

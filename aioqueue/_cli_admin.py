@@ -31,6 +31,7 @@ from ._cli_show import jobs as show_jobs
 from ._cli_show import queue_of
 from ._cli_show import workers as show_workers
 from ._exceptions import AioQueueError, ConfigurationError, JobNotFound
+from ._tasktable import lookup
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 STATES = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
@@ -222,10 +223,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--args", type=_json_value(list), default=[], help="JSON list")
     p.add_argument("--kwargs", type=_json_value(dict), default={}, help="JSON object")
     p.add_argument("--delay", type=_number(0), help="seconds")
-    p.add_argument("--priority", type=_number(-100, integer=True), default=0)
+    p.add_argument("--priority", type=_number(-100, integer=True), help="(the task's)")
     p.add_argument("--group", help="fairness group")
     p.add_argument("--job-id", help="the job's id (default: a new one)")
-    p.add_argument("--max-attempts", type=_number(1, integer=True))
+    p.add_argument("--max-attempts", type=_number(1, integer=True), help="(the task's)")
+    p.add_argument("--force", action="store_true", help="even if no live worker knows TASK")
 
 
 def _paging(p: argparse.ArgumentParser, order: str = "--newest-first") -> None:
@@ -442,16 +444,27 @@ def _given(args: argparse.Namespace) -> set[str]:
 
 
 async def _enqueue(app: App, args: argparse.Namespace) -> int:
-    await check_signing(app, queue_of(app, args).name, "enqueue")
-    job = await queue_of(app, args).enqueue(
+    queue = queue_of(app, args)
+    await check_signing(app, queue.name, "enqueue")
+    found = await lookup(queue._scripts, queue.name, args.task)
+    if found.unknown and not args.force:
+        raise UsageError(found.message() + " (--force enqueues it anyway)")
+    if not found.live:
+        print(
+            f"aioqueue: warning: no live worker serves queue {queue.name!r} (the task name is "
+            "not checked; the job waits for a worker)",
+            file=sys.stderr,
+        )
+    job = await queue.enqueue(
         args.task,
         args.args,
         args.kwargs,
         delay=args.delay,
-        priority=int(args.priority),
+        priority=None if args.priority is None else int(args.priority),
         group=args.group,
         job_id=args.job_id,
         max_attempts=None if args.max_attempts is None else int(args.max_attempts),
+        allow_unknown=True,
     )
     if args.json:
         emit_json({"queue": args.queue, "action": "enqueue", "id": job.id})

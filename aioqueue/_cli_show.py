@@ -24,6 +24,15 @@ def queue_of(app: App, args: argparse.Namespace) -> Queue:
     return app.queue(args.queue)
 
 
+def _cell(key: str, value: Any) -> Any:
+    """An info row's value as the table shows it."""
+    if key == "paused":
+        return "yes" if value else ""
+    if key == "wait_s":
+        return "-" if value is None else f"{value:.1f}s"
+    return value
+
+
 async def info(app: App, args: argparse.Namespace) -> int:
     names = [args.queue] if args.queue else await known_queues(app.redis, app.prefix)
     rows = []
@@ -38,6 +47,8 @@ async def info(app: App, args: argparse.Namespace) -> int:
                 "queue": name,
                 **counts,
                 "paused": await q.is_paused(),
+                # the autoscaling signals: the backlog is "queued", and how long its head waits
+                "wait_s": await q.wait_time(),
                 "groups": len(await q.groups(limit=10_000)),
                 "workers": sum(1 for w in workers if w.alive),
                 "completed_1h": tp.completed,
@@ -54,16 +65,11 @@ async def info(app: App, args: argparse.Namespace) -> int:
     if not rows:
         echo(f"no queues under prefix {app.prefix!r}")
         return EXIT_OK
-    headers = ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED", "DONE/1H", "FAILED/1H"]
-    headers += ["DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED"]
-    keys = ["queue", "scheduled", "queued", "active", "failed", "completed_1h", "failed_1h"]
-    keys += ["completed_per_min_5m", "groups", "workers", "paused"]
-    echo(
-        table(
-            headers,
-            [[r[k] if k != "paused" else ("yes" if r[k] else "") for k in keys] for r in rows],
-        )
-    )
+    headers = ["QUEUE", "SCHEDULED", "QUEUED", "WAIT", "ACTIVE", "FAILED", "DONE/1H"]
+    headers += ["FAILED/1H", "DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED"]
+    keys = ["queue", "scheduled", "queued", "wait_s", "active", "failed", "completed_1h"]
+    keys += ["failed_1h", "completed_per_min_5m", "groups", "workers", "paused"]
+    echo(table(headers, [[_cell(k, r[k]) for k in keys] for r in rows]))
     if schedules:
         echo("")
         echo(schedule_table(schedules, time.time()))

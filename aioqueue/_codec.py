@@ -7,16 +7,36 @@ the worker and the pull API, so a corrupt value is judged the same way wherever 
 from __future__ import annotations
 
 import traceback as tb
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._claimcheck import (
+    ClaimCheck,
+    ClaimChecker,
+    MissingPayload,
+    PayloadStore,
+    check_blob,
+    is_reference,
+    job_key,
+)
+from ._compress import Compression, CompressionError, Compressor, decompressed_cap
 from ._encryption import FAMILY as ENCRYPTED
-from ._encryption import Encrypter
-from ._exceptions import BadSignature, DecryptionFailed, SerializationError
+from ._encryption import Encrypter, encrypter_for
+from ._exceptions import (
+    BadSignature,
+    ConfigurationError,
+    CorruptRecord,
+    DecryptionFailed,
+    PayloadTooLarge,
+    SerializationError,
+)
 from ._job import ErrorInfo
 from ._serialize import JsonSerializer, Serializer, dumps_checked
 from ._signing import FAMILY, SignedResult, Signer, carried
+
+if TYPE_CHECKING:
+    from ._app import App
 
 #: the option naming the batch a sub-job belongs to (home queue, batch id); see Codec.member_options
 MEMBER_OPTION = "member"
@@ -24,6 +44,8 @@ MEMBER_OPTION = "member"
 #: by a producer with tracing on: aioqueue.otel); set by ``load_job`` only when there is one,
 #: in the reading task's context (a worker runs each job in a task of its own)
 carried_trace: ContextVar[str | None] = ContextVar("aioqueue_carried_trace", default=None)
+#: a key option's value: one key, or a list for rotation (the first writes)
+Key = str | bytes | Sequence[str | bytes]
 
 
 class Unrunnable(Exception):
@@ -57,6 +79,8 @@ class Codec:
     """
 
     __slots__ = (
+        "claim",
+        "compressor",
         "encrypter",
         "json",
         "max_payload_bytes",
@@ -84,6 +108,33 @@ class Codec:
         #: each job made, the W3C traceparent to carry in its payload, signed with it; None
         #: (the default): payloads carry none
         self.trace: Callable[[str, str, str], str | None] | None = None
+        #: compression of payloads and results (``_compress.py``): off unless configured, but
+        #: always able to read a compressed value (within the cap)
+        self.compressor = Compressor(None, decompressed_cap(max_payload_bytes))
+        #: claim-check of large payloads (``_claimcheck.py``), with App(payload_store=...)
+        self.claim: ClaimChecker | None = None
+
+    @classmethod
+    def of(
+        cls,
+        app: App,
+        keys: tuple[Key | None, Sequence[str | bytes], Key | None],
+        compression: str | Compression | None,
+        payload_store: PayloadStore | ClaimCheck | None,
+    ) -> Codec:
+        """The codec of ``app`` with these settings (see App's arguments): ``keys`` are its
+        ``signing_key``, ``verify_keys`` and ``encryption_key``."""
+        signing_key, verify_keys, encryption_key = keys
+        if verify_keys and signing_key is None:
+            raise ConfigurationError("verify_keys needs a signing_key")
+        signer = None if signing_key is None else Signer(signing_key, verify_keys, app.prefix)
+        codec = cls(app.serializer, signer, app.max_payload_bytes, app.result_ttl_default_ms)
+        codec.encrypter = encrypter_for(encryption_key, app.prefix)
+        cap = decompressed_cap(app.max_payload_bytes)
+        codec.compressor = Compressor(compression, cap)
+        if payload_store is not None:
+            codec.claim = ClaimChecker(payload_store, app.prefix)
+        return codec
 
     # ------------------------------------------------------------------ arguments
     def dump_args(
@@ -102,30 +153,45 @@ class Codec:
             parent = self.trace(queue, job_id, task)
             if parent:  # [args, kwargs, meta]: read by workers of this release on, tracing or not
                 value.append({"traceparent": parent})
-        data = dumps_checked(self.serializer, value, self.max_payload_bytes, "job arguments")
+        data = self.compressor.compress(dumps_checked(self.serializer, value, 0, "job arguments"))
+        check_size(data, self.max_payload_bytes, "job arguments")
         return self._seal_payload(queue, job_id, task, options, data)
 
     def _seal_payload(
         self, queue: str, job_id: str, task: str, options: bytes, data: bytes
     ) -> bytes:
-        """Serialised arguments as stored: encrypted (if on), then signed (if on)."""
+        """Serialised (and compressed) arguments as stored: encrypted (if on), kept in the
+        payload store with a reference in their place (if on, and over its threshold), then
+        signed (if on)."""
         if self.encrypter is not None:
             data = self.encrypter.seal_payload(queue, job_id, task, options, data)
+        if self.claim is not None:
+            data = self.claim.dump(queue, job_id, data)
         if self.signer is None:
             return data
         return self.signer.sign_payload(queue, job_id, task, options, data)
 
     def _open_payload(
-        self, queue: str, job_id: str, task: str, options: bytes, payload: bytes
+        self,
+        queue: str,
+        job_id: str,
+        task: str,
+        options: bytes,
+        payload: bytes,
+        blob: bytes | None = None,
     ) -> bytes:
-        """The serialised arguments of a stored payload: its signature checked (if on), then
-        decrypted (if on); nothing else is read from it before.
+        """The serialised (maybe compressed) arguments of a stored payload: its signature
+        checked (if on), its blob taken in place of its reference (if it has one: ``blob``,
+        read from the payload store, checked against the reference), then decrypted (if on);
+        nothing else is read from it before.
 
         Raises:
             BadSignature: signing is on and the payload or options are unsigned or forged.
             DecryptionFailed: encrypted and not decryptable here, or not encrypted though
                 encryption is on.
-            Unrunnable: ``CorruptPayload``, signed but this App has no signing key.
+            Unrunnable: ``CorruptPayload``, signed but this App has no signing key;
+                ``MissingPayload``/``TamperedPayload``, a reference whose blob is missing or
+                not the one enqueued.
         """
         if self.signer is not None:
             payload = self.signer.verify_payload(queue, job_id, task, options, payload)
@@ -133,6 +199,16 @@ class Codec:
             raise Unrunnable(
                 "CorruptPayload", "the payload is signed, but this App has no signing_key"
             )
+        if is_reference(payload):
+            if self.claim is None:
+                raise Unrunnable(
+                    "MissingPayload",
+                    "the payload is in a payload store, but this App has no payload_store",
+                )
+            try:
+                payload = check_blob(payload, job_key(self.claim.prefix, queue, job_id), blob)
+            except MissingPayload as exc:
+                raise Unrunnable(exc.kind, str(exc)) from None
         if self.encrypter is not None:
             return self.encrypter.open_payload(queue, job_id, task, options, payload)
         if payload.startswith(ENCRYPTED):
@@ -158,17 +234,26 @@ class Codec:
         return args, kwargs
 
     def load_job(
-        self, queue: str, job_id: str, task: str, payload: bytes, options: bytes
+        self,
+        queue: str,
+        job_id: str,
+        task: str,
+        payload: bytes,
+        options: bytes,
+        blob: bytes | None = None,
     ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
         """A leased job's arguments and options, as a worker and the pull API read them: with
-        signing on, nothing is decoded before payload and options are verified together.
+        signing on, nothing is decoded before payload and options are verified together
+        (``blob``: its payload from the payload store, when its record holds a reference).
 
         Raises:
             BadSignature: signing is on and the payload or options are unsigned or forged.
             DecryptionFailed: it cannot be decrypted here (see ``_open_payload``).
-            Unrunnable: ``CorruptPayload``, the payload or the options cannot be decoded.
+            Unrunnable: ``CorruptPayload``, the payload or the options cannot be decoded;
+                ``CompressionUnavailable``, ``DecompressionBomb``, ``MissingPayload``,
+                ``TamperedPayload``: see ``decompress`` and ``_open_payload``.
         """
-        payload = self._open_payload(queue, job_id, task, options, payload)
+        payload = self.decompress(self._open_payload(queue, job_id, task, options, payload, blob))
         try:
             value = self.serializer.loads(payload)
             if (
@@ -230,6 +315,7 @@ class Codec:
         """The stored form of a job's result; with signing on, signed for the job (``queue``,
         ``job_id``, ``task``) and for the batch its verified ``options`` name, if any."""
         data = dumps_checked(self.serializer, value, 0, "the job's result")
+        data = self.compressor.compress(data)
         return self._seal_result(queue, job_id, task, _member_of(options or {}), data)
 
     def _seal_result(
@@ -273,6 +359,8 @@ class Codec:
                 not made for ``batch``; or signing is off and the result is signed.
             DecryptionFailed: it cannot be decrypted here (with encryption on: not encrypted,
                 another key, tampered or another job's; without: encrypted).
+            CorruptRecord: it is compressed and cannot be inflated here (its codec is not
+                installed, it would pass the cap, or it is not a valid frame).
         """
         opened = self._open_result(queue, job_id, data)
         if opened is not None:
@@ -282,12 +370,36 @@ class Codec:
                     f"of queue {batch[0]!r}"
                 )
             data = opened.data
+        try:
+            data = self.compressor.decompress(data)
+        except CompressionError as exc:
+            raise CorruptRecord(job_id, "result", f"{exc.kind}: {exc}") from None
         if not data:
             return None
         try:
             return self.serializer.loads(data)
         except RecursionError as exc:  # nested deeper than the decoder goes
             raise SerializationError(f"cannot read the result: {exc}") from exc
+
+    def decompress(self, data: bytes) -> bytes:
+        """A serialised value as it was before compression (as it is when not compressed).
+
+        Raises:
+            Unrunnable: ``CompressionUnavailable`` (its codec is not installed here),
+                ``DecompressionBomb`` (it would inflate past the cap), ``CorruptPayload``.
+        """
+        try:
+            return self.compressor.decompress(data)
+        except CompressionError as exc:
+            raise Unrunnable(exc.kind, str(exc)) from None
+
+    async def fetch_blob(self, queue: str, job_id: str, payload: bytes) -> bytes | None:
+        """The blob of a stored payload that holds a reference, from the payload store (None:
+        no reference, no store here, or the store has no blob; ``load_job`` then says why).
+        Read before the reference is verified, used only after."""
+        if self.claim is None or not is_reference(carried(payload, False)):
+            return None
+        return await self.claim.fetch(queue, job_id)
 
     # ------------------------------------------------------------------ rekey
     def rekey_payload(
@@ -359,6 +471,16 @@ def _verifies(verify: Callable[..., object], *args: Any) -> bool:
     except BadSignature:
         return False
     return True
+
+
+def check_size(data: bytes, limit: int, what: str) -> None:
+    """Refuse ``data`` (serialised and compressed, as stored) over ``limit`` bytes (0: none)."""
+    if limit and len(data) > limit:
+        raise PayloadTooLarge(
+            f"{what} take {len(data):,} bytes (serialised, compressed), over the limit of "
+            f"{limit:,} (App(max_payload_bytes=...)); store large data elsewhere and pass a "
+            "reference, or use App(payload_store=...)"
+        )
 
 
 def corrupt(exc: Exception) -> Unrunnable:

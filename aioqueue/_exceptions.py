@@ -67,6 +67,13 @@ class ClosedError(UsageError, RuntimeError):
     """Raised when an App or a worker is used before it was opened or after it was closed."""
 
 
+class UnknownTask(UsageError, LookupError):
+    """Raised by enqueue by name (``Queue.enqueue``, ``enqueue_by_name``) when live workers
+    serve the queue and none of them declared a task of that name (a typo, or a task of
+    another project); the message suggests close names. ``allow_unknown=True`` enqueues it
+    anyway (a task only the next deploy brings)."""
+
+
 class SerializationError(UsageError, TypeError):
     """Raised by ``enqueue`` when the arguments cannot be serialised, and by a worker when a
     result cannot be (the job then fails with this error)."""

@@ -35,6 +35,8 @@ Worker registry (see lua/lib/workers.lua and lua/beat.lua)::
                                            (last beat ms), done, failed, ln and sn (lease
                                            ordinals given and started); expires
     <prefix>:{<queue>}:worker:<wid>:jobs  SET  the jobs leased to that worker
+    <prefix>:{<queue>}:tasks        HASH   task name -> "<wid> <wid>...\n<defaults JSON>": the
+                                           task table (lua/tasks.lua, _tasktable.py)
 
 Quality of service (see lua/lib/lanes.lua and lua/lib/leasing.lua for how claim uses them)::
 

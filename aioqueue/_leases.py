@@ -36,14 +36,16 @@ class Leases:
         self.codec = app.codec
         self.dead_ttl_ms = app.dead_ttl_ms
 
-    def decode(self, c: Claimed) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
-        """A leased job's arguments and options.
+    def decode(
+        self, c: Claimed, blob: bytes | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+        """A leased job's arguments and options (``blob``: its claim-checked payload).
 
         Raises:
             BadSignature: signing is on and the payload or options are unsigned or forged.
             Unrunnable: ``CorruptPayload``, the record cannot be decoded.
         """
-        return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options)
+        return self.codec.load_job(self.name, c.id, c.task, c.payload, c.options, blob)
 
     async def claim(
         self,
@@ -66,9 +68,11 @@ class Leases:
         started: Started = None,
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Finish ``acks`` and lease up to ``n`` jobs in one round trip."""
-        return await self.scripts.complete_claim(
+        res = await self.scripts.complete_claim(
             acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started
         )
+        self._completed(acks, res[1])
+        return res
 
     async def beat(
         self,
@@ -96,7 +100,19 @@ class Leases:
 
     async def complete(self, acks: Sequence[tuple[str, str, bytes, int]]) -> list[Outcome]:
         """Finish jobs: (id, token, result, result_ttl_ms) each."""
-        return await self.scripts.complete(acks)
+        outcomes = await self.scripts.complete(acks)
+        self._completed(acks, outcomes)
+        return outcomes
+
+    def _completed(
+        self, acks: Sequence[tuple[str, str, bytes, int]], outcomes: list[Outcome]
+    ) -> None:
+        """Delete the claim-checked payloads of the jobs now completed (``_claimcheck.py``)."""
+        claim = self.codec.claim
+        if claim is not None and claim.fetched:
+            done = (Outcome.OK, Outcome.FORWARD)
+            ok = [a[0] for a, o in zip(acks, outcomes, strict=False) if o in done]
+            claim.completed(self.name, ok)
 
     async def fail(
         self,
@@ -108,6 +124,8 @@ class Leases:
     ) -> Outcome:
         """Record a failed attempt with its error (see ``FailMode``)."""
         err = self.codec.dump_error(error)
+        if self.codec.claim is not None:  # not completed: its blob stays (_claimcheck.py)
+            self.codec.claim.forget(self.name, job_id)
         return await self.scripts.fail(job_id, token, err, mode, self.dead_ttl_ms, delay_ms)
 
     async def release(

@@ -30,12 +30,14 @@ from ._limits import MAX_JOBS_PER_CALL
 from ._queuereg import declare_queues
 from ._record import Claimed
 from ._scripts import FailMode, Outcome
+from ._tasktable import REFRESH, declared_table, register, strangers, warn_strangers
 from ._version import __version__
 
 if TYPE_CHECKING:
     from ._app import App
     from ._observe import WorkerObserver
     from ._runner import Ack, Failure
+    from ._schedules import Scheduler
     from ._worker import _Running
 
 # the worker's logger: what its loops log is the worker's, for those who filter on it
@@ -64,6 +66,9 @@ class WorkerLoops:
     _beat_ok: dict[str, float]
     _started_ms: int
     metrics: WorkerObserver | None
+    scheduler: Scheduler | None
+    #: when (loop time) this worker last wrote its task table on its queues
+    _tables_at: float = 0.0
 
     def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
         raise NotImplementedError
@@ -120,11 +125,17 @@ class WorkerLoops:
                     logger.exception("forwarding batch outcomes failed; going on")
 
     async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._finished:
             await asyncio.sleep(self._beat_s)
             for qs in self._queues:
+                before = self._beat_ok.get(qs.queue.name, 0.0)
                 await self._renew(qs)
+                if self._beat_ok.get(qs.queue.name, 0.0) - before > self._period_ms / 1000:
+                    self._tables_at = 0.0  # back after its deadline: maybe dropped meanwhile
             await self._declare()
+            if loop.time() - self._tables_at > REFRESH:  # once a minute, not every beat
+                await self._declare_tasks()
 
     async def _declare(self) -> None:
         """Name this worker's queues in the registry of real queues (``_queuereg``)."""
@@ -132,6 +143,48 @@ class WorkerLoops:
             await declare_queues(self.app.redis, self.app.prefix, self.queue_names)
         except TRANSIENT as exc:  # bookkeeping (an ACL without its commands too): go on
             logger.warning("could not record the queues in the registry: %s", exc)
+
+    async def _register(self) -> None:
+        """Before the first claim: register on every queue (only a registered worker is handed
+        jobs it can get back if it dies), declare the tasks it serves, warn about jobs of
+        tasks it does not know, and store the schedules declared in code (so that even a
+        burst worker that finds nothing to do stores them before it exits)."""
+        for qs in self._queues:
+            await self._renew(qs)
+        await self._declare_tasks()
+        for qs in self._queues:
+            try:
+                found = await strangers(qs.queue._scripts, set(self.app.tasks))
+            except TRANSIENT as exc:
+                logger.debug("queue %s: could not sample its jobs: %r", qs.queue.name, exc)
+                continue
+            warn_strangers(qs.queue.name, found, self.app.prefix)
+        if self.scheduler is not None:
+            try:
+                await self.scheduler.sync()
+            except Exception as exc:  # the scheduler's loop tries again (and logs it)
+                logger.warning("could not store the declared schedules yet: %r", exc)
+
+    async def _declare_tasks(self) -> None:
+        """Write the tasks this worker serves, with their declared defaults, in each queue's
+        task table (``_tasktable.py``)."""
+        self._tables_at = asyncio.get_running_loop().time()
+        table = declared_table(self.app)
+        for qs in self._queues:
+            try:
+                await register(qs.queue._scripts, self.id, table)
+            except TRANSIENT as exc:
+                logger.warning("queue %s: could not declare its tasks: %r", qs.queue.name, exc)
+                self._tables_at = 0.0  # again at the next heartbeat
+
+    async def _leave_registry(self) -> None:
+        """Leave each queue's worker registry (a worker that cannot is buried later)."""
+        for qs in self._queues:
+            try:
+                async with asyncio.timeout(5.0):
+                    await qs.leases.beat(self.id, 0, self._lease_ms, qs.started, self._info(), [])
+            except (TimeoutError, *TRANSIENT) as exc:
+                logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
 
     async def _renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
@@ -176,6 +229,18 @@ class WorkerLoops:
                 why = Unrunnable("Cancelled", "cancelled before it ran")
                 self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
         self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
+
+    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
+        # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
+        # can, on Python 3.11) must not keep the worker from stopping
+        self._finished = True
+        for t in helpers:
+            t.cancel()
+        _, pending = await asyncio.wait(helpers, timeout=1.0)
+        for t in pending:
+            t.cancel()
+        if pending:
+            logger.debug("%d background loops did not stop in time; leaving them", len(pending))
 
     async def _reap_loop(self) -> None:
         interval = max(self.app.lease / 2, 0.05)

@@ -229,6 +229,7 @@ SCRIPTS: Final = {
         ("peek", "core"),
         ("progress", "core events"),
         ("rekey", "core"),
+        ("tasks", "core"),
     )
 }
 
@@ -468,16 +469,18 @@ async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
 
 
 async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) -> list[str]:
-    """The queues under ``prefix`` that have counters (every queue that was ever used), found
-    with SCAN: O(keys in the database), for an operator's ``info`` without ``-q``."""
+    """The queues under ``prefix`` that have counters (every queue that was ever used) or a
+    worker registry (a queue a worker consumes before its first job), found with SCAN: O(keys
+    in the database), for an operator's ``info`` without ``-q``."""
     head = f"{prefix}:{{"
     names: set[str] = set()
 
     async def scan() -> None:
-        async for key in client.scan_iter(match=f"{prefix}:{{*}}:stats", count=1000):
+        async for key in client.scan_iter(match=f"{prefix}:{{*}}:[sw][to][ar][tk]*", count=1000):
             raw = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
-            if raw.startswith(head) and raw.endswith("}:stats"):
-                names.add(raw[len(head) : -len("}:stats")])
+            tail = next((t for t in ("}:stats", "}:workers") if raw.endswith(t)), None)
+            if raw.startswith(head) and tail is not None:
+                names.add(raw[len(head) : -len(tail)])
                 if len(names) >= limit:
                     return
 

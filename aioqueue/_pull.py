@@ -151,9 +151,17 @@ class QueuePull:
     async def _decode(self, leases: Leases, c: Claimed) -> Reservation | None:
         """A leased job as a Reservation, its arguments read by its task's type hints if this
         App has the task; one that cannot be decoded is dead-lettered with the reason
-        (``CorruptPayload``, ``InvalidArguments`` or ``BadSignature``, as a worker would)."""
+        (``CorruptPayload``, ``InvalidArguments`` or ``BadSignature``, as a worker would).
+        A claim-checked payload is read from the payload store first; if the store fails,
+        the job is released (its attempt given back) for a later reserve, and left out."""
         try:
-            args, kwargs, options = leases.decode(c)
+            blob = await leases.codec.fetch_blob(self.name, c.id, c.payload)
+        except Exception as exc:
+            logger.warning("job %s: the payload store failed (%r); released", c.id, exc)
+            await leases.release([(c.id, c.token)])
+            return None
+        try:
+            args, kwargs, options = leases.decode(c, blob)
             task = self.app.tasks.get(c.task)  # its hints, when this App has the task
             decode = None if task is None else task.args_decoder
             if decode is not None:

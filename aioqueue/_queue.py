@@ -5,7 +5,7 @@ the operator's methods from ``QueueAdmin`` in ``_admin``."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,6 +39,7 @@ from ._registry import WorkerInfo, read_workers
 from ._rekey import RekeyReport
 from ._rekey import rekey as rekey_queue
 from ._scripts import QueueScripts
+from ._tasktable import Declared, Known, lookup
 from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         self._scripts_obj: QueueScripts | None = None
         self._leases_obj: Leases | None = None
         self._coalescer_obj: Coalescer | None = None
+        self._known = Known()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
@@ -100,7 +102,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         delay: float | timedelta | None = None,
         at: datetime | float | None = None,
         job_id: str | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         group: str | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
@@ -111,11 +113,18 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         unique_for: float | timedelta | None = None,
         unique_scope: UniqueScope | None = None,
         on_conflict: OnConflict | None = None,
+        allow_unknown: bool = False,
     ) -> Job[Any]:
         """Enqueue a job by task name, for producers that do not import the task's code.
 
-        The worker checks the name; an unknown one is dead-lettered with the reason. The
-        options are those of ``Task.options``.
+        The options are those of ``Task.options``. Those not given (``max_attempts``,
+        ``priority``) are the task's as its live workers declared them (docs/tasks.md).
+
+        Raises:
+            UnknownTask: live workers serve this queue and none declared the task (the message
+                suggests close names); ``allow_unknown=True`` enqueues it anyway (a worker
+                that does not know it hands it back, then dead-letters it). With no live
+                worker on the queue, the job is enqueued without a check.
         """
         spec = unique_options(
             unique,
@@ -142,10 +151,15 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         if expires is not None:
             key, value = expiry_option(expires)
             extra[key] = value
+        known = await self._declared(task, allow_unknown)
+        if max_attempts is None:
+            max_attempts = self.app.max_attempts if known is None else known.max_attempts
+        if priority is None:
+            priority = 0 if known is None else known.priority
         codec = self.app.codec
         template = Template(
             task,
-            check_attempts(max_attempts if max_attempts is not None else self.app.max_attempts),
+            check_attempts(max_attempts),
             -1 if delay is None else to_ms(delay, "delay"),
             -1 if at is None else at_to_ms(at),
             check_priority(priority),
@@ -167,6 +181,14 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
             return (await enqueue_unique(self, [record()], spec, record))[0]
         return (await self._enqueue([record()]))[0]
 
+    async def _declared(self, task: str, allow_unknown: bool) -> Declared | None:
+        """The defaults live workers declared for ``task`` (``_tasktable.py``)."""
+        known = self._known.get(task)
+        if known is None:
+            known = (await lookup(self._scripts, self.name, task)).check(allow_unknown)
+            self._known.put(task, known)
+        return known
+
     async def _enqueue(
         self, jobs: Sequence[JobRecord], convert: Convert | None = None
     ) -> list[Job[Any]]:
@@ -182,7 +204,15 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
             await self._store(jobs)
         return [Job(self, job.id, convert) for job in jobs]
 
+    async def _put_blobs(self, ids: Iterable[str]) -> None:
+        """Put the claim-checked payloads of these jobs in the payload store, before their
+        records are stored (``_claimcheck.py``)."""
+        claim = self.app.codec.claim
+        if claim is not None and claim.pending:
+            await claim.flush(self.name, ids)
+
     async def _store(self, jobs: Sequence[JobRecord]) -> None:
+        await self._put_blobs(j.id for j in jobs)
         # one job shares the round trip of the others enqueued meanwhile (_coalesce.py)
         if len(jobs) == 1:
             await self._coalescer.enqueue(jobs[0])
@@ -196,6 +226,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         (the fast path of ``enqueue_many``)."""
         if not pairs:
             return []
+        await self._put_blobs(pairs[::2])
         hooks = self.app.hooks
         if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
             event = hooks.before(self.name, template.task, tuple(pairs[::2]))

@@ -73,10 +73,16 @@ class Runner:
             named = bool(c.task) and "\ufffd" not in c.task
             return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
         batch: Batch[Any] | None = None
+        try:  # a claim-checked payload's blob (_claimcheck.py); the store's trouble: a retry
+            blob = await app.codec.fetch_blob(leases.name, c.id, c.payload)
+        except Exception as exc:
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
         try:
             # everything read from the record is checked here: garbage dead-letters the job
             # with signing on, payload and options are verified together before either is used
-            args, kwargs, opts = app.codec.load_job(leases.name, c.id, c.task, c.payload, c.options)
+            args, kwargs, opts = app.codec.load_job(
+                leases.name, c.id, c.task, c.payload, c.options, blob
+            )
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
             ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
             if "batch" in opts:  # a batch's callback (or a chain's second step)

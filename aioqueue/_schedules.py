@@ -328,6 +328,8 @@ class Scheduler:
             if queue in self.queues:
                 scripts = self.app.queue(queue)._scripts
                 await self._contained(scripts, store(scripts, spec, self.app.codec.signer))
+        if not self._resync:  # (a worker's startup stores them too: the loop need not again)
+            self._synced_at = asyncio.get_running_loop().time()
 
     async def _contained(self, scripts: QueueScripts, call: Awaitable[T]) -> T | None:
         """``call``'s answer; None when a schedule key of the wrong type refused it: the key
@@ -407,6 +409,7 @@ class Scheduler:
         job, run_at = None, -1
         if fire is not None:
             job = self._job(spec, fire)
+            await self.app.queue(spec.queue)._put_blobs((job.id,))
             if spec.jitter_ms:
                 run_at = fire + spec.jitter_for(fire)
         _, outcome = await scripts.schedule_tick(spec.name, tick, after, job, run_at)

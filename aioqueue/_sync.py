@@ -23,6 +23,7 @@ import redis
 import redis.exceptions as rexc
 from redis.retry import Retry
 
+from . import _tasktable as tasktable
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
 from ._cluster import is_cluster
 from ._connect import blocking_client
@@ -164,15 +165,24 @@ class SyncClient:
         task: str,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        *,
+        allow_unknown: bool = False,
     ) -> SyncJob[Any]:
         """Enqueue a job by task name, for producers that do not import the task's code (see
-        ``Queue.enqueue``; per-job options are not offered here: give the task its own)."""
+        ``Queue.enqueue``: the task's declared defaults, ``UnknownTask`` unless
+        ``allow_unknown``; per-job options are not offered here: give the task its own)."""
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, not {task!r}")
         if not isinstance(args, list | tuple):
             raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
-        template = Template(task, check_attempts(self.app.max_attempts), -1, -1, 0, "")
         queue = self._target(queue, JobOptions(), task)
+        door = self._door(queue)
+        reply = door._run("tasks", tasktable.get_args(door.base, task))
+        known = tasktable.parse(queue, task, reply).check(allow_unknown)
+        attempts, priority = (
+            (self.app.max_attempts, 0) if known is None else (known.max_attempts, known.priority)
+        )
+        template = Template(task, check_attempts(attempts), -1, -1, priority, "")
         job_id = new_job_id()
         payload = self.app.codec.dump_args(
             queue, job_id, task, tuple(args), dict(kwargs or {}), template.options
@@ -196,6 +206,9 @@ class SyncClient:
         return on_shard(sharded, opts, task, args, kwargs or {}).queue or queue
 
     def _store(self, queue: str, task: str, ids: tuple[str, ...], store: Any) -> None:
+        claim = self.app.codec.claim
+        if claim is not None and claim.pending:  # the store is async: refused (_claimcheck)
+            claim.refuse_pending(queue, ids)
         door = self._door(queue)
         hooks = self.app.hooks
         if hooks.on_enqueue:  # the App's before/after-enqueue hooks, as for async producers

@@ -105,6 +105,7 @@ async def enqueue_unique(
         event = hooks.before(queue.name, records[0].template.task, tuple(r.id for r in records))
     out: list[Job[Any] | None] = [None] * len(records)
     pending = list(range(len(records)))
+    await queue._put_blobs(r.id for r in records)
     for round_ in range(_ROUNDS):
         again: list[int] = []
         if len(pending) == 1:  # shares a round trip with concurrent enqueues (_coalesce.py)
@@ -122,7 +123,9 @@ async def enqueue_unique(
             t = records[i].template
             debounce = (t.delay_ms, t.at_ms) if spec.on_conflict == "debounce" else None
             key = records[i].unique_key
-            outcome = await scripts.replace(key, holder, remake(i, holder), debounce, spec.ttl_ms)
+            job = remake(i, holder)
+            await queue._put_blobs((holder,))
+            outcome = await scripts.replace(key, holder, job, debounce, spec.ttl_ms)
             if outcome is ReplaceOutcome.LOCK_MOVED and round_ < _ROUNDS - 1:
                 again.append(i)
         pending = again

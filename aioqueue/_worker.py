@@ -84,7 +84,8 @@ class Worker(WorkerLoops):
             nothing is observed, at no cost.
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
-    ``async with worker:`` to run it in the background of a block.
+    ``async with worker:`` to run it in the background of a block (it returns once the worker
+    is registered and serving; so does ``await worker.started()``).
     """
 
     def __init__(
@@ -193,7 +194,27 @@ class Worker(WorkerLoops):
 
     async def __aenter__(self) -> Worker:
         self._main = asyncio.create_task(self.run())
+        try:
+            await self.started()
+        except BaseException:
+            self.stop(force=True)
+            await asyncio.wait([self._main])
+            raise
         return self
+
+    async def started(self) -> None:
+        """Wait until the worker runs (``run()`` or ``async with``): registered on its queues
+        (``Queue.workers()`` lists it), its tasks declared and its fetch loops serving. Raises
+        what ``run()`` raised if it stopped before that (e.g. ``StartupFailed``)."""
+        ready = asyncio.ensure_future(self.ready.wait())
+        main = [self._main] if self._main is not None else []
+        try:
+            await asyncio.wait([ready, *main], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if not self.ready.is_set() and self._main is not None:
+            await self._main
+            raise ClosedError("the worker stopped before it started serving")
 
     async def __aexit__(
         self,
@@ -211,17 +232,14 @@ class Worker(WorkerLoops):
         if self._started:
             raise ClosedError("a Worker runs once; create a new one")
         self._started = True
+        self._main = self._main or asyncio.current_task()  # for started()
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
         _worker_state.set(self.state)  # every task started below inherits it (JobContext.state)
         await self.app.hooks.start(self.state)  # StartupFailed: nothing fetched, nothing to undo
         self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
         self._started_ms = int(time.time() * 1000)
-        # registered before the first claim: only a registered worker is handed jobs it can
-        # get back if it dies
-        for qs in self._queues:
-            await self._renew(qs)
-        await self._declare()
-        self.ready.set()
+        await self._register()  # registered, its tasks declared, before the first claim
+        await self._declare()  # and its queues named in the registry of real queues
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
@@ -237,6 +255,7 @@ class Worker(WorkerLoops):
         if self.scheduler is not None:
             helpers.append(asyncio.create_task(self.scheduler.run(lambda: self._finished)))
         acker = asyncio.create_task(self._ack_loop())
+        self.ready.set()  # registered and serving: ``async with`` and ``started()`` return
         stop_waiter: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:
             if self.burst:  # done when every fetch loop has found its queue empty
@@ -288,15 +307,6 @@ class Worker(WorkerLoops):
         for t in stuck:
             t.cancel()
         await asyncio.gather(*fetchers, return_exceptions=True)
-
-    async def _leave_registry(self) -> None:
-        """Leave each queue's worker registry (a worker that cannot is buried later)."""
-        for qs in self._queues:
-            try:
-                async with asyncio.timeout(5.0):
-                    await qs.leases.beat(self.id, 0, self._lease_ms, qs.started, self._info(), [])
-            except (TimeoutError, *TRANSIENT) as exc:
-                logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
 
     def _return_prefetched(self) -> None:
         """Prefetched jobs never started: back to their queues at once, attempt refunded."""
@@ -350,18 +360,6 @@ class Worker(WorkerLoops):
         deadline = loop.time() + (5.0 if self._force else 30.0)
         while self._shielded and loop.time() < deadline:  # one may start another (a release)
             await asyncio.wait(list(self._shielded), timeout=deadline - loop.time())
-
-    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
-        # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
-        # can, on Python 3.11) must not keep the worker from stopping
-        self._finished = True
-        for t in helpers:
-            t.cancel()
-        _, pending = await asyncio.wait(helpers, timeout=1.0)
-        for t in pending:
-            t.cancel()
-        if pending:
-            logger.debug("%d background loops did not stop in time; leaving them", len(pending))
 
     def _take(self, qs: Fetcher, jobs: list[Claimed]) -> None:
         for c in jobs:

@@ -330,11 +330,7 @@ class QueueCollector(Collector):
         counts = await q.counts()
         by_group = sorted((await q.group_counts()).items(), key=lambda kv: (-kv[1], kv[0]))
         top, rest = by_group[: self.max_groups], by_group[self.max_groups :]
-        # the head of each lane, in serving order: the jobs waiting longest are among them
-        page = await q.jobs("queued", limit=100)
-        now_ms = time.time() * 1000
-        created = [j.created_ms for j in page.items if j.created_ms > 0]
-        oldest = max(now_ms - min(created), 0.0) / 1000 if created else None
+        oldest = await q.wait_time()
         workers = await q.workers()
         alive = sum(1 for w in workers if w.alive)
         return _QueueSnapshot(
@@ -369,7 +365,8 @@ class QueueCollector(Collector):
         )
         oldest = GaugeMetricFamily(
             "aioqueue_queue_oldest_job_age_seconds",
-            "Age of the oldest queued job at the head of the queue's lanes (0: none queued)",
+            "Seconds the longest-waiting queued job has waited since it became due, from the "
+            "heads of the queue's lanes (Queue.wait_time; 0: none queued)",
             labels=["queue"],
         )
         workers = GaugeMetricFamily(

@@ -151,7 +151,7 @@ class Ctx:
 
 
 Row = Callable[[Ctx], Awaitable[Awaitable[Any]]]
-INFO = ["host", 1, "v", "default", 1, 0, 0, 0, 0]  # ... done, failed, signs
+INFO = ["host", 1, "v", "default", 1, 0, 0, 0, 0]  # ..., done, failed, signs
 
 
 async def _page(c: Ctx) -> Awaitable[Any]:
@@ -272,6 +272,15 @@ async def _progress(c: Ctx) -> Awaitable[Any]:
     return c.run("progress", [c.base, ids("r", JOBS - 1, 1)[0], json.dumps({"p": 1})])
 
 
+async def _tasks(c: Ctx) -> Awaitable[Any]:
+    # a full table (the cap) whose entries each name 8 workers, and a put of as many names
+    if c.round == 0:
+        entry = " ".join(f"w{i}" for i in range(8)) + "\n{}"
+        await c.raw.hset(c.base + "tasks", mapping={f"t{i}": entry for i in range(1000)})
+    pairs = [x for i in range(MAX_JOBS_PER_CALL) for x in (f"t{i}", '{"max_attempts": 3}')]
+    return c.run("tasks", [c.base, "put", f"w{c.round}", *pairs])
+
+
 async def _rekey(c: Ctx) -> Awaitable[Any]:
     # one entry of as many fields as a call takes, none matching what is stored
     n = MAX_JOBS_PER_CALL - 1
@@ -290,6 +299,7 @@ ROWS: dict[str, Row] = {
     "watch": _watch,
     "reap": _reap,
     "beat": _beat,
+    "tasks": _tasks,
     "configure": _configure,
     "batch": _batch,
     "cancel": _cancel,
@@ -357,6 +367,7 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         + [x for i in tail for x in (i, "t", "r", 0)],
         "batch": [c.base, "add", "b-over", *tail],
         "rekey": [c.base, "job:" + tail[0], over, *[x for _ in tail for x in ("f", "a", "b")]],
+        "tasks": [c.base, "put", "w-over", *[x for i in range(over) for x in (f"t{i}", "{}")]],
     }
     for name, args in calls.items():
         with pytest.raises(ServerRefused, match=r"at most \d+ jobs a call"):
@@ -365,6 +376,7 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
     assert await raw.llen(c.base + "ready") == JOBS
     assert await raw.zscore(c.base + "workers", "w-over") is None
     assert not await raw.exists(c.base + "job:n" + tail[0])
+    assert not await raw.exists(c.base + "tasks")
 
 
 async def test_a_heartbeat_renews_more_leases_than_one_call_takes(app: App) -> None:

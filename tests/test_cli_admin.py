@@ -67,8 +67,8 @@ async def test_info_jobs_dead_and_job_print_tables_and_json(redis_url: str, dead
     assert row["queue"] == "default"
     assert (row["failed"], row["scheduled"], row["queued"], row["failed_1h"]) == (3, 1, 0, 3)
     table = cli(redis_url, p, "info").stdout.splitlines()
-    assert table[0].split()[:5] == ["QUEUE", "SCHEDULED", "QUEUED", "ACTIVE", "FAILED"]
-    assert table[1].split()[:5] == ["default", "1", "0", "0", "3"]
+    assert table[0].split()[:6] == ["QUEUE", "SCHEDULED", "QUEUED", "WAIT", "ACTIVE", "FAILED"]
+    assert table[1].split()[:6] == ["default", "1", "0", "-", "0", "3"]
 
     dead = ok_json(redis_url, p, "dead")
     assert set(dead) == {"queue", "items", "cursor"}

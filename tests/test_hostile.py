@@ -183,7 +183,7 @@ async def test_an_unknown_task_is_dead_lettered_with_the_known_ones_named(
     app = hostile_app(redis_url)
     async with running(app):
         q = app.queue()
-        job = await q.enqueue("no.such.task", args=[1])
+        job = await q.enqueue("no.such.task", args=[1], allow_unknown=True)
         assert await outcome(redis, q._keys, job.id) == "failed:UnknownTask"
         info = await job.info()
         assert info.error is not None

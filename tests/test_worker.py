@@ -34,6 +34,7 @@ from aioqueue import (
     JobFailed,
     JobState,
     Retry,
+    UnknownTask,
     Worker,
     current_job,
 )
@@ -325,7 +326,9 @@ async def test_unknown_task_is_dead_lettered_and_the_worker_carries_on(app: App)
         return "fine"
 
     async with Worker(app, concurrency=2, grace=2, unknown_task_grace=0):
-        bad = await app.queue().enqueue("nope", args=[1])
+        with pytest.raises(UnknownTask, match="'nope'"):  # the producer is warned first
+            await app.queue().enqueue("nope", args=[1])
+        bad = await app.queue().enqueue("nope", args=[1], allow_unknown=True)
         good = await fine.enqueue()
         with pytest.raises(JobFailed) as failed:
             await bad.result(timeout=5)
