@@ -918,11 +918,14 @@ class Family:
     """A key family and garbage for it: ``kind`` a wrong type (string, list, hash, zset, set)
     or an integer limit ("=<value>" the key's value, "<field>=<value>" a field's); ``aside``:
     the first script meeting it must list it in ``garbled`` (else it is ignored as garbage,
-    or met only by a reader)."""
+    or met only by a reader); ``reason``: what its reason there says; ``schedules``: a key of
+    the schedules, after which the declared schedule must fire again."""
 
     key: Callable[[QueueKeys, str], str]
     kind: str
     aside: bool = True
+    reason: str = ""
+    schedules: bool = False
 
 
 def _families() -> dict[str, Family]:
@@ -935,8 +938,12 @@ def _families() -> dict[str, Family]:
         "unique-hash": Family(lambda k, w: k.unique("u"), "hash"),
         "events-hash": Family(lambda k, w: k.events, "hash"),
         "tp-string": Family(lambda k, w: k.throughput, "string"),
-        "cron-defs-list": Family(lambda k, w: k.cron_defs, "list", aside=False),
-        "cron-next-hash": Family(lambda k, w: k.cron_next, "hash", aside=False),
+        "cron-defs-list": Family(
+            lambda k, w: k.cron_defs, "list", reason="wrong type: list", schedules=True
+        ),
+        "cron-next-hash": Family(
+            lambda k, w: k.cron_next, "hash", reason="wrong type: hash", schedules=True
+        ),
         "completed-string": Family(lambda k, w: k.completed, "string"),
         "cancelled-string": Family(lambda k, w: k.cancelled, "string"),
     }
@@ -982,13 +989,15 @@ async def test_every_key_family_of_the_wrong_type_or_at_an_integer_limit_the_que
     """The class over every key family (registry, unique locks, events, metrics, schedules,
     the listings' indexes, counters and settings), each with a wrong type or a number at an
     integer limit: jobs of every kind run to their end, the readers (listing with a cursor,
-    throughput, workers, groups, events, stats) answer, and a counter is set aside."""
+    throughput, workers, groups, events, stats) answer, and a counter is set aside, like a
+    schedule key (by the worker's scheduler), after which the declared schedule fires again."""
     f = FAMILIES[family]
     app = hostile_app(redis_url, lease=2.0)
+    ticks: list[int] = []
 
     @app.task
     async def tick() -> None:
-        return None
+        ticks.append(1)
 
     app.schedule(tick, every=0.05)
     async with app:
@@ -1013,6 +1022,10 @@ async def test_every_key_family_of_the_wrong_type_or_at_an_integer_limit_the_que
             await still_works(app)
             if f.aside:
                 await wait_until(lambda: _has_garbled(redis, k, key), timeout=10, what="aside")
+                assert f.reason in (await garbled_keys(redis, k))[key]
+            if f.schedules:  # the declared schedule was stored again, and fires
+                fired = len(ticks)
+                await wait_until(lambda: len(ticks) > fired, timeout=15, what="a tick after")
             page = await q.jobs("completed", limit=2)
             listed = [j.id for j in page.items]
             while page.cursor:

@@ -12,7 +12,9 @@
   with this id exists, or (a string) the id of the job that holds its unique lock: nothing was
   stored. A job that exists is answered 0 only once it is where its state says (see in_place):
   a queued or scheduled record in no lane (garbage, or a script stopped midway before I9) is
-  put back in it, so a retried enqueue never answers success for a lost job. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  put back in it, so a retried enqueue never answers success for a lost job. A call whose
+  caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch;
+  the event stream) is refused (NOPERM) before any write. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
@@ -21,18 +23,6 @@ local added = 0
 local runnable = 0
 local plain = {}
 local scheduled = false
-
--- at most MAX_JOBS_PER_CALL jobs a call (counted before any write; a run of no jobs counts
--- as one, so the runs are bounded too)
-do
-  local p, total = 3, 0
-  for _ = 1, tonumber(ARGV[2]) do
-    local k = tonumber(ARGV[p + 10]) or 0
-    total = total + math.max(k, 1)
-    check_count(total)
-    p = p + 11 + k * (ARGV[p + 9] == '' and 2 or 3)
-  end
-end
 
 -- take the unique lock key for job id, or return the id of the job that holds it. A lock not
 -- written by enqueue is garbage that would hold the key for ever, and is taken: one without a
@@ -52,8 +42,9 @@ end
 
 -- an existing job (record jk) is where its state says; a queued or scheduled one found in no
 -- lane is put back (and counted in runnable / scheduled). The plain FIFO list is searched from
--- its tail (a retried enqueue's job is near it); a server that refuses LPOS (an ACL without
--- it) is trusted. Returns false when no record is left (one of the wrong type, set aside)
+-- its tail (a retried enqueue's job is near it), within the call's search budget
+-- (ready_search, lib/lanes: I13); a job beyond it, or on a server that refuses LPOS (an ACL
+-- without it), is trusted. Returns false when no record is left (one of the wrong type, set aside)
 local function in_place(id, jk)
   local r = call('HMGET', jk, 's', 'g', 'pr', 'due')
   if not r[1] then return call('EXISTS', jk) == 1 end
@@ -65,9 +56,16 @@ local function in_place(id, jk)
     local there
     if r[2] then there = call('ZSCORE', lane_key(r[2]), id)
     elseif pr ~= 0 then there = call('ZSCORE', K_PRIO, id)
+    elseif ready_search <= 0 then there = true -- this call's search budget is spent: trusted
     else
-      there = redis.pcall('LPOS', K_READY, id, 'RANK', -1)
-      if type(there) == 'table' and not string.find(there.err or '', 'WRONGTYPE', 1, true) then
+      local len = call('LLEN', K_READY)
+      there = redis.pcall('LPOS', K_READY, id, 'RANK', -1, 'MAXLEN', ready_search)
+      if type(there) == 'number' then ready_search = ready_search - (len - there)
+      elseif type(there) ~= 'table' then
+        -- not among the last ready_search places: missing only if they were all of them
+        if len > ready_search then there = true end
+        ready_search = ready_search - math.min(len, ready_search)
+      elseif not string.find(there.err or '', 'WRONGTYPE', 1, true) then
         there = true
       end
     end
@@ -79,12 +77,57 @@ local function in_place(id, jk)
   return true
 end
 
+-- the runs: their template values and where their jobs are in ARGV; at most
+-- MAX_JOBS_PER_CALL jobs a call (counted before any write; a run of no jobs counts as one, so
+-- the runs are bounded too)
+local runs, total = {}, 0
 for _ = 1, tonumber(ARGV[2]) do
-  local task, m, delay, at = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3])
-  local pr, g, bid, bhome, opts = ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8]
-  local u = ARGV[pos + 9]
-  local k = tonumber(ARGV[pos + 10])
-  pos = pos + 11
+  local run = {task = ARGV[pos], m = ARGV[pos + 1], delay = tonumber(ARGV[pos + 2]),
+    at = tonumber(ARGV[pos + 3]), pr = ARGV[pos + 4], g = ARGV[pos + 5], bid = ARGV[pos + 6],
+    bhome = ARGV[pos + 7], opts = ARGV[pos + 8], u = ARGV[pos + 9],
+    k = tonumber(ARGV[pos + 10]) or 0, first = pos + 11, step = 2}
+  total = total + math.max(run.k, 1)
+  check_count(total)
+  if run.u ~= '' then run.step = 3 end
+  runs[#runs + 1] = run
+  pos = run.first + run.k * run.step
+end
+
+-- Redis does not roll a script back, and the server checks the ACL of the keys a script
+-- names itself (beyond KEYS) only when it writes them: every such key a job will write (its
+-- record, its group's lane, its unique lock, its batch; the event stream when events are on)
+-- is checked first, so a refused call stores nothing (before, the jobs ahead of the refused
+-- one stayed in no lane, and a job refused at its lane kept a record in none)
+local function refused(cmd, key, ...)
+  if redis.acl_check_cmd(cmd, key, ...) then return nil end
+  return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd .. ' on '
+    .. key .. ' (an enqueue call: nothing was stored)')
+end
+
+-- (one plain job without events writes nothing before its record: its refusal, if any, comes
+-- first, so the most common call skips the checks)
+local one = runs[1]
+local lone = total == 1 and one and one.k == 1 and one.g == '' and one.u == '' and one.bid == ''
+if redis.acl_check_cmd and not (lone and not events_on()) then
+  local no = events_on() and refused('XADD', K_EVENTS, '*', 'k', 'x')
+  for _, run in ipairs(runs) do
+    no = no or (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
+      or (run.bid ~= '' and run.bhome == '' and refused('ZADD', batch_key(run.bid) .. ':all', '0', 'x'))
+    for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+      if no then return no end
+      no = refused('HSET', job_key(ARGV[p]), 's', 'x')
+        or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
+    end
+    if no then return no end
+  end
+end
+
+for _, run in ipairs(runs) do
+  local task, m, delay, at = run.task, run.m, run.delay, run.at
+  local pr, g, bid, bhome, opts = run.pr, run.g, run.bid, run.bhome, run.opts
+  local u = run.u
+  local k = run.k
+  pos = run.first
   local due = -1
   if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
   local state = 'queued'
