@@ -102,6 +102,9 @@ async def redis(redis_url: str, backend: str) -> AsyncIterator[Redis]:
     else:
         client = Redis.from_url(redis_url, socket_timeout=None)  # see App(socket_timeout=)
     try:
+        # connected now, before the test loads the server (a busy server, or a busy machine,
+        # can make a first connection made mid-test time out)
+        await client.ping()
         yield client
     finally:
         await client.aclose()
