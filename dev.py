@@ -5,7 +5,8 @@ Usage: python3 dev.py {setup,test,lint,check,docs,demo,bench} [args...]
 
     setup   create .venv and install the package with its dev and docs extras (skipped when
             up to date)
-    test    run pytest in .venv; extra arguments are passed to pytest
+    test    run pytest in .venv, in parallel (-n 4) with branch coverage; extra arguments are
+            passed to pytest after those (-n 0: one process; --no-cov: no coverage)
     lint    ruff check, ruff format --check, mypy
     check   lint, then test
     docs    build the documentation site into site/ (mkdocs build --strict); extra arguments
@@ -96,10 +97,32 @@ def setup(_: list[str]) -> int:
     return 0
 
 
+# The suite runs in parallel (pytest-xdist): each worker process starts its own embedded Valkey
+# (and local cluster, when a test needs one) and isolates its tests by key prefix. Most tests
+# wait on servers and worker processes, so more workers than cores pay off (measured on a
+# 2-core machine: docs/development.md, "Tests"). `--dist loadgroup` keeps the tests marked
+# `xdist_group` on one worker. A later `-n 0` (or `-p no:xdist`) runs in one process.
+PARALLEL = ("-n", "4", "--dist", "loadgroup")
+# Branch coverage of aioqueue/ (configured in pyproject.toml, [tool.coverage]), one line per
+# module not fully covered; `--no-cov` turns it off.
+COVERAGE = ("--cov", "--cov-report=term:skip-covered")
+
+
+def pytest_args(args: list[str]) -> list[str]:
+    """The arguments ``dev.py test`` gives pytest: the defaults, then ``args`` (later wins)."""
+    defaults: list[str] = []
+    # against a server of one's own (AIOQUEUE_TEST_REDIS_URL) the workers would share it, and
+    # the tests that empty a database of their own on it would race: one process then
+    if not os.environ.get("AIOQUEUE_TEST_REDIS_URL") and not any("no:xdist" in a for a in args):
+        defaults += PARALLEL
+    defaults += COVERAGE
+    return [*defaults, *args]
+
+
 def test(args: list[str]) -> int:
-    """Run pytest with ``args``, returning its exit code."""
+    """Run pytest (in parallel, with coverage) with ``args``, returning its exit code."""
     setup([])
-    return run(PYTHON, "-m", "pytest", *args, check=False)
+    return run(PYTHON, "-m", "pytest", *pytest_args(args), check=False)
 
 
 def lint(_: list[str]) -> int:

@@ -2,8 +2,12 @@
 
 The server comes from the ``aioqueue.testing`` pytest plugin (registered by the installed
 package): one embedded server serves the whole session, or the server named by
-``AIOQUEUE_TEST_REDIS_URL``. Each test is isolated by a unique key prefix, so the suite can run
-in parallel (``pytest -n auto``). The names below are the suite's own for the plugin's fixtures.
+``AIOQUEUE_TEST_REDIS_URL``. Each test is isolated by a unique key prefix, so the suite runs in
+parallel (pytest-xdist, ``python3 dev.py test`` passes ``-n 4 --dist loadgroup``): each worker
+process is a session of its own, with its own embedded server and, once a test needs it, its
+own local cluster, shared by that worker's tests. A test that changes a server's configuration,
+flushes it or kills its clients uses a server of its own (``fresh_server``). The names below
+are the suite's own for the plugin's fixtures.
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ def valkey_server(aioqueue_server: EmbeddedServer | None) -> EmbeddedServer | No
     """The session's embedded server; ``None`` when ``AIOQUEUE_TEST_REDIS_URL`` names an
     external server (the plugin's ``aioqueue_server``)."""
     return aioqueue_server
+
+
+# ---------------------------------------------------------------- parallel runs
+# Modules whose module-scoped fixture starts servers of their own (a cluster of 6 nodes, a
+# Sentinel set of 5 processes): under pytest-xdist their tests stay on one worker, which starts
+# those servers once rather than once per worker (``--dist loadgroup``). A test file of other
+# needs can mark its tests ``pytest.mark.xdist_group("name")`` itself.
+ONE_WORKER_MODULES = ("test_cluster.py", "test_sentinel.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 # ---------------------------------------------------------------- backends
@@ -97,6 +115,9 @@ async def redis(redis_url: str, backend: str) -> AsyncIterator[Redis]:
     else:
         client = Redis.from_url(redis_url, socket_timeout=None)  # see App(socket_timeout=)
     try:
+        # connected now, before the test loads the server (a busy server, or a busy machine,
+        # can make a first connection made mid-test time out)
+        await client.ping()
         yield client
     finally:
         await client.aclose()

@@ -44,7 +44,8 @@ async def due_times(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, int
 
 async def test_a_delayed_job_is_not_claimable_before_it_is_due(app: App, redis: Redis) -> None:
     q = app.queue()
-    job = await q.enqueue("t", delay=0.3)
+    # 1 s: on a busy machine a poll can take 100 ms, and the test wants a few early ones
+    job = await q.enqueue("t", delay=1.0)
     due = (await job.info()).due_ms
     assert due is not None
     empty_polls = 0

@@ -543,8 +543,11 @@ async def test_idle_worker_picks_up_a_new_job_at_once(redis_url: str, redis: Red
     latencies.sort()
     print(f"\nidle pickup latency ms: p50 {latencies[5]:.2f}, max {latencies[-1]:.2f}")
     assert latencies[5] < 50
-    assert latencies[-2] < 50  # one sample may meet a scheduling hiccup of this busy machine
-    assert latencies[-1] < 250
+    # the tail measures the machine's scheduler as much as the worker: with the suite's other
+    # workers and other jobs on 2 cores, 2 samples of 10 took 63 ms. A worker that missed the
+    # wake-up would wait for its fallback, idle_block (5 s): 1 s still tells the two apart
+    assert latencies[-2] < 250
+    assert latencies[-1] < 1000
 
 
 async def _delayed_lateness(redis_url: str, redis: Redis, delays: list[float]) -> list[int]:

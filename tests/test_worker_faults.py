@@ -108,7 +108,8 @@ async def test_server_closing_idle_connections_does_not_stall_the_worker(
                 await wait_until(only_busy_left, timeout=5, what="the server to drop idle ones")
                 t0 = time.perf_counter()
                 job = await producer.queue().enqueue("work", args=[100 + i])
-                assert await job.result(timeout=5) == 100 + i
+                # a backstop: the pickup's bound is the latency asserted below
+                assert await job.result(timeout=30) == 100 + i
                 latencies.append(round((started[job.id] - t0) * 1000, 1))
         print(f"\npickup after the server closed idle connections, ms: {latencies}")
         assert all(ms < 500 for ms in latencies), latencies
