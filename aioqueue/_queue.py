@@ -183,9 +183,12 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
 
     async def _declared(self, task: str, allow_unknown: bool) -> Declared | None:
         """The defaults live workers declared for ``task`` (``_tasktable.py``)."""
-        known = self._known.get(task)
-        if known is None:
-            known = (await lookup(self._scripts, self.name, task)).check(allow_unknown)
+        seen = self._known.get(task)
+        if seen is not None:
+            return seen[0]
+        found = await lookup(self._scripts, self.name, task)
+        known = found.check(allow_unknown)  # UnknownTask: not remembered, asked again
+        if known is not None or not found.live:  # (an allowed unknown name is asked again)
             self._known.put(task, known)
         return known
 

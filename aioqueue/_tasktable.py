@@ -64,24 +64,26 @@ def declared_table(app: App) -> list[str]:
 
 
 class Known:
-    """A producer's memory of the tasks a queue's table declared (found ones only, each for
-    ``KNOWN_FOR`` seconds): enqueue by name in a loop reads the table every few seconds,
-    not once per job."""
+    """A producer's memory of what a queue's table said of a task, each answer for
+    ``KNOWN_FOR`` seconds: the task's declared defaults, or that the name was let through
+    because no live worker serves the queue. Enqueue by name in a loop reads the
+    table every few seconds, not once per job (a worker that starts meanwhile is seen within
+    that time)."""
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[float, Declared]] = {}
+        self._seen: dict[str, tuple[float, Declared | None]] = {}
 
-    def get(self, name: str) -> Declared | None:
+    def get(self, name: str) -> tuple[Declared | None] | None:
+        """``(defaults,)`` (None: none known, let through) while remembered; else None."""
         seen = self._seen.get(name)
-        return seen[1] if seen is not None and time.monotonic() < seen[0] else None
+        return (seen[1],) if seen is not None and time.monotonic() < seen[0] else None
 
     def put(self, name: str, declared: Declared | None) -> None:
-        if declared is not None:
-            if len(self._seen) >= MAX_TASKS:
-                self._seen.clear()
-            self._seen[name] = (time.monotonic() + KNOWN_FOR, declared)
+        if len(self._seen) >= MAX_TASKS:
+            self._seen.clear()
+        self._seen[name] = (time.monotonic() + KNOWN_FOR, declared)
 
 
 def _number(value: Any) -> float | None:

@@ -81,6 +81,7 @@ ACL_COMMANDS = (
     "hsetnx",
     "hdel",
     "hexists",
+    "hlen",
     "hincrby",
     "llen",
     "lpop",

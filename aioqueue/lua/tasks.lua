@@ -6,7 +6,7 @@
   put: ARGV[3] worker id   ARGV[4..] pairs of task name, its defaults (JSON), at most 1,000
     Each entry ("<wid> <wid>...\n<defaults>") keeps the ids of at most 8 live workers that
     declared the task, this one last; an entry no live worker declared any more is dropped.
-    Returns the number of entries left.
+    Returns the number of entries left. The table expires 10 minutes after its last write.
   get: ARGV[3] task name   ARGV[4] most names returned
     Returns {live, defaults}: live 1 if a live worker is registered on the queue; the task's
     defaults if a live worker declared it, else false and then the names that live workers
@@ -16,6 +16,7 @@ local now = now_ms()
 -- the table holds what live workers serve: past MAX_JOBS_PER_CALL names it is planted garbage,
 -- set aside (listed in garbled) so that no call reads more than that (I13)
 local MAX_TASKS = MAX_JOBS_PER_CALL
+local TABLE_TTL_MS = 600000  -- ten of the workers' one-minute rewrites
 if call('HLEN', T) > MAX_TASKS then set_aside(T, 'more than ' .. MAX_TASKS .. ' task names') end
 
 local function is_live(wid)
@@ -58,6 +59,8 @@ if ARGV[2] == 'put' then
   for i = 1, #all, 2 do
     if not mine[all[i]] and #parse(all[i + 1]) == 0 then call('HDEL', T, all[i]) end
   end
+  -- a table whose workers all went away expires (they rewrite it every minute: I8)
+  call('PEXPIRE', T, TABLE_TTL_MS)
   return call('HLEN', T)
 end
 
