@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import weakref
 from collections.abc import Sequence
 from datetime import timedelta
@@ -367,6 +368,8 @@ def _tail(log: Path, offset: int, lines: int = 20) -> str:
 
 DEV_DIR = Path(".aioqueue")
 DEV_PORT = 6399
+#: how long ``attach_or_start`` waits out another process starting or stopping the server
+ATTACH_RACE_SECONDS = 15.0
 
 
 class DevServer:
@@ -392,12 +395,22 @@ def attach_or_start(base: Path = DEV_DIR, port: int = DEV_PORT) -> DevServer:
     """
     url = f"redis://{_HOST}:{port}/0"
     probe = EmbeddedServer(port=port)
-    if probe._ping(port):
-        logger.info("using the embedded server already running at %s", url)
-        return DevServer(url, None)
     data = (base / "valkey").resolve()  # the server runs inside it: no relative paths
-    data.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedServer(data, port=port, appendonly=True)
-    server.start()
-    logger.info("started the embedded server at %s (data in %s)", url, data)
-    return DevServer(url, server)
+    deadline = time.monotonic() + ATTACH_RACE_SECONDS
+    while True:
+        if probe._ping(port):
+            logger.info("using the embedded server already running at %s", url)
+            return DevServer(url, None)
+        data.mkdir(parents=True, exist_ok=True)
+        server = EmbeddedServer(data, port=port, appendonly=True)
+        try:
+            server.start()
+        except _AddressInUse:
+            # another process took the port meanwhile (it is starting, or one is stopping):
+            # attach to it once it answers, or start again once it has gone
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        logger.info("started the embedded server at %s (data in %s)", url, data)
+        return DevServer(url, server)

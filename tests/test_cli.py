@@ -344,6 +344,7 @@ def test_the_worker_warns_about_task_queues_it_does_not_consume(
         assert "tasks resize, thumbnail wait" in warnings[0]
 
 
+@pytest.mark.xdist_group("embedded-dev-port")  # one fixed port (6399): one xdist worker
 def test_worker_embedded_starts_its_own_server(tmp_path: Path, app_dir: Path) -> None:
     # it attaches instead when a server already answers on 127.0.0.1:6399; either way it runs
     proc = cli(

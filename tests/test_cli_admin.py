@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from aioqueue import App, JobNotFound, JobState, Worker
+from aioqueue._embedded import attach_or_start
 
 from .support.apps import unique_prefix
 from .support.waiting import wait_until
@@ -303,34 +304,56 @@ async def test_info_lists_the_queues_schedules_with_their_next_runs(redis_url: s
     assert "every 300 s" in res.stdout
 
 
-@pytest.mark.parametrize(
-    ("argv", "code"),
-    [
-        (("info", "-q", "default", "--json"), 0),
-        (("jobs", "queued", "-q", "default", "--json"), 0),
-        (("schedules", "--json"), 0),
-        (("events", "status", "default"), 0),
-        (("health", "-q", "default", "--timeout", "1"), 1),  # the server answers; no worker
-    ],
-)
-def test_every_operator_command_keeps_the_embedded_server_for_its_whole_life(
-    tmp_path: Path, argv: tuple[str, ...], code: int
+# the development server listens on one fixed port (6399): its tests run on one xdist worker
+@pytest.mark.xdist_group("embedded-dev-port")
+def test_an_operator_command_keeps_the_server_it_started_for_its_whole_life(
+    tmp_path: Path,
 ) -> None:
     # before, a command dropped its only handle on the server it started, and the server was
-    # stopped before the command's first request (ServerUnavailable ... :6399); health,
-    # events, schedules and metrics refused --embedded
-    res = subprocess.run(
+    # stopped before the command's first request (ServerUnavailable ... :6399)
+    res = embedded_cli(tmp_path, "info", "-q", "default", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["queues"][0]["queue"] == "default"
+
+
+@pytest.mark.xdist_group("embedded-dev-port")
+def test_every_operator_command_takes_embedded(tmp_path: Path) -> None:
+    # health, events, schedules and metrics refused --embedded; each now uses the development
+    # server a `worker --embedded` keeps running (here: one this test keeps running)
+    dev = attach_or_start(tmp_path / "dev")
+    try:
+        for argv, code in [
+            (("info", "-q", "default", "--json"), 0),
+            (("jobs", "queued", "-q", "default", "--json"), 0),
+            (("schedules", "--json"), 0),
+            (("events", "status", "default"), 0),
+            (("health", "-q", "default", "--timeout", "1"), 1),  # the server answers; no worker
+        ]:
+            res = embedded_cli(tmp_path, *argv)
+            assert res.returncode == code, (argv, res.stdout, res.stderr)
+            assert "ServerUnavailable" not in res.stderr
+            assert "Traceback" not in res.stderr
+        assert subprocess.run(  # metrics serves: its --help shows the option
+            [sys.executable, "-m", "aioqueue", "metrics", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.count("--embedded")
+    finally:
+        dev.detach()
+
+
+def embedded_cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "aioqueue", *argv, "--embedded"],
-        cwd=tmp_path,
+        cwd=cwd,
         env={k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert res.returncode == code, (res.stdout, res.stderr)
-    assert "ServerUnavailable" not in res.stderr
-    assert "Traceback" not in res.stderr
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(redis_url: str) -> None:
