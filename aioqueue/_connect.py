@@ -57,8 +57,9 @@ def resolve_url(url: str | None) -> str:
             ) from exc
         if parts.scheme not in _SCHEMES:
             raise ConfigurationError(
-                f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, "
-                "rediss:// (TLS), unix://, redis+sentinel:// or redis+cluster://"
+                f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis:// (or "
+                "valkey://), rediss:// (or valkeys://, TLS), unix://, redis+sentinel:// or "
+                "redis+cluster:// (or their valkey+ forms)"
             )
     if url.startswith("valkey"):  # redis-py speaks to Valkey; accept Valkey's own schemes
         url = "redis" + url[len("valkey") :]

@@ -329,3 +329,15 @@ async def test_an_acl_user_that_cannot_run_scripts_on_the_apps_keys_is_refused_a
 def test_backoff_durations_are_bounded_like_every_duration(options: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError, match="Backoff"):
         Backoff(**options)
+
+
+def test_a_bad_scheme_names_every_scheme_accepted_the_valkey_ones_too() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        App("http://localhost:6379/0")
+    message = str(caught.value)
+    for scheme in ("redis://", "valkey://", "rediss://", "valkeys://", "unix://"):
+        assert scheme in message
+    assert "redis+sentinel://" in message
+    assert "redis+cluster://" in message
+    for url in ("valkey://localhost/0", "valkeys://localhost/0", "valkey+cluster://h:7000"):
+        App(url)  # accepted as the message says
