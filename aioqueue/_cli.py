@@ -30,8 +30,9 @@ from ._cli_admin import add_commands, embedded_server, server_args
 from ._cli_admin import run as run_admin
 from ._cli_dashboard import add_dashboard, dashboard
 from ._cli_events import add_events, events
+from ._cli_format import error
 from ._cli_health import add_health, health
-from ._cli_load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, _error, load_app
+from ._cli_load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from ._cli_metrics import add_metrics, run_metrics
 from ._cli_rekey import add_rekey, rekey_command
 from ._exceptions import (
@@ -234,7 +235,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with embedded_server(args):
             return _operator_command(args)
     except EmbeddedServerError as exc:
-        _error(exc)
+        error(exc)
         return EXIT_ERROR
 
 
@@ -264,7 +265,7 @@ def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     try:
         embedded = _choose_server(app, args)
     except AioQueueError as exc:
-        _error(exc)
+        error(exc)
         return EXIT_ERROR if args.embedded else EXIT_USAGE  # a server that failed, or a bad URL
     if args.processes > 1 or args.reload:
         from ._supervisor import supervise
@@ -289,7 +290,7 @@ def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         return EXIT_OK
     except (AioQueueError, rexc.RedisError) as exc:
         # whatever the worker does not handle itself ends in one line too
-        _error(f"{type(exc).__name__}: {exc}")
+        error(f"{type(exc).__name__}: {exc}")
         return EXIT_ERROR
     finally:
         if embedded is not None:
@@ -414,7 +415,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
     try:
         await open_app(app, args.connect_timeout)
     except AioQueueError as exc:
-        _error(exc)
+        error(exc)
         return EXIT_ERROR
     metrics = None
     if args.metrics_port is not None:
@@ -435,7 +436,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 metrics=metrics,
             )
         except ConfigurationError as exc:
-            _error(exc)
+            error(exc)
             return EXIT_USAGE
         warn_unconsumed_queues(app, worker.queue_names)
         loop = asyncio.get_running_loop()
@@ -462,7 +463,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                     lambda: worker.alive, args.health_host, args.health_port
                 )
             except OSError as exc:
-                _error(f"cannot serve --health-port {args.health_port}: {exc}")
+                error(f"cannot serve --health-port {args.health_port}: {exc}")
                 return EXIT_ERROR
         exporter = None
         if metrics is not None:
@@ -471,7 +472,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
             try:
                 exporter = await serve(metrics.registry, args.metrics_port, args.metrics_host)
             except OSError as exc:
-                _error(f"cannot serve --metrics-port {args.metrics_port}: {exc}")
+                error(f"cannot serve --metrics-port {args.metrics_port}: {exc}")
                 return EXIT_ERROR
         from ._supervisor import report_to_supervisor
 

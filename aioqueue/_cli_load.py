@@ -57,17 +57,13 @@ def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
     ]
-    _error(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}")
+    error(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}")
     if frames:
         sys.stderr.write("".join(traceback.format_list(frames)))
     sys.stderr.write("".join(traceback.format_exception_only(exc)))
     raise SystemExit(EXIT_ERROR)
 
 
-def _error(message: object) -> None:
-    error(message)
-
-
 def _die(message: str) -> NoReturn:
-    _error(message)
+    error(message)
     raise SystemExit(EXIT_ERROR)
