@@ -47,6 +47,7 @@ from ._exceptions import ServerError as ServerError
 from ._exceptions import ServerRefused as ServerRefused
 from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
+from ._exceptions import UnknownDependency as UnknownDependency
 from ._exceptions import UnknownTask as UnknownTask
 from ._exceptions import UsageError as UsageError
 from ._hooks import CallNext as CallNext
@@ -155,6 +156,7 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UnknownDependency",
     "UnknownTask",
     "UsageError",
     "Worker",

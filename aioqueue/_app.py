@@ -19,6 +19,7 @@ from ._checks import (
     check_prefix,
     check_task_name,
     lease_ms,
+    retention_seconds,
     to_ms,
     to_seconds,
 )
@@ -39,7 +40,7 @@ from ._schedules import Schedules
 from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
 from ._sync import SyncClient
-from ._task import Backoff, Task, check_backoff, retention_seconds
+from ._task import Backoff, Task, check_backoff
 
 if TYPE_CHECKING:
     from ._batch import Batch, Call

@@ -64,6 +64,15 @@ class ConfigurationError(UsageError, ValueError):
     """Raised when an option, a name or a URL is invalid, at the call that received it."""
 
 
+class UnknownDependency(UsageError, LookupError):
+    """Raised at enqueue (or ``wait_for_children``) when a dependency names no job: never
+    enqueued, or its record expired. Nothing was stored."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"dependency {job_id!r} is no job (never enqueued, or its record expired)")
+        self.job_id = job_id
+
+
 class ClosedError(UsageError, RuntimeError):
     """Raised when an App or a worker is used before it was opened or after it was closed."""
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_name
+from ._deps import forward_call, forward_entry
 from ._limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from ._record import Claimed, ClaimResult
 from ._scripts import FailMode, Outcome, Started
@@ -187,10 +188,17 @@ async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) ->
         if not items:
             break
         by_home: dict[str, list[bytes]] = {}
+        deps: dict[tuple[str, str], list[bytes]] = {}  # (kind, queue) -> values (_deps.py)
         garbled: list[bytes] = []
         for raw in items:
             try:
-                bid, home, member, ok, value = _fields(raw)
+                fields = _fields(raw)
+                entry = forward_entry(fields)
+                if entry is not None:
+                    kind, name, values = entry
+                    deps.setdefault((kind, check_name("queue", name)), []).extend(values)
+                    continue
+                bid, home, member, ok, value = fields
                 name = check_name("queue", home.decode())
             except (ValueError, TypeError) as exc:  # UnicodeDecodeError, ConfigurationError
                 logger.warning(
@@ -206,6 +214,7 @@ async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) ->
             app.queue(name)._scripts.batch_apply_call(outcomes)
             for name, outcomes in by_home.items()
         ]
+        calls += [forward_call(app.queue(name), kind, v) for (kind, name), v in deps.items()]
         if calls:
             await scripts.run_many(calls)
             await scripts.outbox_remove(items)
