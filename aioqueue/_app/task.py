@@ -301,7 +301,9 @@ class Task(Generic[P, R]):
             opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
         if opts.depends_on:
-            return await enqueue_dependent(self, opts, args, kwargs, queue)
+            record = self._record(opts, args, kwargs, queue.name)
+            job: Job[R] = await enqueue_dependent(queue, record, opts, self.result_converter)
+            return job
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, get_args
 
 from .._model.exceptions import (
     ConfigurationError,
@@ -23,23 +23,58 @@ from .._model.exceptions import (
     LeaseLost,
     UnknownDependency,
 )
-from .._model.job import Job, typed_result
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._store.loader import SCRIPTS, ScriptCall
+from .depsbox import split_member
 
 if TYPE_CHECKING:
-    from .._app.app import App
-    from .._app.context import JobContext
-    from .._app.task import Task
-    from .._model.record import JobOptions
-    from .queue import Queue
+    from .._model.convert import Convert
+    from .._model.keys import QueueKeys
+    from .._model.record import JobOptions, JobRecord
+    from .._store.scripts import QueueScripts
 
 #: what a dependent does when a dependency is dead-lettered or cancelled
 DependencyPolicy = Literal["cancel", "run", "fail"]
 POLICIES: Final = get_args(DependencyPolicy)
 
+#: a job named across queues: (its queue's name, '' for the queue at hand; its id)
+Ref = tuple[str, str]
+
+
+class JobLike(Protocol):
+    """A ``Job`` handle, as this module reads one (``Job`` is not imported: it reaches
+    ``Queue`` and ``App``, which import this module; tests/test_layers.py)."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+
 #: a dependency as ``depends_on=`` takes it: a Job handle, or an id on the dependent's queue
-DependencyRef = Job[Any] | str
+DependencyRef = JobLike | str
+
+
+class Queue(Protocol):
+    """What this module uses of a ``Queue`` (not imported, even for types: ``Queue`` reaches
+    ``App``, which imports this module; tests/test_layers.py keeps type-level cycles out)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def _scripts(self) -> QueueScripts: ...
+
+    @property
+    def _keys(self) -> QueueKeys: ...
+
+    @property
+    def app(self) -> Any: ...
+
+    def job(self, job_id: str) -> Any: ...
+
+    async def _put_blobs(self, ids: Iterable[str]) -> None: ...
 
 
 class Parked(BaseException):
@@ -58,12 +93,16 @@ def dependency_refs(depends_on: Iterable[DependencyRef] | None) -> tuple[tuple[s
         return ()
     refs: list[tuple[str, str]] = []
     for dep in depends_on:
-        if isinstance(dep, Job):
+        if isinstance(dep, str):
+            if dep:
+                refs.append(("", dep))
+                continue
+        elif isinstance(getattr(dep, "queue", None), str) and isinstance(
+            getattr(dep, "id", None), str
+        ):
             refs.append((dep.queue, dep.id))
-        elif isinstance(dep, str) and dep:
-            refs.append(("", dep))
-        else:
-            raise ConfigurationError(f"depends_on= takes Jobs or job ids, not {dep!r}")
+            continue
+        raise ConfigurationError(f"depends_on= takes Jobs or job ids, not {dep!r}")
     if not refs or len(refs) > MAX_JOBS_PER_CALL:
         raise ConfigurationError(f"depends_on= takes 1 to {MAX_JOBS_PER_CALL} jobs")
     return tuple(dict.fromkeys(refs))
@@ -94,12 +133,12 @@ def _members(home: Queue, refs: Sequence[tuple[str, str]]) -> list[str]:
 
 def _remote(home: Queue, members: Sequence[str]) -> dict[Queue, list[str]]:
     """The dependencies on other queues than ``home``, by queue: their ids."""
-    out: dict[Queue, list[str]] = {}
+    by_name: dict[str, list[str]] = {}
     for m in members:
-        job = _job_of(home, m)
-        if job._queue is not home:
-            out.setdefault(job._queue, []).append(job.id)
-    return out
+        name, job_id = split_member(m)
+        if name != home.name:
+            by_name.setdefault(name, []).append(job_id)
+    return {home.app.queue(name): ids for name, ids in by_name.items()}
 
 
 async def _check_remote(remote: Mapping[Queue, list[str]]) -> None:
@@ -125,9 +164,10 @@ async def _watch_remote(home: Queue, job_id: str, remote: Mapping[Queue, list[st
 
 
 async def enqueue_dependent(
-    task: Task[Any, Any], opts: JobOptions, args: Any, kwargs: Any, queue: Queue
-) -> Job[Any]:
-    """Store a job that waits for ``opts.depends_on`` (see ``Task.options``).
+    queue: Queue, record: JobRecord, opts: JobOptions, convert: Convert | None
+) -> Any:
+    """Store ``record``, a job that waits for ``opts.depends_on`` (see ``Task.options``);
+    returns its ``Job``.
 
     Raises:
         UnknownDependency: a dependency is no job (never enqueued, or expired); nothing
@@ -136,11 +176,10 @@ async def enqueue_dependent(
     """
     if opts.unique is not None or opts.delay is not None or opts.at is not None:
         raise ConfigurationError("depends_on= cannot be combined with unique, delay= or at=")
-    app = task.app
+    app = queue.app
     members = _members(queue, opts.depends_on)
     remote = _remote(queue, members)
     await _check_remote(remote)
-    record = task._record(opts, args, kwargs, queue.name)
     t = record.template
     await queue._put_blobs((record.id,))
     policy = opts.on_dependency_failure or "cancel"
@@ -149,59 +188,62 @@ async def enqueue_dependent(
         t.group, t.options, policy, app.dead_ttl_ms, *members,
     )  # fmt: skip
     if isinstance(res, list):
-        raise UnknownDependency(_job_of(queue, _text(res[1])).id)
+        raise UnknownDependency(split_member(_text(res[1]))[1])
     if res == 1 and remote:
         await _watch_remote(queue, record.id, remote)
-    return Job(queue, record.id, task.result_converter)
+    job = queue.job(record.id)
+    job._convert = convert
+    return job
 
 
-async def park(ctx: JobContext, children: Sequence[DependencyRef], policy: str) -> NoReturn:
-    """Park the running job ``ctx`` until ``children`` ended (see ``wait_for_children``).
+async def park(
+    home: Queue, job_id: str, token: str, children: Sequence[DependencyRef], policy: str
+) -> NoReturn:
+    """Park the running job ``job_id`` of ``home`` (its lease: ``token``) until ``children``
+    ended (see ``JobContext.wait_for_children``).
 
     Raises:
         Parked: parked; the run must end (the worker records nothing).
         UnknownDependency: a child is no job.
         LeaseLost: the job's lease was lost meanwhile.
     """
-    home = ctx.app.queue(ctx.queue)
     members = _members(home, dependency_refs(children))
     remote = _remote(home, members)
     await _check_remote(remote)
-    res = await _run(home, "park", ctx.id, ctx.token, policy, ctx.app.dead_ttl_ms, *members)
+    res = await _run(home, "park", job_id, token, policy, home.app.dead_ttl_ms, *members)
     if isinstance(res, list):
-        raise UnknownDependency(_job_of(home, _text(res[1])).id)
+        raise UnknownDependency(split_member(_text(res[1]))[1])
     if res != 1:
-        raise LeaseLost(ctx.id)
+        raise LeaseLost(job_id)
     if remote:
-        await _watch_remote(home, ctx.id, remote)
-    raise Parked(ctx.id)
+        await _watch_remote(home, job_id, remote)
+    raise Parked(job_id)
 
 
-async def outcomes(app: App, jobs: Iterable[Job[Any]], only_done: bool) -> dict[str, Any] | None:
-    """The results of ``jobs`` by id, each decoded by its task's codec (and verified on a
-    signing App); failed and cancelled ones left out. None (with ``only_done``) when one
-    has not finished yet."""
+async def outcomes(home: Queue, refs: Iterable[Ref], only_done: bool) -> dict[str, Any] | None:
+    """The results of the jobs ``refs`` name, by id, each read by its task's return
+    annotation (and verified on a signing App); failed and cancelled ones left out. None
+    (with ``only_done``) when one has not finished yet."""
     out: dict[str, Any] = {}
-    for job in jobs:
+    for name, job_id in refs:
+        queue: Queue = home.app.queue(name) if name else home
+        task_name = (await queue._scripts.job_fields([job_id], ["t"]))[0][0]
+        task = home.app.tasks.get(_text(task_name)) if task_name is not None else None
+        job = queue.job(job_id)
+        job._convert = task.result_converter if task is not None else None
         try:
-            value = await job._queue._wait_result(job.id, 0)
+            out[job_id] = await job.result(timeout=0)
         except (JobFailed, JobCancelled):
             continue
         except TimeoutError:  # ResultTimeout: not finished
             if only_done:
                 return None
-            continue
-        name = (await job._queue._scripts.job_fields([job.id], ["t"]))[0][0]
-        task = app.tasks.get(_text(name)) if name is not None else None
-        convert = task.result_converter if task is not None else None
-        out[job.id] = typed_result(job.id, convert, value)
     return out
 
 
-async def dependency_jobs(ctx: JobContext) -> list[Job[Any]]:
-    """The dependencies the running job waited for (its record's ``dl``)."""
-    home = ctx.app.queue(ctx.queue)
-    raw = (await home._scripts.job_fields([ctx.id], ["dl"]))[0][0]
+async def dependency_jobs(home: Queue, job_id: str) -> list[Ref]:
+    """The dependencies job ``job_id`` of ``home`` waited for (its record's ``dl``)."""
+    raw = (await home._scripts.job_fields([job_id], ["dl"]))[0][0]
     if raw is None:
         return []
     try:
@@ -210,41 +252,4 @@ async def dependency_jobs(ctx: JobContext) -> list[Job[Any]]:
         return []
     if not isinstance(members, list):  # cjson writes an empty array as {}
         return []
-    return [_job_of(home, str(m)) for m in members]
-
-
-def forward_entry(fields: list[bytes]) -> tuple[str, str, list[bytes]] | None:
-    """An outbox entry of lib/deps: (kind 'met' or 'more', the queue it is applied on, its
-    values), None for a batch outcome; ValueError when it cannot be read."""
-    if not fields or fields[0] not in (b"\x00d", b"\x00c"):
-        return None
-    if fields[0] == b"\x00d" and len(fields) == 4:
-        queue, job_id = _split_member(fields[1])
-        return "met", queue, [job_id.encode(), fields[2], fields[3]]
-    if fields[0] == b"\x00c" and len(fields) == 3:
-        queue, job_id = _split_member(fields[1])
-        return "more", queue, [job_id.encode(), fields[2]]
-    raise ValueError("a dependency entry of the wrong shape")
-
-
-def _split_member(raw: bytes | str) -> tuple[str, str]:
-    """A member's queue name and job id (a prefix has no braces: ``check_prefix``).
-
-    Raises:
-        ValueError: it names no job.
-    """
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    if "{" not in text or "}:" not in text:
-        raise ValueError("not a job member")
-    name, _, job_id = text.split("{", 1)[1].partition("}:")
-    return name, job_id
-
-
-def _job_of(home: Queue, member: str) -> Job[Any]:
-    name, job_id = _split_member(member)
-    return Job(home.app.queue(name), job_id)
-
-
-def forward_call(queue: Queue, kind: str, values: list[bytes]) -> ScriptCall:
-    """The deps.lua call that applies outbox entries of one kind on ``queue``."""
-    return _call(queue, kind, *values)
+    return [split_member(str(m)) for m in members]
