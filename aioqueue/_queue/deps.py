@@ -128,7 +128,7 @@ def _text(value: Any) -> str:
 
 def _members(home: Queue, refs: Sequence[tuple[str, str]]) -> list[str]:
     app = home.app
-    return [(app.queue(q) if q else home)._keys.base + job_id for q, job_id in refs]
+    return [(app.queue(q) if q else home)._keys.member(job_id) for q, job_id in refs]
 
 
 def _remote(home: Queue, members: Sequence[str]) -> dict[Queue, list[str]]:
@@ -144,7 +144,7 @@ def _remote(home: Queue, members: Sequence[str]) -> dict[Queue, list[str]]:
 async def _check_remote(remote: Mapping[Queue, list[str]]) -> None:
     """Raise for the first dependency on another queue that is no job (nothing is stored)."""
     for queue, ids in remote.items():
-        missing = await _run(queue, "check", *(queue._keys.base + i for i in ids))
+        missing = await _run(queue, "check", *(queue._keys.member(i) for i in ids))
         if missing:
             raise UnknownDependency(f"{queue.name}:{_text(missing)}")
 
@@ -152,13 +152,13 @@ async def _check_remote(remote: Mapping[Queue, list[str]]) -> None:
 async def _watch_remote(home: Queue, job_id: str, remote: Mapping[Queue, list[str]]) -> None:
     """Register the waiting job with its dependencies on other queues; those that ended
     already (or vanished meanwhile: counted as failed) are counted in at once."""
-    me = home._keys.base + job_id
+    me = home._keys.member(job_id)
     met: list[str] = []
     for queue, ids in remote.items():
         codes = await _run(queue, "watch", me, *ids)
         for dep, code in zip(ids, codes, strict=True):
             if _text(code) != "w":
-                met += (job_id, queue._keys.base + dep, "1" if _text(code) == "c" else "0")
+                met += (job_id, queue._keys.member(dep), "1" if _text(code) == "c" else "0")
     if met:
         await _run(home, "met", *met)
 
