@@ -47,7 +47,8 @@ class WfTasks:
     slow: Task[[int, str], int]
     boom: Task[[int], int]
     join: Task[[str], dict[str, Any]]
-    parent: Task[[int, int], list[int]]
+    parent: Task[[int, int, str], list[int]]
+    nap: Task[[int, float], int]
     keys: Keys
 
 
@@ -102,21 +103,35 @@ def register(app: App) -> WfTasks:
         return {"tag": tag, "results": results}
 
     @app.task
-    async def parent(n: int, fail_at: int) -> list[int]:
+    async def parent(n: int, fail_at: int, gate: str = "") -> list[int]:
         """Spawns n children (ids derived from its own: enqueueing them again on the run
-        after the park is a no-op), waits for them without a slot, returns their results."""
+        after the park is a no-op; ``boom`` at ``fail_at``; with a ``gate``, ``slow`` ones
+        held until it exists), waits for them without a slot, returns their results."""
         await started()
         job = current_job()
         children = []
         for i in range(n):
-            task = boom if i == fail_at else step
-            child = await task.options(job_id=f"{job.id}.c{i}").enqueue(i)
+            opts = {"job_id": f"{job.id}.c{i}"}
+            if i == fail_at:
+                child = await boom.options(**opts).enqueue(i)
+            elif gate:
+                child = await slow.options(**opts).enqueue(i, gate)
+            else:
+                child = await step.options(**opts).enqueue(i)
             children.append(child)
         results = await job.wait_for_children(children)
         await record(results)
         return sorted(results.values())
 
-    return WfTasks(step, step_other, slow, boom, join, parent, keys)
+    @app.task
+    async def nap(x: int, seconds: float) -> int:
+        """Takes ``seconds`` (so that a worker killed meanwhile holds it)."""
+        await started()
+        await asyncio.sleep(seconds)
+        await record()
+        return x * 10
+
+    return WfTasks(step, step_other, slow, boom, join, parent, nap, keys)
 
 
 app = app_from_env("aqwf")
