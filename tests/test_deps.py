@@ -77,7 +77,8 @@ async def test_a_dependent_waits_for_every_dependency_then_reads_their_results(
         out = await c.result(timeout=30)
     assert out == {"tag": "c", "results": {a.id: 10, b.id: 20}}
     order = await log(redis, t)
-    assert order.index(c.id) > order.index(a.id) and order.index(c.id) > order.index(b.id)
+    assert order.index(c.id) > order.index(a.id)
+    assert order.index(c.id) > order.index(b.id)
     assert (await wapp.queue().jobs("waiting")).items == ()
     assert sorted((await check_invariants(redis, wapp.queue()._keys)).values()) == [
         "completed",
@@ -134,8 +135,10 @@ async def test_a_failed_dependency_cancels_its_dependents_down_the_graph(
     for job in (mid, low):
         info = await job.info()
         assert info.state is JobState.CANCELLED
-        assert info.error is not None and info.error.type == "DependencyFailed"
-    assert mid.id not in await runs(redis, t) and low.id not in await runs(redis, t)
+        assert info.error is not None
+        assert info.error.type == "DependencyFailed"
+    assert mid.id not in await runs(redis, t)
+    assert low.id not in await runs(redis, t)
 
 
 async def test_policy_run_runs_anyway_and_fail_dead_letters(
@@ -153,9 +156,7 @@ async def test_policy_run_runs_anyway_and_fail_dead_letters(
     assert e.value.error_type == "DependencyFailed"
 
 
-async def test_cancelling_a_dependency_cancels_its_dependents(
-    wapp: App, tasks: WfTasks
-) -> None:
+async def test_cancelling_a_dependency_cancels_its_dependents(wapp: App, tasks: WfTasks) -> None:
     t = tasks
     a = await t.step.enqueue(1)
     c = await t.join.options(depends_on=[a]).enqueue("c")
@@ -201,7 +202,8 @@ async def test_a_parent_waits_for_its_children_without_a_slot_and_resumes(
     info = await p.info()
     assert info.attempts == 1  # the park spent no attempt
     order = await log(redis, t)
-    assert order[-1] == p.id and len(order) == 6
+    assert order[-1] == p.id
+    assert len(order) == 6
     assert json.loads((await redis.hget(t.keys.seen, p.id)) or b"{}") == {
         f"{p.id}.c{i}": i * 10 for i in range(5)
     }
@@ -214,5 +216,6 @@ async def test_a_failed_child_cancels_its_parent(wapp: App, tasks: WfTasks, redi
         with pytest.raises(JobCancelled):
             await p.result(timeout=60)
     info = await p.info()
-    assert info.error is not None and info.error.type == "DependencyFailed"
+    assert info.error is not None
+    assert info.error.type == "DependencyFailed"
     assert p.id not in await log(redis, t)

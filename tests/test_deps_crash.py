@@ -75,9 +75,11 @@ async def test_killed_while_a_dependency_runs_then_completes(
     await workers.wait_idle(redis, w2)
     order = await log(redis, t)
     assert order[0] == root.id  # nothing ran before the dependency
-    assert order[-1] == sink.id and order.count(sink.id) == 1
+    assert order[-1] == sink.id
+    assert order.count(sink.id) == 1
     r = await runs(redis, t)
-    assert r[root.id] == 2 and r[sink.id] == 1
+    assert r[root.id] == 2
+    assert r[sink.id] == 1
     states = await check_invariants(redis, producer.queue()._keys)
     assert set(states.values()) == {"completed"}
 
@@ -112,7 +114,8 @@ async def test_a_fan_in_survives_workers_killed_mid_way(
     first = {job_id: order.index(job_id) for job_id in set(order)}
     assert all(first[m.id] > first[root.id] for m in mids)  # none before its dependency
     assert all(first[sink.id] > first[m.id] for m in mids)
-    assert order.count(sink.id) == 1 and (await runs(redis, t))[sink.id] == 1
+    assert order.count(sink.id) == 1
+    assert (await runs(redis, t))[sink.id] == 1
     for name in ("default", OTHER):
         states = await check_invariants(redis, producer.queue(name)._keys)
         assert set(states.values()) == {"completed"}, name

@@ -114,12 +114,12 @@ def check_policy(policy: str | None) -> str | None:
     return policy
 
 
-def _call(queue: Queue, *args: Any) -> ScriptCall:
+def deps_call(queue: Queue, *args: Any) -> ScriptCall:
     return (SCRIPTS["deps"], queue._scripts.lanes, [queue._keys.base, *args])
 
 
-async def _run(queue: Queue, *args: Any) -> Any:
-    return (await queue._scripts.run_many([_call(queue, *args)]))[0]
+async def deps_run(queue: Queue, *args: Any) -> Any:
+    return (await queue._scripts.run_many([deps_call(queue, *args)]))[0]
 
 
 def _text(value: Any) -> str:
@@ -144,7 +144,7 @@ def _remote(home: Queue, members: Sequence[str]) -> dict[Queue, list[str]]:
 async def _check_remote(remote: Mapping[Queue, list[str]]) -> None:
     """Raise for the first dependency on another queue that is no job (nothing is stored)."""
     for queue, ids in remote.items():
-        missing = await _run(queue, "check", *(queue._keys.member(i) for i in ids))
+        missing = await deps_run(queue, "check", *(queue._keys.member(i) for i in ids))
         if missing:
             raise UnknownDependency(f"{queue.name}:{_text(missing)}")
 
@@ -155,12 +155,12 @@ async def _watch_remote(home: Queue, job_id: str, remote: Mapping[Queue, list[st
     me = home._keys.member(job_id)
     met: list[str] = []
     for queue, ids in remote.items():
-        codes = await _run(queue, "watch", me, *ids)
+        codes = await deps_run(queue, "watch", me, *ids)
         for dep, code in zip(ids, codes, strict=True):
             if _text(code) != "w":
                 met += (job_id, queue._keys.member(dep), "1" if _text(code) == "c" else "0")
     if met:
-        await _run(home, "met", *met)
+        await deps_run(home, "met", *met)
 
 
 async def enqueue_dependent(
@@ -183,7 +183,7 @@ async def enqueue_dependent(
     t = record.template
     await queue._put_blobs((record.id,))
     policy = opts.on_dependency_failure or "cancel"
-    res = await _run(
+    res = await deps_run(
         queue, "add", record.id, t.task, record.payload, t.max_attempts, t.priority,
         t.group, t.options, policy, app.dead_ttl_ms, *members,
     )  # fmt: skip
@@ -210,7 +210,7 @@ async def park(
     members = _members(home, dependency_refs(children))
     remote = _remote(home, members)
     await _check_remote(remote)
-    res = await _run(home, "park", job_id, token, policy, home.app.dead_ttl_ms, *members)
+    res = await deps_run(home, "park", job_id, token, policy, home.app.dead_ttl_ms, *members)
     if isinstance(res, list):
         raise UnknownDependency(split_member(_text(res[1]))[1])
     if res != 1:
@@ -228,6 +228,8 @@ async def outcomes(home: Queue, refs: Iterable[Ref], only_done: bool) -> dict[st
     for name, job_id in refs:
         queue: Queue = home.app.queue(name) if name else home
         task_name = (await queue._scripts.job_fields([job_id], ["t"]))[0][0]
+        if task_name == b"":  # a workflow's record (what its first nodes wait for)
+            continue
         task = home.app.tasks.get(_text(task_name)) if task_name is not None else None
         job = queue.job(job_id)
         job._convert = task.result_converter if task is not None else None

@@ -18,6 +18,12 @@
            cancelled, 'x' no such job, 'w' registered
     met    ARGV[3..] triples: dependent id (on this queue), dependency (member), 1 completed
            / 0 failed: each counted once; returns the number of triples
+    extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
+           node with more than one call holds); returns 1, 0 when it is not waiting
+    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
+           workflow's record, waiting (closed); returns 1, 0 when it exists
+    open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
+           which releases the nodes that wait for it; returns 1, 0 when it was not closed
     more   ARGV[3..] pairs: id on this queue, 1 / 0: tell more of its dependents (the rest
            of a dependency's dependents, handed on through the outbox); returns 1 when some
            are left for another call ]]
@@ -66,6 +72,37 @@ if op == 'park' then
   call('HSET', jk, 'a', math.max(a - 1, 0), 'rl', tok)
   dep_wait(id, jk, deps, ARGV[5], tonumber(ARGV[6]) or 0, now)
   if has_ready() then wake() end
+  return 1
+end
+
+if op == 'extend' then
+  local id = ARGV[3]
+  local jk = job_key(id)
+  local deps = tail(4)
+  local r = call('HMGET', jk, 's', 'dp', 'dt')
+  if r[1] ~= 'waiting' or not r[2] then return 0 end
+  local missing = dep_missing(deps)
+  if missing then return {-3, missing} end
+  dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true)
+  return 1
+end
+
+if op == 'gate' then
+  local jk = job_key(ARGV[3])
+  if call('EXISTS', jk) == 1 then return 0 end
+  call('HSET', jk, 's', 'waiting', 't', '', 'wn', ARGV[4], 'wg', ARGV[5], 'ct', now)
+  return 1
+end
+
+if op == 'open' then
+  local id = ARGV[3]
+  local jk = job_key(id)
+  if call('HGET', jk, 's') ~= 'waiting' or call('HEXISTS', jk, 'wg') == 0 then return 0 end
+  call('HSET', jk, 's', 'completed', 'f', now)
+  local ttl = tonumber(ARGV[4]) or 0
+  if ttl > 0 then call('PEXPIRE', jk, ttl) end
+  deps_outcome(id, true, now)
+  emit_flush()
   return 1
 end
 

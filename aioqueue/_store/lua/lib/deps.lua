@@ -5,6 +5,9 @@
   base.."deps:"..id        SET   the dependencies job id still waits for (members)
   base.."dependents:"..id  SET   the jobs waiting for job id (members)
   base.."waiting"          ZSET  jobs waiting for dependencies, by when they started to wait
+  A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
+  name, wg its graph as JSON), waits until every node is stored; the nodes without
+  dependencies depend on it, and deps.lua 'open' completes it, which releases them.
   The dependent's record: dn dependencies left, dp policy (cancel|run|fail), dl its
   dependencies (JSON array of members), dt retention ms of a cancelled or dead end (0 for
   good). The dependency's record: dd (set once it has dependents; read by batch_outcome).
@@ -123,11 +126,21 @@ local function dep_missing(deps)
 end
 
 -- job id (record jk) waits for deps (members; those on other queues are counted here and
--- registered there by the caller, deps.lua 'watch'); policy and dt as in the record
-local function dep_wait(id, jk, deps, policy, ttl, now)
+-- registered there by the caller, deps.lua 'watch'); policy and dt as in the record; more:
+-- these are added to the dependencies it has (a graph's node with more than one call holds)
+local function dep_wait(id, jk, deps, policy, ttl, now, more)
   local wk = deps_key(id)
   local me = BASE .. id
-  call('DEL', wk)
+  local dl = deps
+  if more then
+    local ok, old = pcall(cjson.decode, call('HGET', jk, 'dl') or '')
+    if ok and type(old) == 'table' then
+      for _, dep in ipairs(deps) do old[#old + 1] = dep end
+      dl = old
+    end
+  else
+    call('DEL', wk)
+  end
   local failed
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
@@ -136,7 +149,7 @@ local function dep_wait(id, jk, deps, policy, ttl, now)
     if st == 'w' or (st ~= 'c' and not failed) then call('SADD', wk, dep) end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
   end
-  call('HSET', jk, 's', 'waiting', 'dp', policy, 'dl', cjson.encode(deps), 'dt', ttl,
+  call('HSET', jk, 's', 'waiting', 'dp', policy, 'dl', cjson.encode(dl), 'dt', ttl,
     'dn', call('SCARD', wk))
   call('ZADD', K_WAITING, now, id)
   if failed then dep_met(id, failed, false, now)

@@ -1,0 +1,291 @@
+"""DAG workflows (issue 27, point 2; docs/workflows.md): ``app.workflow(name)`` builds a graph
+of task calls with edges, checks it before anything is stored (a cycle, a missing step), and
+enqueues it gated: a workflow record (``job:<workflow id>``, waiting) is stored first, every
+step waits for its dependencies (``_queue/deps.py``) and the steps without any wait for the
+record; the last call opens the record, which releases them. A producer that dies midway
+leaves a closed graph that never runs (``WorkflowHandle.cancel`` removes it).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any, Final, Protocol
+
+from .._model.checks import new_job_id
+from .._model.exceptions import ConfigurationError, WorkflowError
+from .._model.limits import MAX_JOBS_PER_CALL
+from .._model.record import JobOptions
+from .._queue.deps import POLICIES, DependencyPolicy, deps_call, deps_run
+from .._queue.deps import Queue as DepsQueue
+from .._store.loader import ScriptCall
+
+# App, Queue, Call and Job are not imported, even for types: each reaches back to App,
+# which imports this module (tests/test_layers.py keeps type-level cycles out)
+
+
+class Queue(DepsQueue, Protocol):
+    """What this module uses of a ``Queue``."""
+
+    async def cancel_jobs(self, job_ids: Sequence[str]) -> int: ...
+
+
+class StepCall(Protocol):
+    """A task call with its arguments bound (``task.call(...)``: a ``Call``)."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def opts(self) -> JobOptions: ...
+
+
+#: the most steps one workflow may have
+MAX_STEPS: Final = 100_000
+#: script calls sent in one round trip while storing a workflow
+_PIPELINE: Final = 1000
+
+
+class WorkflowState(enum.StrEnum):
+    """Where a workflow is: ``pending`` (stored but not released: its enqueue did not end),
+    ``running``, ``completed`` (every step), ``failed`` (a step was dead-lettered) or
+    ``cancelled`` (a step was cancelled, and none failed)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Workflow:
+    """A graph of task calls (``app.workflow(name)``): ``step`` adds one, ``after=`` names the
+    steps it waits for; ``enqueue`` stores it. A step runs once every step it waits for
+    completed; a step that fails for good or is cancelled follows ``on_failure`` (as
+    ``on_dependency_failure``: ``cancel`` its dependents, the default, ``run`` them anyway,
+    or ``fail`` them)."""
+
+    __slots__ = ("_steps", "app", "name", "on_failure")
+
+    def __init__(self, app: Any, name: str, on_failure: DependencyPolicy = "cancel") -> None:
+        if not name or len(name) > 200:
+            raise ConfigurationError("a workflow's name is 1 to 200 characters")
+        if on_failure not in POLICIES:
+            raise ConfigurationError(f"on_failure must be one of {POLICIES}")
+        self.app = app
+        self.name = name
+        self.on_failure = on_failure
+        self._steps: dict[str, tuple[StepCall, tuple[str, ...]]] = {}
+
+    def step(self, name: str, call: StepCall, *, after: Iterable[str] = ()) -> str:
+        """Add step ``name`` running ``call`` (``task.call(...)``) once the steps ``after``
+        completed; returns ``name`` (to use in another step's ``after``).
+
+        Raises:
+            WorkflowError: a step of that name exists.
+            ConfigurationError: ``call`` has options a step cannot have (unique, delay, at).
+        """
+        if name in self._steps:
+            raise WorkflowError(f"workflow {self.name!r}: step {name!r} is added twice")
+        o = call.opts
+        if o.unique is not None or o.delay is not None or o.at is not None:
+            raise ConfigurationError("a workflow's steps cannot be unique or delayed")
+        self._steps[name] = (call, tuple(dict.fromkeys(after)))
+        return name
+
+    def order(self) -> list[str]:
+        """The steps, each after the steps it waits for.
+
+        Raises:
+            WorkflowError: no steps, too many, an edge to a missing step, or a cycle.
+        """
+        steps = self._steps
+        if not steps or len(steps) > MAX_STEPS:
+            raise WorkflowError(f"workflow {self.name!r} has 1 to {MAX_STEPS} steps")
+        waits: dict[str, int] = {}
+        feeds: dict[str, list[str]] = {name: [] for name in steps}
+        for name, (_, after) in steps.items():
+            for dep in after:
+                if dep not in steps:
+                    raise WorkflowError(f"step {name!r} waits for {dep!r}, which is no step")
+                feeds[dep].append(name)
+            waits[name] = len(after)
+        ready = [name for name, n in waits.items() if n == 0]
+        out: list[str] = []
+        while ready:
+            name = ready.pop()
+            out.append(name)
+            for nxt in feeds[name]:
+                waits[nxt] -= 1
+                if waits[nxt] == 0:
+                    ready.append(nxt)
+        if len(out) < len(steps):
+            stuck = sorted(n for n, w in waits.items() if w > 0)[:5]
+            raise WorkflowError(f"workflow {self.name!r} has a cycle through {stuck}")
+        return out
+
+    async def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+        """Store the workflow (its record on ``queue``, default the App's) and release it.
+
+        Raises:
+            WorkflowError: the graph cannot run (nothing was stored).
+        """
+        order = self.order()
+        app = self.app
+        home = app.queue(queue)
+        wid = f"wf-{uuid.uuid4().hex}"
+        queues: dict[str, Queue] = {}
+        ids: dict[str, str] = {}
+        for name in order:
+            call = self._steps[name][0]
+            queues[name] = app.queue(call.opts.queue or call.task.queue)
+            ids[name] = call.opts.job_id or new_job_id()
+        member = {name: queues[name]._keys.member(ids[name]) for name in order}
+        fed = {dep for _, after in self._steps.values() for dep in after}
+        graph = {
+            "name": self.name,
+            "steps": {
+                name: {"q": queues[name].name, "id": ids[name], "after": list(after)}
+                for name, (_, after) in self._steps.items()
+            },
+            "sinks": [name for name in order if name not in fed],
+        }
+        calls: list[ScriptCall] = [deps_call(home, "gate", wid, self.name, json.dumps(graph))]
+        gate = home._keys.member(wid)
+        for name in order:
+            call, after = self._steps[name]
+            q = queues[name]
+            rec = call.task._record(call.opts, call.args, call.kwargs, q.name, None, ids[name])
+            await q._put_blobs((rec.id,))
+            deps = [member[d] for d in after] or [gate]
+            t = rec.template
+            values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
+            policy = (self.on_failure, app.dead_ttl_ms)
+            calls.append(deps_call(q, "add", rec.id, *values, *policy, *deps[:MAX_JOBS_PER_CALL]))
+            for i in range(MAX_JOBS_PER_CALL, len(deps), MAX_JOBS_PER_CALL):
+                calls.append(deps_call(q, "extend", rec.id, *deps[i : i + MAX_JOBS_PER_CALL]))
+            # its dependencies on other queues count it in there (the graph is closed: none
+            # of them can have ended)
+            remote: dict[Queue, list[str]] = {}
+            for dep in after or ():
+                if queues[dep] is not q:
+                    remote.setdefault(queues[dep], []).append(ids[dep])
+            if not after and home is not q:
+                remote[home] = [wid]
+            for rq, rids in remote.items():
+                for i in range(0, len(rids), MAX_JOBS_PER_CALL):
+                    chunk = rids[i : i + MAX_JOBS_PER_CALL]
+                    calls.append(deps_call(rq, "watch", member[name], *chunk))
+        for i in range(0, len(calls), _PIPELINE):
+            for res in await home._scripts.run_many(calls[i : i + _PIPELINE]):
+                if isinstance(res, list) and res and res[0] == -3:
+                    raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
+        await deps_run(home, "open", wid, max(app.result_ttl_default_ms, 0))
+        # what opening handed to the outbox, at once rather than at the workers' next reap:
+        # the first steps on other queues (counted once: the forwarder's copy is a no-op),
+        # and those past what one call tells
+        for name in order:
+            if not self._steps[name][1] and queues[name] is not home:
+                await deps_run(queues[name], "met", ids[name], gate, "1")
+        while await deps_run(home, "more", wid, "1"):
+            pass
+        return WorkflowHandle(home, wid)
+
+
+class WorkflowHandle:
+    """A stored workflow (from ``Workflow.enqueue``, or ``app.queue(q).workflow(id)``)."""
+
+    __slots__ = ("id", "queue")
+
+    def __init__(self, queue: Queue, workflow_id: str) -> None:
+        self.queue = queue
+        self.id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle(id={self.id!r}, queue={self.queue.name!r})"
+
+    async def graph(self) -> dict[str, Any]:
+        """The stored graph: ``name``, ``steps`` (name -> ``q`` queue, ``id`` job id,
+        ``after``), ``sinks``, and ``released`` (False while its enqueue has not ended).
+
+        Raises:
+            WorkflowError: no such workflow (never stored, or its record expired).
+        """
+        s, wg = (await self.queue._scripts.job_fields([self.id], ["s", "wg"]))[0]
+        try:
+            graph = json.loads(wg or b"")
+            assert isinstance(graph, dict)
+            assert isinstance(graph.get("steps"), dict)
+        except (ValueError, AssertionError):
+            raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue.name!r}") from None
+        graph["released"] = s != b"waiting"
+        graph["cancelled"] = s == b"cancelled"
+        return graph
+
+    def _jobs(self, graph: dict[str, Any]) -> dict[str, Any]:
+        """Each step's ``Job``, by step name."""
+        app = self.queue.app
+        return {n: app.queue(v["q"]).job(v["id"]) for n, v in graph["steps"].items()}
+
+    def _by_queue(self, graph: dict[str, Any]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for v in graph["steps"].values():
+            out.setdefault(v["q"], []).append(v["id"])
+        return out
+
+    async def nodes(self) -> dict[str, str | None]:
+        """Each step's state (a ``JobState`` value; None: its record is gone, expired or
+        purged)."""
+        graph = await self.graph()
+        states: dict[tuple[str, str], str | None] = {}
+        for name, qids in self._by_queue(graph).items():
+            q: Queue = self.queue.app.queue(name)
+            rows = await q._scripts.job_fields(qids, ["s"])
+            for job_id, (s,) in zip(qids, rows, strict=True):
+                states[name, job_id] = s.decode(errors="replace") if s else None
+        return {n: states[v["q"], v["id"]] for n, v in graph["steps"].items()}
+
+    async def state(self) -> WorkflowState:
+        """The workflow's state, from its steps' (see ``WorkflowState``)."""
+        graph = await self.graph()
+        if graph["cancelled"]:
+            return WorkflowState.CANCELLED
+        if not graph["released"]:
+            return WorkflowState.PENDING
+        states = set((await self.nodes()).values())
+        if "failed" in states:
+            return WorkflowState.FAILED
+        if "cancelled" in states:
+            return WorkflowState.CANCELLED
+        if states == {"completed"}:
+            return WorkflowState.COMPLETED
+        return WorkflowState.RUNNING
+
+    async def result(self, timeout: float | timedelta | None = None) -> Any:
+        """The result of its sink (the step no other waits for); with several sinks, their
+        results by step name. Raises as ``Job.result`` does for the sink."""
+        graph = await self.graph()
+        jobs = self._jobs(graph)
+        sinks = graph["sinks"]
+        if len(sinks) == 1:
+            return await jobs[sinks[0]].result(timeout)
+        return {n: await jobs[n].result(timeout) for n in sinks}
+
+    async def cancel(self) -> int:
+        """Cancel every step that has not ended (running ones are asked to stop); returns
+        how many were cancelled at once."""
+        n = 0
+        await self.queue.cancel_jobs([self.id])  # a closed graph: nothing of it will run
+        for name, qids in self._by_queue(await self.graph()).items():
+            q: Queue = self.queue.app.queue(name)
+            n += await q.cancel_jobs(qids)
+        return n
