@@ -53,8 +53,22 @@ end
 -- counts as done (run)
 local function dep_met(id, dep, ok, now)
   local wk = deps_key(id)
-  if call('SREM', wk, dep) == 0 then return end
   local jk = job_key(id)
+  local kind = redis.call('TYPE', wk).ok
+  if kind ~= 'set' then
+    -- a set of the wrong type, or gone while its job waits: what the job waits for is
+    -- lost; it is set aside and the job dead-lettered with the reason (I9), never run early
+    if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
+    local r = call('HMGET', jk, 's', 'dp', 'dt')
+    if r[1] == 'waiting' and r[2] then
+      call('ZREM', K_WAITING, id)
+      to_dead(id, jk, now, cjson.encode({type = 'Garbled',
+        message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
+      call('HINCRBY', K_STATS, 'failed', 1)
+    end
+    return
+  end
+  if call('SREM', wk, dep) == 0 then return end
   local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt')
   if r[1] ~= 'waiting' then return end
   if not ok and r[2] ~= 'run' then
