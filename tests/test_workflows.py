@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, JobCancelled, Worker, WorkflowError, WorkflowHandle, WorkflowState
 from aioqueue._queue.deps import deps_run
+from aioqueue._queue.depsbox import door
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
@@ -58,7 +59,7 @@ async def test_a_diamond_across_queues_runs_in_order_and_gives_the_sink_s_result
     order = await log(redis, t)
     assert order.index(ids["a"]) < order.index(ids["b"]) < order.index(ids["d"])
     assert order.index(ids["a"]) < order.index(ids["c"]) < order.index(ids["d"])
-    again = WorkflowHandle(wapp.queue(), handle.id)
+    again = WorkflowHandle(wapp, handle.id)
     assert (await again.graph())["name"] == "diamond"
 
 
@@ -111,15 +112,15 @@ async def test_a_closed_graph_never_runs_and_cancel_removes_it(
 ) -> None:
     """A producer that died before the last call: its graph stays closed (pending)."""
     t = tasks
-    q = wapp.queue()
+    q = door(wapp, wapp.default_queue)
     step = {"q": "default", "id": "half-a", "after": []}
     graph = json.dumps({"name": "half", "steps": {"a": step}, "sinks": ["a"]})
     assert await deps_run(q, "gate", "wf-half", "half", graph) == 1
-    rec = t.step._record(t.step._defaults, (1,), {}, q.name, None, "half-a")
+    rec = t.step.record_of(t.step.call(1), "default", "half-a")
     tpl = rec.template
     values = (tpl.task, rec.payload, tpl.max_attempts, tpl.priority, tpl.group, tpl.options)
-    assert await deps_run(q, "add", "half-a", *values, "cancel", 0, q._keys.member("wf-half")) == 1
-    handle = WorkflowHandle(q, "wf-half")
+    assert await deps_run(q, "add", "half-a", *values, "cancel", 0, q.keys.member("wf-half")) == 1
+    handle = WorkflowHandle(wapp, "wf-half")
     async with Worker(wapp, concurrency=2):
         probe = await t.step.enqueue(99)  # the worker runs what is runnable
         assert await probe.result(timeout=30) == 990

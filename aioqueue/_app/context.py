@@ -60,8 +60,8 @@ class JobContext:
         """The results of the jobs this job waited for (``depends_on=``, or the children of
         ``wait_for_children``), by id, each read by its task's return annotation (verified on
         a signing App); dependencies that failed or were cancelled are left out."""
-        home = self.app.queue(self.queue)
-        return await outcomes(home, await dependency_jobs(home, self.id), only_done=False) or {}
+        refs = await dependency_jobs(self.app, self.queue, self.id)
+        return await outcomes(self.app, self.queue, refs, only_done=False) or {}
 
     async def wait_for_children(
         self, children: Iterable[Job[Any] | str], *, on_failure: DependencyPolicy = "cancel"
@@ -78,15 +78,15 @@ class JobContext:
             UnknownDependency: a child is no job.
             ConfigurationError: no children, or more than 1,000.
         """
-        home = self.app.queue(self.queue)
+        children = list(children)
         refs = [(j.queue, j.id) if isinstance(j, Job) else (self.queue, j) for j in children]
-        done = await outcomes(home, refs, only_done=True)
+        done = await outcomes(self.app, self.queue, refs, only_done=True)
         if done is not None:
             states = [await self.app.queue(q).job(i).state() for q, i in refs]
             if on_failure == "run" or all(s == JobState.COMPLETED for s in states):
                 return done
             # a child failed: parking applies the policy at once (cancel or dead-letter)
-        await park(home, self.id, self.token, list(children), on_failure)
+        await park(self.app, self.queue, self.id, self.token, children, on_failure)
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")

@@ -302,7 +302,8 @@ class Task(Generic[P, R]):
         queue = self.app.queue(opts.queue or self.queue)
         if opts.depends_on:
             record = self._record(opts, args, kwargs, queue.name)
-            job: Job[R] = await enqueue_dependent(queue, record, opts, self.result_converter)
+            conv = self.result_converter
+            job: Job[R] = await enqueue_dependent(self.app, queue.name, record, opts, conv)
             return job
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
@@ -379,6 +380,11 @@ class Task(Generic[P, R]):
             pairs.append(job_id)
             pairs.append(dump(queue, job_id, name, args, kwargs, options))
         return pairs
+
+    def record_of(self, call: Call[R], queue: str, job_id: str) -> JobRecord:
+        """The record ``call`` (of this task) is stored as, on ``queue`` with id ``job_id``
+        (a workflow's steps are stored by ``lua/deps.lua``, not by ``enqueue``)."""
+        return self._record(call.opts, call.args, call.kwargs, queue, None, job_id)
 
     def _record(
         self,

@@ -11,26 +11,21 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from .._model.checks import new_job_id
 from .._model.exceptions import ConfigurationError, WorkflowError
+from .._model.job import Job
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions
-from .._queue.deps import POLICIES, DependencyPolicy, deps_call, deps_run
-from .._queue.deps import Queue as DepsQueue
+from .._queue.deps import POLICIES, DependencyPolicy, deps_run, put_blobs
+from .._queue.depsbox import deps_call, door
 from .._store.loader import ScriptCall
 
-# App, Queue, Call and Job are not imported, even for types: each reaches back to App,
-# which imports this module (tests/test_layers.py keeps type-level cycles out)
-
-
-class Queue(DepsQueue, Protocol):
-    """What this module uses of a ``Queue``."""
-
-    async def cancel_jobs(self, job_ids: Sequence[str]) -> int: ...
+# App and Call are not imported, even for types: each reaches back to App, which imports this
+# module (tests/test_layers.py keeps type-level cycles out)
 
 
 class StepCall(Protocol):
@@ -141,100 +136,101 @@ class Workflow:
         """
         order = self.order()
         app = self.app
-        home = app.queue(queue)
+        home: str = app.queue(queue).name
         wid = f"wf-{uuid.uuid4().hex}"
-        queues: dict[str, Queue] = {}
+        queues: dict[str, str] = {}
         ids: dict[str, str] = {}
         for name in order:
             call = self._steps[name][0]
-            queues[name] = app.queue(call.opts.queue or call.task.queue)
+            queues[name] = app.queue(call.opts.queue or call.task.queue).name
             ids[name] = call.opts.job_id or new_job_id()
-        member = {name: queues[name]._keys.member(ids[name]) for name in order}
+        member = {name: door(app, queues[name]).keys.member(ids[name]) for name in order}
         fed = {dep for _, after in self._steps.values() for dep in after}
         graph = {
             "name": self.name,
             "steps": {
-                name: {"q": queues[name].name, "id": ids[name], "after": list(after)}
+                name: {"q": queues[name], "id": ids[name], "after": list(after)}
                 for name, (_, after) in self._steps.items()
             },
             "sinks": [name for name in order if name not in fed],
         }
-        calls: list[ScriptCall] = [deps_call(home, "gate", wid, self.name, json.dumps(graph))]
-        gate = home._keys.member(wid)
+        hd = door(app, home)
+        calls: list[ScriptCall] = [deps_call(hd, "gate", wid, self.name, json.dumps(graph))]
+        gate = hd.keys.member(wid)
         for name in order:
             call, after = self._steps[name]
             q = queues[name]
-            rec = call.task._record(call.opts, call.args, call.kwargs, q.name, None, ids[name])
-            await q._put_blobs((rec.id,))
+            rec = call.task.record_of(call, q, ids[name])
+            await put_blobs(app, q, (rec.id,))
             deps = [member[d] for d in after] or [gate]
             t = rec.template
             values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
             policy = (self.on_failure, app.dead_ttl_ms)
-            calls.append(deps_call(q, "add", rec.id, *values, *policy, *deps[:MAX_JOBS_PER_CALL]))
+            qd = door(app, q)
+            calls.append(deps_call(qd, "add", rec.id, *values, *policy, *deps[:MAX_JOBS_PER_CALL]))
             for i in range(MAX_JOBS_PER_CALL, len(deps), MAX_JOBS_PER_CALL):
-                calls.append(deps_call(q, "extend", rec.id, *deps[i : i + MAX_JOBS_PER_CALL]))
+                calls.append(deps_call(qd, "extend", rec.id, *deps[i : i + MAX_JOBS_PER_CALL]))
             # its dependencies on other queues count it in there (the graph is closed: none
             # of them can have ended)
-            remote: dict[Queue, list[str]] = {}
-            for dep in after or ():
-                if queues[dep] is not q:
+            remote: dict[str, list[str]] = {}
+            for dep in after:
+                if queues[dep] != q:
                     remote.setdefault(queues[dep], []).append(ids[dep])
-            if not after and home is not q:
+            if not after and home != q:
                 remote[home] = [wid]
             for rq, rids in remote.items():
                 for i in range(0, len(rids), MAX_JOBS_PER_CALL):
                     chunk = rids[i : i + MAX_JOBS_PER_CALL]
-                    calls.append(deps_call(rq, "watch", member[name], *chunk))
+                    calls.append(deps_call(door(app, rq), "watch", member[name], *chunk))
         for i in range(0, len(calls), _PIPELINE):
-            for res in await home._scripts.run_many(calls[i : i + _PIPELINE]):
+            for res in await hd.scripts.run_many(calls[i : i + _PIPELINE]):
                 if isinstance(res, list) and res and res[0] == -3:
                     raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
-        await deps_run(home, "open", wid, max(app.result_ttl_default_ms, 0))
+        await deps_run(hd, "open", wid, max(app.result_ttl_default_ms, 0))
         # what opening handed to the outbox, at once rather than at the workers' next reap:
         # the first steps on other queues (counted once: the forwarder's copy is a no-op),
         # and those past what one call tells
         for name in order:
-            if not self._steps[name][1] and queues[name] is not home:
-                await deps_run(queues[name], "met", ids[name], gate, "1")
-        while await deps_run(home, "more", wid, "1"):
+            if not self._steps[name][1] and queues[name] != home:
+                await deps_run(door(app, queues[name]), "met", ids[name], gate, "1")
+        while await deps_run(hd, "more", wid, "1"):
             pass
-        return WorkflowHandle(home, wid)
+        return WorkflowHandle(app, wid, home)
 
 
 class WorkflowHandle:
-    """A stored workflow (from ``Workflow.enqueue``, or ``app.queue(q).workflow(id)``)."""
+    """A stored workflow (from ``Workflow.enqueue``, or ``WorkflowHandle(app, id)`` for one
+    whose record is on ``queue``, default the App's)."""
 
-    __slots__ = ("id", "queue")
+    __slots__ = ("app", "id", "queue")
 
-    def __init__(self, queue: Queue, workflow_id: str) -> None:
-        self.queue = queue
+    def __init__(self, app: Any, workflow_id: str, queue: str | None = None) -> None:
+        self.app = app
         self.id = workflow_id
+        self.queue: str = app.queue(queue).name
 
     def __repr__(self) -> str:
-        return f"WorkflowHandle(id={self.id!r}, queue={self.queue.name!r})"
+        return f"WorkflowHandle(id={self.id!r}, queue={self.queue!r})"
 
     async def graph(self) -> dict[str, Any]:
         """The stored graph: ``name``, ``steps`` (name -> ``q`` queue, ``id`` job id,
-        ``after``), ``sinks``, and ``released`` (False while its enqueue has not ended).
+        ``after``), ``sinks``, ``released`` (False while its enqueue has not ended) and
+        ``cancelled``.
 
         Raises:
             WorkflowError: no such workflow (never stored, or its record expired).
         """
-        s, wg = (await self.queue._scripts.job_fields([self.id], ["s", "wg"]))[0]
+        rows = await door(self.app, self.queue).scripts.job_fields([self.id], ["s", "wg"])
+        s, wg = rows[0]
         try:
             graph = json.loads(wg or b"")
-            assert isinstance(graph, dict)
-            assert isinstance(graph.get("steps"), dict)
-        except (ValueError, AssertionError):
-            raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue.name!r}") from None
+        except ValueError:
+            graph = None
+        if not isinstance(graph, dict) or not isinstance(graph.get("steps"), dict):
+            raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue!r}")
         graph["released"] = s != b"waiting"
         graph["cancelled"] = s == b"cancelled"
         return graph
-
-    def _jobs(self, graph: dict[str, Any]) -> dict[str, Any]:
-        """Each step's ``Job``, by step name."""
-        app = self.queue.app
-        return {n: app.queue(v["q"]).job(v["id"]) for n, v in graph["steps"].items()}
 
     def _by_queue(self, graph: dict[str, Any]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -248,8 +244,7 @@ class WorkflowHandle:
         graph = await self.graph()
         states: dict[tuple[str, str], str | None] = {}
         for name, qids in self._by_queue(graph).items():
-            q: Queue = self.queue.app.queue(name)
-            rows = await q._scripts.job_fields(qids, ["s"])
+            rows = await door(self.app, name).scripts.job_fields(qids, ["s"])
             for job_id, (s,) in zip(qids, rows, strict=True):
                 states[name, job_id] = s.decode(errors="replace") if s else None
         return {n: states[v["q"], v["id"]] for n, v in graph["steps"].items()}
@@ -274,18 +269,19 @@ class WorkflowHandle:
         """The result of its sink (the step no other waits for); with several sinks, their
         results by step name. Raises as ``Job.result`` does for the sink."""
         graph = await self.graph()
-        jobs = self._jobs(graph)
-        sinks = graph["sinks"]
-        if len(sinks) == 1:
-            return await jobs[sinks[0]].result(timeout)
-        return {n: await jobs[n].result(timeout) for n in sinks}
+        steps = graph["steps"]
+        jobs: dict[str, Job[Any]] = {
+            n: Job(self.app.queue(steps[n]["q"]), steps[n]["id"]) for n in graph["sinks"]
+        }
+        if len(jobs) == 1:
+            return await next(iter(jobs.values())).result(timeout)
+        return {n: await job.result(timeout) for n, job in jobs.items()}
 
     async def cancel(self) -> int:
         """Cancel every step that has not ended (running ones are asked to stop); returns
         how many were cancelled at once."""
         n = 0
-        await self.queue.cancel_jobs([self.id])  # a closed graph: nothing of it will run
+        await self.app.queue(self.queue).cancel_jobs([self.id])  # a closed graph: none runs
         for name, qids in self._by_queue(await self.graph()).items():
-            q: Queue = self.queue.app.queue(name)
-            n += await q.cancel_jobs(qids)
+            n += await self.app.queue(name).cancel_jobs(qids)
         return n

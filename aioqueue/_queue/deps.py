@@ -7,7 +7,9 @@ another queue (another cluster slot) and for dependents past one call's bound (I
 running job parks itself the same way (``JobContext.wait_for_children``): its lease is given
 back without spending the attempt, and it runs again from the top once its children ended.
 
-Jobs are named across queues by *members*: their queue's key base followed by their id.
+Jobs are named across queues by *members*: their queue's key base followed by their id. The
+functions here take the App and queue names, and reach each queue through a ``Door`` made
+from the App's public parts.
 """
 
 from __future__ import annotations
@@ -23,15 +25,13 @@ from .._model.exceptions import (
     LeaseLost,
     UnknownDependency,
 )
+from .._model.job import Job
 from .._model.limits import MAX_JOBS_PER_CALL
-from .._store.loader import SCRIPTS, ScriptCall
-from .depsbox import split_member
+from .depsbox import Door, deps_call, door, split_member
 
 if TYPE_CHECKING:
     from .._model.convert import Convert
-    from .._model.keys import QueueKeys
     from .._model.record import JobOptions, JobRecord
-    from .._store.scripts import QueueScripts
 
 #: what a dependent does when a dependency is dead-lettered or cancelled
 DependencyPolicy = Literal["cancel", "run", "fail"]
@@ -42,8 +42,7 @@ Ref = tuple[str, str]
 
 
 class JobLike(Protocol):
-    """A ``Job`` handle, as this module reads one (``Job`` is not imported: it reaches
-    ``Queue`` and ``App``, which import this module; tests/test_layers.py)."""
+    """A ``Job`` handle, as ``depends_on=`` reads one."""
 
     @property
     def queue(self) -> str: ...
@@ -54,27 +53,6 @@ class JobLike(Protocol):
 
 #: a dependency as ``depends_on=`` takes it: a Job handle, or an id on the dependent's queue
 DependencyRef = JobLike | str
-
-
-class Queue(Protocol):
-    """What this module uses of a ``Queue`` (not imported, even for types: ``Queue`` reaches
-    ``App``, which imports this module; tests/test_layers.py keeps type-level cycles out)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def _scripts(self) -> QueueScripts: ...
-
-    @property
-    def _keys(self) -> QueueKeys: ...
-
-    @property
-    def app(self) -> Any: ...
-
-    def job(self, job_id: str) -> Any: ...
-
-    async def _put_blobs(self, ids: Iterable[str]) -> None: ...
 
 
 class Parked(BaseException):
@@ -114,58 +92,64 @@ def check_policy(policy: str | None) -> str | None:
     return policy
 
 
-def deps_call(queue: Queue, *args: Any) -> ScriptCall:
-    return (SCRIPTS["deps"], queue._scripts.lanes, [queue._keys.base, *args])
-
-
-async def deps_run(queue: Queue, *args: Any) -> Any:
-    return (await queue._scripts.run_many([deps_call(queue, *args)]))[0]
+async def deps_run(d: Door, *args: Any) -> Any:
+    """One deps.lua call on the queue of ``d``."""
+    return (await d.scripts.run_many([deps_call(d, *args)]))[0]
 
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _members(home: Queue, refs: Sequence[tuple[str, str]]) -> list[str]:
-    app = home.app
-    return [(app.queue(q) if q else home)._keys.member(job_id) for q, job_id in refs]
+def _members(app: Any, home: str, refs: Sequence[tuple[str, str]]) -> list[str]:
+    return [door(app, q or home).keys.member(job_id) for q, job_id in refs]
 
 
-def _remote(home: Queue, members: Sequence[str]) -> dict[Queue, list[str]]:
-    """The dependencies on other queues than ``home``, by queue: their ids."""
+def _remote(app: Any, home: str, members: Sequence[str]) -> dict[str, list[str]]:
+    """The dependencies on other queues than ``home``, by queue name: their ids."""
     by_name: dict[str, list[str]] = {}
     for m in members:
         name, job_id = split_member(m)
-        if name != home.name:
+        if name != home:
             by_name.setdefault(name, []).append(job_id)
-    return {home.app.queue(name): ids for name, ids in by_name.items()}
+    return by_name
 
 
-async def _check_remote(remote: Mapping[Queue, list[str]]) -> None:
+async def _check_remote(app: Any, remote: Mapping[str, list[str]]) -> None:
     """Raise for the first dependency on another queue that is no job (nothing is stored)."""
-    for queue, ids in remote.items():
-        missing = await deps_run(queue, "check", *(queue._keys.member(i) for i in ids))
+    for name, ids in remote.items():
+        d = door(app, name)
+        missing = await deps_run(d, "check", *(d.keys.member(i) for i in ids))
         if missing:
-            raise UnknownDependency(f"{queue.name}:{_text(missing)}")
+            raise UnknownDependency(f"{name}:{_text(missing)}")
 
 
-async def _watch_remote(home: Queue, job_id: str, remote: Mapping[Queue, list[str]]) -> None:
+async def _watch_remote(app: Any, home: str, job_id: str, remote: Mapping[str, list[str]]) -> None:
     """Register the waiting job with its dependencies on other queues; those that ended
     already (or vanished meanwhile: counted as failed) are counted in at once."""
-    me = home._keys.member(job_id)
+    me = door(app, home).keys.member(job_id)
     met: list[str] = []
-    for queue, ids in remote.items():
-        codes = await deps_run(queue, "watch", me, *ids)
+    for name, ids in remote.items():
+        d = door(app, name)
+        codes = await deps_run(d, "watch", me, *ids)
         for dep, code in zip(ids, codes, strict=True):
             if _text(code) != "w":
-                met += (job_id, queue._keys.member(dep), "1" if _text(code) == "c" else "0")
+                met += (job_id, d.keys.member(dep), "1" if _text(code) == "c" else "0")
     if met:
-        await deps_run(home, "met", *met)
+        await deps_run(door(app, home), "met", *met)
+
+
+async def put_blobs(app: Any, queue: str, ids: Iterable[str]) -> None:
+    """Put the claim-checked payloads of these jobs before their records (as
+    ``Queue._put_blobs`` does for an enqueue)."""
+    claim = app.codec.claim
+    if claim is not None and claim.pending:
+        await claim.flush(queue, ids)
 
 
 async def enqueue_dependent(
-    queue: Queue, record: JobRecord, opts: JobOptions, convert: Convert | None
-) -> Any:
+    app: Any, queue: str, record: JobRecord, opts: JobOptions, convert: Convert | None
+) -> Job[Any]:
     """Store ``record``, a job that waits for ``opts.depends_on`` (see ``Task.options``);
     returns its ``Job``.
 
@@ -176,28 +160,25 @@ async def enqueue_dependent(
     """
     if opts.unique is not None or opts.delay is not None or opts.at is not None:
         raise ConfigurationError("depends_on= cannot be combined with unique, delay= or at=")
-    app = queue.app
-    members = _members(queue, opts.depends_on)
-    remote = _remote(queue, members)
-    await _check_remote(remote)
+    members = _members(app, queue, opts.depends_on)
+    remote = _remote(app, queue, members)
+    await _check_remote(app, remote)
     t = record.template
-    await queue._put_blobs((record.id,))
+    await put_blobs(app, queue, (record.id,))
     policy = opts.on_dependency_failure or "cancel"
     res = await deps_run(
-        queue, "add", record.id, t.task, record.payload, t.max_attempts, t.priority,
+        door(app, queue), "add", record.id, t.task, record.payload, t.max_attempts, t.priority,
         t.group, t.options, policy, app.dead_ttl_ms, *members,
     )  # fmt: skip
     if isinstance(res, list):
         raise UnknownDependency(split_member(_text(res[1]))[1])
     if res == 1 and remote:
-        await _watch_remote(queue, record.id, remote)
-    job = queue.job(record.id)
-    job._convert = convert
-    return job
+        await _watch_remote(app, queue, record.id, remote)
+    return Job(app.queue(queue), record.id, convert)
 
 
 async def park(
-    home: Queue, job_id: str, token: str, children: Sequence[DependencyRef], policy: str
+    app: Any, home: str, job_id: str, token: str, children: Sequence[DependencyRef], policy: str
 ) -> NoReturn:
     """Park the running job ``job_id`` of ``home`` (its lease: ``token``) until ``children``
     ended (see ``JobContext.wait_for_children``).
@@ -207,32 +188,34 @@ async def park(
         UnknownDependency: a child is no job.
         LeaseLost: the job's lease was lost meanwhile.
     """
-    members = _members(home, dependency_refs(children))
-    remote = _remote(home, members)
-    await _check_remote(remote)
-    res = await deps_run(home, "park", job_id, token, policy, home.app.dead_ttl_ms, *members)
+    members = _members(app, home, dependency_refs(children))
+    remote = _remote(app, home, members)
+    await _check_remote(app, remote)
+    res = await deps_run(door(app, home), "park", job_id, token, policy, app.dead_ttl_ms, *members)
     if isinstance(res, list):
         raise UnknownDependency(split_member(_text(res[1]))[1])
     if res != 1:
         raise LeaseLost(job_id)
     if remote:
-        await _watch_remote(home, job_id, remote)
+        await _watch_remote(app, home, job_id, remote)
     raise Parked(job_id)
 
 
-async def outcomes(home: Queue, refs: Iterable[Ref], only_done: bool) -> dict[str, Any] | None:
+async def outcomes(
+    app: Any, home: str, refs: Iterable[Ref], only_done: bool
+) -> dict[str, Any] | None:
     """The results of the jobs ``refs`` name, by id, each read by its task's return
     annotation (and verified on a signing App); failed and cancelled ones left out. None
     (with ``only_done``) when one has not finished yet."""
     out: dict[str, Any] = {}
     for name, job_id in refs:
-        queue: Queue = home.app.queue(name) if name else home
-        task_name = (await queue._scripts.job_fields([job_id], ["t"]))[0][0]
+        name = name or home
+        task_name = (await door(app, name).scripts.job_fields([job_id], ["t"]))[0][0]
         if task_name == b"":  # a workflow's record (what its first nodes wait for)
             continue
-        task = home.app.tasks.get(_text(task_name)) if task_name is not None else None
-        job = queue.job(job_id)
-        job._convert = task.result_converter if task is not None else None
+        task = app.tasks.get(_text(task_name)) if task_name is not None else None
+        convert = task.result_converter if task is not None else None
+        job: Job[Any] = Job(app.queue(name), job_id, convert)
         try:
             out[job_id] = await job.result(timeout=0)
         except (JobFailed, JobCancelled):
@@ -243,9 +226,9 @@ async def outcomes(home: Queue, refs: Iterable[Ref], only_done: bool) -> dict[st
     return out
 
 
-async def dependency_jobs(home: Queue, job_id: str) -> list[Ref]:
-    """The dependencies job ``job_id`` of ``home`` waited for (its record's ``dl``)."""
-    raw = (await home._scripts.job_fields([job_id], ["dl"]))[0][0]
+async def dependency_jobs(app: Any, home: str, job_id: str) -> list[Ref]:
+    """The dependencies job ``job_id`` of queue ``home`` waited for (its record's ``dl``)."""
+    raw = (await door(app, home).scripts.job_fields([job_id], ["dl"]))[0][0]
     if raw is None:
         return []
     try:

@@ -3,9 +3,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from .._model.keys import QueueKeys
 from .._store.loader import SCRIPTS, ScriptCall
+from .._store.scripts import QueueScripts
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """One queue's keys and scripts, made from an App's public parts."""
+
+    keys: QueueKeys
+    scripts: QueueScripts
+
+
+def door(app: Any, queue: str) -> Door:
+    """The door to ``queue`` of ``app`` (its prefix and its client)."""
+    keys = QueueKeys(app.prefix, queue)
+    return Door(keys, QueueScripts(app.redis, keys))
+
+
+def deps_call(d: Door, *args: Any) -> ScriptCall:
+    """One deps.lua call on the queue of ``d``, for a pipeline."""
+    return (SCRIPTS["deps"], d.scripts.lanes, [d.keys.base, *args])
 
 
 def forward_entry(fields: list[bytes]) -> tuple[str, str, list[bytes]] | None:
@@ -35,7 +57,6 @@ def split_member(raw: bytes | str) -> tuple[str, str]:
     return name, job_id
 
 
-def forward_call(lanes: Sequence[str], base: str, kind: str, values: list[bytes]) -> ScriptCall:
-    """The deps.lua call that applies outbox entries of one kind on the queue of ``lanes``
-    and key base ``base``."""
-    return (SCRIPTS["deps"], lanes, [base, kind, *values])
+def forward_call(app: Any, queue: str, kind: str, values: list[bytes]) -> ScriptCall:
+    """The deps.lua call that applies outbox entries of one kind on ``queue``."""
+    return deps_call(door(app, queue), kind, *values)

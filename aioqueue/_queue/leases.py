@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.checks import check_name
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
-from .._store.scripts import FailMode, Outcome, Started
+from .._store.loader import FailMode, Outcome, Started
 from .depsbox import forward_call, forward_entry
 
 if TYPE_CHECKING:
@@ -214,9 +214,7 @@ async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) ->
             app.queue(name)._scripts.batch_apply_call(outcomes)
             for name, outcomes in by_home.items()
         ]
-        for (kind, name), values in deps.items():
-            q = app.queue(name)
-            calls.append(forward_call(q._scripts.lanes, q._keys.base, kind, values))
+        calls += [forward_call(app, name, kind, v) for (kind, name), v in deps.items()]
         if calls:
             await scripts.run_many(calls)
             await scripts.outbox_remove(items)
