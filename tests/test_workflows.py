@@ -6,6 +6,7 @@ graph is stored), with a handle giving its state, its steps' states, the sink's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from aioqueue._queue.deps import deps_run
 from aioqueue._queue.depsbox import door
 
 from .support.apps import open_app
+from .support.clirun import aioqueue_cli
 from .support.invariants import check_invariants
 from .wfapp import OTHER, WfTasks, register
 
@@ -155,3 +157,32 @@ async def test_a_fan_out_fan_in_of_ten_thousand_steps(
     assert len(order) == n
     assert order[-1] == (await handle.graph())["steps"]["sink"]["id"]
     print(f"stored 10,000 steps in {stored:.2f} s; ran in {time.monotonic() - started:.2f} s")
+
+
+async def test_the_cli_shows_a_workflow_as_a_tree_with_states(
+    wapp: App, tasks: WfTasks, redis_url: str, backend: str
+) -> None:
+    t = tasks
+    wf = wapp.workflow("shown")
+    wf.step("a", t.step.call(1))
+    wf.step("b", t.step.call(2), after=["a"])
+    wf.step("c", t.step.call(3), after=["a", "b"])
+    handle = await wf.enqueue()
+    async with Worker(wapp, concurrency=2):
+        assert await handle.result(timeout=60) == 30
+    out = await asyncio.to_thread(aioqueue_cli, redis_url, wapp.prefix, "workflow", handle.id)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"workflow {handle.id}  shown  completed")
+    assert [line.split()[0] for line in lines[1:]] == ["a", "b", "c"]
+    assert lines[3].startswith("    c  completed")  # under a, its first dependency
+    assert "(also after b)" in lines[3]
+    js = await asyncio.to_thread(
+        aioqueue_cli, redis_url, wapp.prefix, "workflow", handle.id, "--json"
+    )
+    data = json.loads(js.stdout)
+    assert data["state"] == "completed"
+    assert {r["step"]: r["depth"] for r in data["rows"]} == {"a": 0, "b": 1, "c": 1}
+    missing = await asyncio.to_thread(aioqueue_cli, redis_url, wapp.prefix, "workflow", "wf-x")
+    assert missing.returncode != 0
+    assert "no workflow" in missing.stderr

@@ -285,3 +285,36 @@ class WorkflowHandle:
         for name, qids in self._by_queue(await self.graph()).items():
             n += await self.app.queue(name).cancel_jobs(qids)
         return n
+
+
+#: the most steps a tree shows (a larger workflow's tree ends with how many were left out)
+TREE_MAX: Final = 2000
+
+
+async def workflow_tree(handle: WorkflowHandle) -> dict[str, Any]:
+    """What the CLI and the dashboard show of a workflow: its ``id``, ``name``, ``state``
+    and ``rows``, its steps depth first from the first steps, each once (under the first
+    step it waits for), as dicts ``step``, ``depth``, ``state``, ``queue``, ``job``, ``after``
+    (at most ``TREE_MAX``; ``more`` counts the steps left out)."""
+    graph = await handle.graph()
+    states = await handle.nodes()
+    steps: dict[str, Any] = graph["steps"]
+    below: dict[str, list[str]] = {n: [] for n in steps}
+    for name, v in steps.items():
+        if v["after"]:
+            below[v["after"][0]].append(name)
+    rows: list[dict[str, Any]] = []
+    todo = [(n, 0) for n in reversed([n for n, v in steps.items() if not v["after"]])]
+    while todo and len(rows) < TREE_MAX:
+        name, depth = todo.pop()
+        v = steps[name]
+        row = {"step": name, "depth": depth, "state": states.get(name), "queue": v["q"]}
+        rows.append({**row, "job": v["id"], "after": v["after"]})
+        todo += [(n, depth + 1) for n in reversed(below[name])]
+    return {
+        "id": handle.id,
+        "name": graph["name"],
+        "state": (await handle.state()).value,
+        "rows": rows,
+        "more": len(steps) - len(rows),
+    }
