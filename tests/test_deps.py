@@ -28,7 +28,7 @@ from aioqueue._model.limits import MAX_JOBS_PER_CALL
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
-from .support.waiting import wait_until
+from .support.server import text
 from .wfapp import OTHER, WfTasks, register
 
 # also on a local Valkey Cluster (tests/conftest.py): there the two queues are two slots
@@ -47,11 +47,11 @@ def tasks(wapp: App) -> WfTasks:
 
 
 async def log(redis: Redis, t: WfTasks) -> list[str]:
-    return [v.decode() for v in await redis.lrange(t.keys.log, 0, -1)]
+    return [text(v) for v in await redis.lrange(t.keys.log, 0, -1)]
 
 
 async def runs(redis: Redis, t: WfTasks) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in (await redis.hgetall(t.keys.runs)).items()}
+    return {text(k): int(v) for k, v in (await redis.hgetall(t.keys.runs)).items()}
 
 
 def both(app: App) -> list[str]:
@@ -70,7 +70,6 @@ async def test_a_dependent_waits_for_every_dependency_then_reads_their_results(
     page = await wapp.queue().jobs("waiting")
     assert [j.id for j in page.items] == [c.id]
     async with Worker(wapp, queues=both(wapp), concurrency=4):
-        await wait_until(lambda: b.state(), timeout=30, what="b to finish")
         await b.result(timeout=30)
         assert await c.state() is JobState.WAITING  # a still holds it
         await redis.set(gate, 1)
@@ -192,7 +191,7 @@ async def test_a_parent_waits_for_its_children_without_a_slot_and_resumes(
     wapp: App, tasks: WfTasks, redis: Redis
 ) -> None:
     t = tasks
-    p = await t.parent.enqueue(5, -1)
+    p = await t.parent.enqueue(5, -1, "")
     # one slot: the children can only run because the parent gave its slot back
     async with Worker(wapp, concurrency=1):
         assert await p.result(timeout=60) == [0, 10, 20, 30, 40]
@@ -211,7 +210,7 @@ async def test_a_parent_waits_for_its_children_without_a_slot_and_resumes(
 
 async def test_a_failed_child_cancels_its_parent(wapp: App, tasks: WfTasks, redis: Redis) -> None:
     t = tasks
-    p = await t.parent.enqueue(3, 1)
+    p = await t.parent.enqueue(3, 1, "")
     async with Worker(wapp, concurrency=2):
         with pytest.raises(JobCancelled):
             await p.result(timeout=60)

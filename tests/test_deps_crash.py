@@ -16,6 +16,7 @@ from aioqueue import App, JobState
 
 from .support.invariants import check_invariants
 from .support.processes import WorkerProcesses
+from .support.server import text
 from .support.waiting import wait_until
 from .wfapp import OTHER, WfTasks, register
 
@@ -45,11 +46,11 @@ def tasks(producer: App) -> WfTasks:
 
 
 async def log(redis: Redis, t: WfTasks) -> list[str]:
-    return [v.decode() for v in await redis.lrange(t.keys.log, 0, -1)]
+    return [text(v) for v in await redis.lrange(t.keys.log, 0, -1)]
 
 
 async def runs(redis: Redis, t: WfTasks) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in (await redis.hgetall(t.keys.runs)).items()}
+    return {text(k): int(v) for k, v in (await redis.hgetall(t.keys.runs)).items()}
 
 
 async def test_killed_while_a_dependency_runs_then_completes(

@@ -21,6 +21,7 @@ from aioqueue._queue.depsbox import door
 from .support.apps import open_app
 from .support.clirun import aioqueue_cli
 from .support.invariants import check_invariants
+from .support.server import text
 from .wfapp import OTHER, WfTasks, register
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +39,7 @@ def tasks(wapp: App) -> WfTasks:
 
 
 async def log(redis: Redis, t: WfTasks) -> list[str]:
-    return [v.decode() for v in await redis.lrange(t.keys.log, 0, -1)]
+    return [text(v) for v in await redis.lrange(t.keys.log, 0, -1)]
 
 
 async def test_a_diamond_across_queues_runs_in_order_and_gives_the_sink_s_result(

@@ -111,13 +111,13 @@ def register(app: App) -> WfTasks:
         job = current_job()
         children = []
         for i in range(n):
-            opts = {"job_id": f"{job.id}.c{i}"}
+            jid = f"{job.id}.c{i}"
             if i == fail_at:
-                child = await boom.options(**opts).enqueue(i)
+                child = await boom.options(job_id=jid).enqueue(i)
             elif gate:
-                child = await slow.options(**opts).enqueue(i, gate)
+                child = await slow.options(job_id=jid).enqueue(i, gate)
             else:
-                child = await step.options(**opts).enqueue(i)
+                child = await step.options(job_id=jid).enqueue(i)
             children.append(child)
         results = await job.wait_for_children(children)
         await record(results)
