@@ -187,3 +187,30 @@ async def test_the_cli_shows_a_workflow_as_a_tree_with_states(
     missing = await asyncio.to_thread(aioqueue_cli, redis_url, wapp.prefix, "workflow", "wf-x")
     assert missing.returncode != 0
     assert "no workflow" in missing.stderr
+
+
+async def test_the_dashboard_shows_a_workflow_tree_linked_to_each_job(
+    wapp: App, tasks: WfTasks
+) -> None:
+    httpx = pytest.importorskip("httpx")
+    from aioqueue.dashboard import create_app
+
+    t = tasks
+    wf = wapp.workflow("<shown>")
+    wf.step("a", t.step.call(1))
+    wf.step("b", t.step_other.call(2), after=["a"])
+    handle = await wf.enqueue()
+    async with Worker(wapp, queues=[wapp.default_queue, OTHER], concurrency=2):
+        assert await handle.result(timeout=60) == 20
+    web = create_app(wapp, auth=None)
+    transport = httpx.ASGITransport(app=web)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash.test") as c:
+        page = await c.get(f"/queues/default/workflows/{handle.id}")
+        missing = await c.get("/queues/default/workflows/wf-none")
+    assert page.status_code == 200, page.text
+    steps = (await handle.graph())["steps"]
+    assert f'/queues/default/jobs/{steps["a"]["id"]}"' in page.text
+    assert f'/queues/{OTHER}/jobs/{steps["b"]["id"]}"' in page.text
+    assert "&lt;shown&gt;" in page.text  # escaped
+    assert page.text.count(">completed<") == 3  # the workflow and its two steps
+    assert missing.status_code == 404

@@ -21,8 +21,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from aioqueue._app.app import App
+from aioqueue._app.workflow import WorkflowHandle, workflow_tree
 from aioqueue._model.checks import check_job_id, check_name
-from aioqueue._model.exceptions import AioQueueError, ConfigurationError, JobNotFound
+from aioqueue._model.exceptions import (
+    AioQueueError,
+    ConfigurationError,
+    JobNotFound,
+    WorkflowError,
+)
 from aioqueue.dashboard import _data
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._charts import bars
@@ -183,6 +189,14 @@ def routes(d: Dashboard) -> list[Route | Mount]:
         hist = [[h[k] for k in _HISTORY] for h in job["history"]]
         return _json({"state": job["state"], "values": values, "tables": {"history": hist}})
 
+    async def workflow(request: Request) -> Response:
+        handle = WorkflowHandle(d.app, request.path_params["workflow_id"], _queue_arg(request))
+        try:
+            tree = await workflow_tree(handle)
+        except WorkflowError as exc:
+            return _error(d, request, 404, str(exc))
+        return d.render(request, "workflow.html", {"w": tree, "queue": handle.queue})
+
     async def workers(request: Request) -> Response:
         rows = await _data.workers_page(d.app, await d.names.get())
         return d.render(request, "workers.html", {"workers": rows})
@@ -244,6 +258,7 @@ def routes(d: Dashboard) -> list[Route | Mount]:
         ("/api/queues/{queue}", queue_json, ["GET"]),
         ("/queues/{queue}/jobs/{job_id:path}", job, ["GET"]),
         ("/api/queues/{queue}/jobs/{job_id:path}", job_json, ["GET"]),
+        ("/queues/{queue}/workflows/{workflow_id}", workflow, ["GET"]),
         ("/workers", workers, ["GET"]),
         ("/api/workers", workers_json, ["GET"]),
         ("/dead", dead, ["GET"]),
