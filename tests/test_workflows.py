@@ -43,9 +43,12 @@ async def log(redis: Redis, t: WfTasks) -> list[str]:
 
 
 async def test_a_diamond_across_queues_runs_in_order_and_gives_the_sink_s_result(
-    wapp: App, tasks: WfTasks, redis: Redis
+    wapp: App, tasks: WfTasks, redis: Redis, backend: str
 ) -> None:
     t = tasks
+    if backend == "cluster":  # the two queues live on two primaries
+        keys = [wapp.queue(q)._keys.stats for q in (wapp.default_queue, OTHER)]
+        assert len({redis.get_node_from_key(k).name for k in keys}) == 2  # type: ignore[attr-defined]
     wf = wapp.workflow("diamond")
     a = wf.step("a", t.step.call(1))
     b = wf.step("b", t.step.call(2), after=[a])
