@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 from .._model.checks import new_job_id
 from .._model.exceptions import ConfigurationError, WorkflowError
 from .._model.job import Job
+from .._model.keys import QueueKeys
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions
 from .._queue.deps import POLICIES, DependencyPolicy, deps_run, put_blobs
@@ -144,7 +145,7 @@ class Workflow:
             call = self._steps[name][0]
             queues[name] = app.queue(call.opts.queue or call.task.queue).name
             ids[name] = call.opts.job_id or new_job_id()
-        member = {name: door(app, queues[name]).keys.member(ids[name]) for name in order}
+        member = {name: QueueKeys(app.prefix, queues[name]).member(ids[name]) for name in order}
         fed = {dep for _, after in self._steps.values() for dep in after}
         graph = {
             "name": self.name,
@@ -154,34 +155,56 @@ class Workflow:
             },
             "sinks": [name for name in order if name not in fed],
         }
-        hd = door(app, home)
+        doors = {q: door(app, q) for q in {home, *queues.values()}}
+        hd = doors[home]
         calls: list[ScriptCall] = [deps_call(hd, "gate", wid, self.name, json.dumps(graph))]
         gate = hd.keys.member(wid)
+        # steps go in runs per queue ("adds": at most 1,000 steps and dependencies a call);
+        # before a step's calls on other queues (its remote dependencies count it in there)
+        # or its further dependencies ("extend"), every run so far is flushed, so what they
+        # name is stored first
+        runs: dict[str, list[Any]] = {q: [] for q in doors}
+        work: dict[str, int] = dict.fromkeys(doors, 0)
+
+        def flush(*only: str) -> None:
+            for rq in only or tuple(runs):
+                if runs[rq]:
+                    calls.append(deps_call(doors[rq], "adds", *runs[rq]))
+                    runs[rq], work[rq] = [], 0
+
+        policy = (self.on_failure, app.dead_ttl_ms)
         for name in order:
             call, after = self._steps[name]
             q = queues[name]
             rec = call.task.record_of(call, q, ids[name])
             await put_blobs(app, q, (rec.id,))
             deps = [member[d] for d in after] or [gate]
+            first = deps[: MAX_JOBS_PER_CALL - 1]
+            if work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
+                flush(q)
             t = rec.template
             values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
-            policy = (self.on_failure, app.dead_ttl_ms)
-            qd = door(app, q)
-            calls.append(deps_call(qd, "add", rec.id, *values, *policy, *deps[:MAX_JOBS_PER_CALL]))
-            for i in range(MAX_JOBS_PER_CALL, len(deps), MAX_JOBS_PER_CALL):
-                calls.append(deps_call(qd, "extend", rec.id, *deps[i : i + MAX_JOBS_PER_CALL]))
-            # its dependencies on other queues count it in there (the graph is closed: none
-            # of them can have ended)
+            runs[q] += (rec.id, *values, *policy, len(first), *first)
+            work[q] += 1 + len(first)
             remote: dict[str, list[str]] = {}
             for dep in after:
                 if queues[dep] != q:
                     remote.setdefault(queues[dep], []).append(ids[dep])
             if not after and home != q:
                 remote[home] = [wid]
+            rest = deps[len(first) :]
+            if not rest and not remote:
+                continue
+            flush()
+            for i in range(0, len(rest), MAX_JOBS_PER_CALL):
+                calls.append(
+                    deps_call(doors[q], "extend", rec.id, *rest[i : i + MAX_JOBS_PER_CALL])
+                )
             for rq, rids in remote.items():
                 for i in range(0, len(rids), MAX_JOBS_PER_CALL):
                     chunk = rids[i : i + MAX_JOBS_PER_CALL]
-                    calls.append(deps_call(door(app, rq), "watch", member[name], *chunk))
+                    calls.append(deps_call(doors[rq], "watch", member[name], *chunk))
+        flush()
         for i in range(0, len(calls), _PIPELINE):
             for res in await hd.scripts.run_many(calls[i : i + _PIPELINE]):
                 if isinstance(res, list) and res and res[0] == -3:
@@ -192,7 +215,7 @@ class Workflow:
         # and those past what one call tells
         for name in order:
             if not self._steps[name][1] and queues[name] != home:
-                await deps_run(door(app, queues[name]), "met", ids[name], gate, "1")
+                await deps_run(doors[queues[name]], "met", ids[name], gate, "1")
         while await deps_run(hd, "more", wid, "1"):
             pass
         return WorkflowHandle(app, wid, home)

@@ -219,6 +219,8 @@ async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) ->
             await scripts.run_many(calls)
             await scripts.outbox_remove(items)
         done += len(items)
-        if len(items) + len(garbled) < chunk:
+        # applying dependency entries may have added more (the rest of a dependency's
+        # dependents, lib/deps): read again rather than wait for the next reap
+        if len(items) + len(garbled) < chunk and not deps:
             break
     return done

@@ -8,6 +8,11 @@
            stores the job waiting for them; returns 1 stored, 0 a job with this id exists
            (nothing changed), or {-3, member}: that dependency on this queue is no job
            (nothing stored)
+    adds   ARGV[3..] steps of a workflow, 10 values each then their dependencies: id, task,
+           payload, max attempts, priority, group, options, policy, retention ms, k, then k
+           dependencies (members); stores each as add does (a step's dependencies are stored
+           before it: earlier in this call or before it); at most MAX_JOBS_PER_CALL steps and
+           dependencies together; returns the number of steps stored
     park   ARGV[3] id   ARGV[4] lease token   ARGV[5] policy   ARGV[6] retention ms
            ARGV[7..] dependencies: the active job, fenced by its lease, leaves its lease
            without spending the attempt and waits for them (its children); returns 1, -1 no
@@ -37,6 +42,22 @@ local function tail(from)
   return out
 end
 
+-- store job id waiting for deps (ARGV[at..at + 8]: id, task, payload, max attempts,
+-- priority, group, options, policy, retention ms)
+local function store(at, deps)
+  local id = ARGV[at]
+  local jk = job_key(id)
+  if call('EXISTS', jk) == 1 then return 0 end
+  call('HSET', jk, 't', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now,
+    's', 'waiting')
+  if ARGV[at + 4] ~= '0' then call('HSET', jk, 'pr', ARGV[at + 4]) end
+  if ARGV[at + 5] ~= '' then call('HSET', jk, 'g', ARGV[at + 5]) end
+  if ARGV[at + 6] ~= '' then call('HSET', jk, 'o', ARGV[at + 6]) end
+  emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
+  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now)
+  return 1
+end
+
 if op == 'add' then
   local id = ARGV[3]
   local jk = job_key(id)
@@ -44,15 +65,31 @@ if op == 'add' then
   if call('EXISTS', jk) == 1 then return 0 end
   local missing = dep_missing(deps)
   if missing then return {-3, missing} end
-  call('HSET', jk, 't', ARGV[4], 'p', ARGV[5], 'a', 0, 'm', ARGV[6], 'ct', now, 's', 'waiting')
-  if ARGV[7] ~= '0' then call('HSET', jk, 'pr', ARGV[7]) end
-  if ARGV[8] ~= '' then call('HSET', jk, 'g', ARGV[8]) end
-  if ARGV[9] ~= '' then call('HSET', jk, 'o', ARGV[9]) end
+  store(3, deps)
   call('HINCRBY', K_STATS, 'enqueued', 1)
-  emit_add('enqueued', id, ARGV[4], 0, nil, nil)
-  dep_wait(id, jk, deps, ARGV[10], tonumber(ARGV[11]) or 0, now)
   emit_flush()
   return 1
+end
+
+if op == 'adds' then
+  -- the steps and their dependencies, counted before any write
+  local steps, at, work = {}, 3, 0
+  while at <= #ARGV do
+    local k = tonumber(ARGV[at + 9]) or 0
+    steps[#steps + 1] = {at, k}
+    work = work + 1 + k
+    check_count(work)
+    at = at + 10 + k
+  end
+  local n = 0
+  for _, st in ipairs(steps) do
+    local deps = {}
+    for i = st[1] + 10, st[1] + 9 + st[2] do deps[#deps + 1] = ARGV[i] end
+    n = n + store(st[1], deps)
+  end
+  if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end
+  emit_flush()
+  return n
 end
 
 if op == 'park' then
