@@ -218,3 +218,22 @@ async def test_a_failed_child_cancels_its_parent(wapp: App, tasks: WfTasks, redi
     assert info.error is not None
     assert info.error.type == "DependencyFailed"
     assert p.id not in await log(redis, t)
+
+
+async def test_a_cancelled_batch_ends_the_dependents_of_its_sub_jobs(
+    wapp: App, tasks: WfTasks
+) -> None:
+    t = tasks
+    batch = await wapp.batch([t.step.call(1)])
+    (member,) = [item async for item in _members(wapp, batch.id)]
+    c = await t.join.options(depends_on=[member]).enqueue("c")
+    assert await batch.cancel() == 1
+    info = await c.info()
+    assert info.state is JobState.CANCELLED
+    assert info.error is not None
+    assert info.error.type == "DependencyFailed"
+
+
+async def _members(app: App, batch_id: str) -> AsyncIterator[str]:
+    for m in await app.queue()._scripts.batch_members(batch_id):
+        yield text(m)
