@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from aioqueue import (
     App,
+    Batch,
     ConfigurationError,
     JobCancelled,
     JobFailed,
@@ -224,7 +226,7 @@ async def test_a_cancelled_batch_ends_the_dependents_of_its_sub_jobs(
     wapp: App, tasks: WfTasks
 ) -> None:
     t = tasks
-    batch = await wapp.batch([t.step.call(1)])
+    batch: Batch[Any] = await wapp.batch([t.step.call(1)])
     (member,) = [item async for item in _members(wapp, batch.id)]
     c = await t.join.options(depends_on=[member]).enqueue("c")
     assert await batch.cancel() == 1
