@@ -107,6 +107,8 @@ class App(HookDecorators, ScheduleDecorators):
             pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
             connecting to ``url``; the App does not close it. ``app.sync()`` still
             connects to ``url``.
+        testing: test mode: the scripts' clock honours the testing kit's ``VirtualClock``
+            (docs/testing.md); every other App ignores it. Never in production.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -139,6 +141,7 @@ class App(HookDecorators, ScheduleDecorators):
         wait_timeout: float | timedelta = 1.0,
         wait_aof: bool = False,
         client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
+        testing: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -191,6 +194,7 @@ class App(HookDecorators, ScheduleDecorators):
         if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
             client = aioredis.Redis(connection_pool=client)
         self._given = cast("aioredis.Redis | None", client)
+        self.testing = bool(testing)
         self._results: ResultWaiter | None = None
         self._state = _State.UNOPENED
         self._sync: SyncClient | None = None
@@ -218,10 +222,10 @@ class App(HookDecorators, ScheduleDecorators):
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
-            await adopt(self._given, self.socket_timeout, probe)
+            await adopt(self._given, self.socket_timeout, probe, self.testing)
             self._redis = self._given
         else:
-            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
         set_durability(self._redis, self.durability)
         self._state = _State.OPEN
 
@@ -364,9 +368,7 @@ class App(HookDecorators, ScheduleDecorators):
             self.tasks[task_name] = t
             return t
 
-        if fn is not None:
-            return register(fn)
-        return _TaskDecorator(register)
+        return register(fn) if fn is not None else _TaskDecorator(register)
 
     async def batch(
         self,
@@ -431,8 +433,7 @@ class App(HookDecorators, ScheduleDecorators):
             ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
                 declared sharded and asked for without (or with other) ``shards``.
         """
-        if name is None:
-            name = self.default_queue
+        name = self.default_queue if name is None else name
         sharded = self._sharded.get(name)
         if sharded is None and shards is not None:
             if name in self._queues:

@@ -21,6 +21,8 @@ slot::
     <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
                                            "<c|f>:<minute>" (about two hours kept)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:testclock    STRING the virtual clock's offset (ms), read only by Apps
+                                           made with testing=True (see _clock)
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
     <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
@@ -112,6 +114,11 @@ class QueueKeys:
     @property
     def ready(self) -> str:
         return self.base + "ready"
+
+    @property
+    def testclock(self) -> str:
+        """The virtual clock's offset (ms; test mode only, see _clock)."""
+        return self.base + "testclock"
 
     @property
     def prio(self) -> str:

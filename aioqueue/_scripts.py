@@ -99,6 +99,9 @@ from ._lua import (
     group_names as group_names,
 )
 from ._lua import (
+    library_of as library_of,
+)
+from ._lua import (
     load_scripts as load_scripts,
 )
 from ._lua import (

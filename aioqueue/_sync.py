@@ -25,6 +25,7 @@ from redis.retry import Retry
 
 from . import _tasktable as tasktable
 from ._checks import check_attempts, check_name, new_job_id, to_seconds
+from ._clock import use_virtual_clock
 from ._cluster import is_cluster
 from ._connect import blocking_client
 from ._exceptions import (
@@ -99,6 +100,8 @@ class SyncClient:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
                     # the App's one endpoint: its URL, or the client it was given
                     self._redis = blocking_client(self.app.url, self.app._given, opts)
+                    if self.app.testing:
+                        use_virtual_clock(self._redis)
                     if not is_cluster(self._redis):
                         # FCALLs from now on (EVALSHAs if the library cannot be loaded now)
                         with contextlib.suppress(ServerUnavailable):

@@ -6,6 +6,8 @@
   ``assert_not_enqueued(app, task)``: what is waiting to run (queued or scheduled), to check
   what code under test enqueued without running it;
 - ``unique_prefix()``: a key prefix no other test uses, to isolate tests on one server;
+- ``VirtualClock(app)``: fast-forward the time the scripts read (``await clock.advance(...)``),
+  for an App made with ``testing=True``;
 - the pytest plugin of the kit, the module ``pytest_aioqueue`` (registered under the name
   ``aioqueue`` when the package is installed), with the fixtures ``aioqueue_server``,
   ``aioqueue_url`` and ``aioqueue_app``. See docs/testing.md.
@@ -29,10 +31,12 @@ from .._job import JobInfo, JobState
 from .._leases import forward_outbox
 from .._task import BoundTask, Task
 from .._worker import Worker
+from ._clock import VirtualClock
 
 __all__ = [
     "Delayed",
     "RunSummary",
+    "VirtualClock",
     "assert_enqueued",
     "assert_not_enqueued",
     "enqueued",
@@ -287,13 +291,15 @@ async def _make_due(app: App, names: Sequence[str]) -> None:
 
 
 async def _until_next_due(app: App, names: Sequence[str]) -> float:
-    """Seconds until the earliest delayed job of ``names`` falls due, by the server's clock."""
+    """Seconds until the earliest delayed job of ``names`` falls due, by the server's clock
+    (the virtual clock's, in test mode)."""
     redis = app.redis
-    sec, usec = await redis.time()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
-    due = []
+    waits = []
     for name in names:
-        key = app.queue(name)._keys.scheduled
-        first = cast(list[tuple[bytes, float]], await redis.zrange(key, 0, 0, withscores=True))
-        due += [int(score) for _, score in first]
-    return max((min(due, default=now_ms) - now_ms) / 1000, 0.001)
+        q = app.queue(name)
+        now_ms = await q._scripts.server_ms()
+        first = cast(
+            list[tuple[bytes, float]], await redis.zrange(q._keys.scheduled, 0, 0, withscores=True)
+        )
+        waits += [(int(score) - now_ms) / 1000 for _, score in first]
+    return max(min(waits, default=0.0), 0.001)
