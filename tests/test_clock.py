@@ -14,12 +14,12 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, ConfigurationError, JobState, Worker
-from aioqueue._clock import PRODUCTION_NOW, TEST_NOW
+from aioqueue._store.clock import PRODUCTION_NOW, TEST_NOW
 from aioqueue.testing import VirtualClock, run_until_empty, unique_prefix
 
 from .support.server import server_ms
 
-LUA = Path(__file__).resolve().parents[1] / "aioqueue" / "lua"
+LUA = Path(__file__).resolve().parents[1] / "aioqueue" / "_store" / "lua"
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 

@@ -2,7 +2,7 @@
 
 An App made with ``App(..., testing=True)`` runs the test build of the scripts, whose one
 clock (``now_ms()`` in lua/lib/core.lua) adds the offset stored in each queue's
-``testclock`` key; its Python reads of the server's time add it too (see aioqueue/_clock.py).
+``testclock`` key; its Python reads of the server's time add it too (see aioqueue/_store/clock.py).
 ``VirtualClock.advance`` raises that offset on every queue of the App, fires the schedule
 ticks that fell due, and wakes the queues' idle consumers: what would be due by then is due
 now. Redis's own TTLs (of job records, results, dead letters) run on the real clock.
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from .._app import App
-from .._checks import to_ms
-from .._exceptions import ConfigurationError
-from .._queuereg import real_queues
-from .._schedules import Scheduler
+from .._app.app import App
+from .._app.schedules import Scheduler
+from .._model.checks import to_ms
+from .._model.exceptions import ConfigurationError
+from .._queue.queuereg import real_queues
 
 #: scheduler passes per queue in one ``fire_schedules`` (each fires up to 100 ticks)
 _MAX_PASSES = 100
