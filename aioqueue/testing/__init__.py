@@ -6,6 +6,7 @@
   ``assert_not_enqueued(app, task)``: what is waiting to run (queued or scheduled), to check
   what code under test enqueued without running it;
 - ``unique_prefix()``: a key prefix no other test uses, to isolate tests on one server;
+- ``bind(app, url)``: lend a module-level App to one test (its server, a prefix of its own);
 - ``VirtualClock(app)``: fast-forward the time the scripts read (``await clock.advance(...)``),
   for an App made with ``testing=True``;
 - the pytest plugin of the kit, the module ``pytest_aioqueue`` (registered under the name
@@ -31,6 +32,7 @@ from .._model.exceptions import ConfigurationError, JobNotFound
 from .._model.job import JobInfo, JobState
 from .._queue.leases import forward_outbox
 from .._worker.worker import Worker
+from ._bind import bind
 from ._clock import VirtualClock
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "VirtualClock",
     "assert_enqueued",
     "assert_not_enqueued",
+    "bind",
     "enqueued",
     "run_until_empty",
     "unique_prefix",
@@ -108,6 +111,7 @@ async def run_until_empty(
             that never ends, a delayed job due later than that with ``delayed="wait"``).
         ConfigurationError: an unknown ``delayed`` policy.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not the kit's
     if delayed not in ("run_now", "wait", "skip"):
         raise ConfigurationError(f"delayed must be 'run_now', 'wait' or 'skip', not {delayed!r}")
     seconds = to_seconds(timeout, "timeout") or 0.0
@@ -163,6 +167,7 @@ async def enqueued(
     Raises:
         ConfigurationError: more than ``MAX_LISTED`` waiting jobs (this is for tests).
     """
+    __tracebackhide__ = True
     name = _task_name(task)
     found: list[JobInfo] = []
     for qname in queues if queues is not None else _queues_of(app):
@@ -205,6 +210,7 @@ async def assert_enqueued(
     Raises:
         AssertionError: no (or not ``count``) such jobs; the message lists what does wait.
     """
+    __tracebackhide__ = True
     name = _task_name(task)
     waiting = await enqueued(app, name, queues=queues)
     want_args = None if args is None else _json_form(list(args))
@@ -236,6 +242,7 @@ async def assert_not_enqueued(
     Raises:
         AssertionError: some do; the message lists them.
     """
+    __tracebackhide__ = True
     waiting = await enqueued(app, task, queues=queues)
     if waiting:
         listed = ", ".join(f"{j.id}(*{j.args!r}, **{j.kwargs!r})" for j in waiting)
