@@ -10,8 +10,8 @@ Every ```python block in README.md and docs/*.md is one of two kinds:
   block can import it (``from jobs import app``). The line
   ``<!-- run with a worker: MODULE:APP -->`` before a block runs
   ``python -m aioqueue worker MODULE:APP`` while the block runs (the quick start's producer).
-  ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's test),
-  which must pass at least one test.
+  ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's tests),
+  in pytest-asyncio's strict mode, and it must pass at least one test.
 - a fragment: the line before it is ``<!-- fragment -->`` (invisible on the rendered page).
   Fragments are parts of a larger program (``await`` at the top level, names defined elsewhere,
   a server that is not there); they are only rendered.
@@ -197,7 +197,18 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
     script.write_text(snippet.code)
     command = [sys.executable, script.name]
     if snippet.pytest:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", script.name]
+        # in pytest-asyncio's strict mode (its default): the examples must work there too
+        strict = ["-p", "pytest_asyncio", "--asyncio-mode=strict"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *strict,
+            script.name,
+        ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(
         AIOQUEUE_REDIS_URL=snippet_url,
