@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from .support.clirun import user_pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
 
@@ -197,18 +199,7 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
     script.write_text(snippet.code)
     command = [sys.executable, script.name]
     if snippet.pytest:
-        # in pytest-asyncio's strict mode (its default): the examples must work there too
-        strict = ["-p", "pytest_asyncio", "--asyncio-mode=strict"]
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *strict,
-            script.name,
-        ]
+        command = user_pytest(script.name)  # in pytest-asyncio's strict mode
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(
         AIOQUEUE_REDIS_URL=snippet_url,

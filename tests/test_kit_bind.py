@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from aioqueue import App, ConfigurationError
 from aioqueue.testing import VirtualClock, bind, run_until_empty
 
-STRICT = ["-p", "pytest_asyncio", "--asyncio-mode=strict"]
+from .support.clirun import user_pytest
 
 #: the user's module: the README's shape, an App made at import time
 JOBS = """
@@ -92,17 +91,7 @@ def run_pytest(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(AIOQUEUE_TEST_REDIS_URL=url, PYTHONPATH=str(tmp_path))
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            *args,
-        ],
+        user_pytest(*args),
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -118,7 +107,7 @@ def test_a_module_level_app_is_lent_to_many_tests_in_strict_mode(
     (tmp_path / "jobs.py").write_text(JOBS)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_jobs.py").write_text(TESTS)
-    proc = run_pytest(tmp_path, redis_url, *STRICT)
+    proc = run_pytest(tmp_path, redis_url)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 passed" in proc.stdout, proc.stdout
 
@@ -144,7 +133,7 @@ def test_a_failing_assert_enqueued_shows_the_users_line_and_no_kit_frame(
             """
         )
     )
-    proc = run_pytest(tmp_path, redis_url, *STRICT, "--tb=long")
+    proc = run_pytest(tmp_path, redis_url, "--tb=long")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "1 failed" in out
