@@ -163,7 +163,7 @@ async def test_bind_gives_the_app_back_as_it_was_and_refuses_an_open_app(redis_u
             assert (await run_until_empty(app)).completed == 1
             assert await job.result(timeout=5) == n
             VirtualClock(app)  # test mode: accepted
-            with pytest.raises(ConfigurationError, match="open already"):
+            with pytest.raises(ConfigurationError, match="is open"):
                 async with bind(app, redis_url):
                     pass
         assert (app.url, app.prefix, app.testing) == ("redis://example.invalid:1/0", "mine", False)

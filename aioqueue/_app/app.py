@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -25,7 +24,6 @@ from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
 from .._model.exceptions import ClosedError, ConfigurationError
-from .._model.hooks import HookDecorators, Hooks
 from .._model.keys import QueueKeys
 from .._model.serialize import PickleSerializer, Serializer, get_serializer
 from .._queue.events import JobEvent, JobEventKind, iterate_events
@@ -35,6 +33,8 @@ from .._store.connect import adopt, connect, pool_options, resolve_url
 from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
 from .batch import open_batch
+from .hooks import HookDecorators, Hooks
+from .lifecycle import Rebinding, State
 from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators
 from .schedules import Schedules
@@ -49,13 +49,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
-
-
-class App(HookDecorators, ScheduleDecorators):
+class App(HookDecorators, ScheduleDecorators, Rebinding):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -196,7 +190,7 @@ class App(HookDecorators, ScheduleDecorators):
         self._given = cast("aioredis.Redis | None", client)
         self.testing = bool(testing)
         self._results: ResultWaiter | None = None
-        self._state = _State.UNOPENED
+        self._state = State.UNOPENED
         self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
@@ -214,9 +208,9 @@ class App(HookDecorators, ScheduleDecorators):
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.
         """
-        if self._state is _State.OPEN:
+        if self._state is State.OPEN:
             return
-        if self._state is _State.CLOSED:
+        if self._state is State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
@@ -227,7 +221,7 @@ class App(HookDecorators, ScheduleDecorators):
         else:
             self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
         set_durability(self._redis, self.durability)
-        self._state = _State.OPEN
+        self._state = State.OPEN
 
     def _pool_options(
         self, retry: Callable[..., Any], socket_timeout: float | None
@@ -258,7 +252,7 @@ class App(HookDecorators, ScheduleDecorators):
             if self._redis is not self._given:
                 await self._redis.aclose()
             self._redis = None
-        self._state = _State.CLOSED
+        self._state = State.CLOSED
 
     async def __aenter__(self) -> App:
         await self.open()
@@ -276,7 +270,7 @@ class App(HookDecorators, ScheduleDecorators):
     def redis(self) -> aioredis.Redis:
         """The shared client (and its pool). Raises ClosedError unless the App is open."""
         if self._redis is None:
-            if self._state is _State.CLOSED:
+            if self._state is State.CLOSED:
                 raise ClosedError("this App is closed")
             raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
         return self._redis

@@ -33,7 +33,7 @@ from .._model.job import JobInfo, JobState
 from .._queue.leases import forward_outbox
 from .._worker.worker import Worker
 from ._bind import bind
-from ._clock import VirtualClock
+from ._clock import VirtualClock, door
 
 __all__ = [
     "Delayed",
@@ -291,7 +291,7 @@ async def _make_due(app: App, names: Sequence[str]) -> None:
     scheduled set only inside scripts)."""
     redis = app.redis
     for name in names:
-        key = app.queue(name)._keys.scheduled
+        key = door(app, name).keys.scheduled
         ids = cast(list[bytes], await redis.zrange(key, 0, -1))
         for start in range(0, len(ids), _CHUNK):
             await redis.zadd(key, dict.fromkeys(ids[start : start + _CHUNK], 0), xx=True)
@@ -303,10 +303,10 @@ async def _until_next_due(app: App, names: Sequence[str]) -> float:
     redis = app.redis
     waits = []
     for name in names:
-        q = app.queue(name)
-        now_ms = await q._scripts.server_ms()
+        q = door(app, name)
+        now_ms = await q.server_ms()
         first = cast(
-            list[tuple[bytes, float]], await redis.zrange(q._keys.scheduled, 0, 0, withscores=True)
+            list[tuple[bytes, float]], await redis.zrange(q.keys.scheduled, 0, 0, withscores=True)
         )
         waits += [(int(score) - now_ms) / 1000 for _, score in first]
     return max(min(waits, default=0.0), 0.001)

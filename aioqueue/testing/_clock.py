@@ -17,7 +17,16 @@ from .._app.app import App
 from .._app.schedules import Scheduler
 from .._model.checks import to_ms
 from .._model.exceptions import ConfigurationError
+from .._model.keys import QueueKeys
 from .._queue.queuereg import real_queues
+from .._store.scriptreads import QueueReads
+
+
+def door(app: App, queue: str | None = None) -> QueueReads:
+    """The reads of one of ``app``'s queues (default: its default queue): its keys
+    (``.keys``) and the server's clock as the App reads it (``.server_ms()``)."""
+    return QueueReads(app.redis, QueueKeys(app.prefix, queue or app.default_queue))
+
 
 #: scheduler passes per queue in one ``fire_schedules`` (each fires up to 100 ticks)
 _MAX_PASSES = 100
@@ -47,12 +56,12 @@ class VirtualClock:
 
     async def offset(self) -> timedelta:
         """How far the App's clock is ahead of the server's (the default queue's offset)."""
-        raw = await self.app.redis.get(self.app.queue()._keys.testclock)
+        raw = await self.app.redis.get(door(self.app).keys.testclock)
         return timedelta(milliseconds=int(raw or 0))
 
     async def now(self) -> datetime:
         """The App's time: the server's clock plus the offset (aware, UTC)."""
-        return datetime.fromtimestamp(await self.app.queue()._scripts.server_ms() / 1000, UTC)
+        return datetime.fromtimestamp(await door(self.app).server_ms() / 1000, UTC)
 
     async def advance_to(self, when: datetime) -> None:
         """Move the clock forward to ``when`` (an aware datetime; one already past: no move),
@@ -75,12 +84,12 @@ class VirtualClock:
         total = int((await self.offset()).total_seconds() * 1000) + ms
         pipe = self.app.redis.pipeline(transaction=False)
         for name in names:
-            pipe.set(self.app.queue(name)._keys.testclock, total)
+            pipe.set(door(self.app, name).keys.testclock, total)
         await pipe.execute()
         await self.fire_schedules(names)
         pipe = self.app.redis.pipeline(transaction=False)
         for name in names:
-            pipe.lpush(self.app.queue(name)._keys.wake, b"1")
+            pipe.lpush(door(self.app, name).keys.wake, b"1")
         await pipe.execute()
 
     async def fire_schedules(self, queues: Sequence[str] | None = None) -> int:
