@@ -30,6 +30,7 @@ async def tapp(redis_url: str) -> AsyncIterator[App]:
         yield app
 
 
+@pytest.mark.cluster
 async def test_a_one_hour_retry_backoff_is_checked_in_milliseconds(tapp: App) -> None:
     clock = VirtualClock(tapp)
     attempts: list[int] = []
@@ -124,6 +125,7 @@ async def test_an_abandoned_lease_runs_out_on_the_virtual_clock_and_the_job_is_r
     assert info.attempts == 2
 
 
+@pytest.mark.cluster
 async def test_a_rate_limit_window_opens_when_the_clock_passes_it(tapp: App) -> None:
     clock = VirtualClock(tapp)
 
@@ -205,3 +207,22 @@ def test_every_script_reads_the_time_through_core_now_ms_only() -> None:
     assert core.count(PRODUCTION_NOW) == 1
     assert "testclock" not in core  # the production build reads no offset
     assert "testclock" in TEST_NOW
+
+
+async def test_the_blocking_producer_of_a_test_mode_app_runs_on_the_same_clock(tapp: App) -> None:
+    clock = VirtualClock(tapp)
+
+    @tapp.task
+    async def later(n: int) -> int:
+        return n
+
+    await clock.advance(DAY)  # a day ahead already: a delay counts from the virtual now
+    sync = tapp.sync()
+    try:
+        job = await asyncio.to_thread(lambda: sync.enqueue(later.options(delay=3600), 7))
+    finally:
+        await asyncio.to_thread(sync.close)
+    assert (await run_until_empty(tapp, delayed="skip")).scheduled == 1
+    await clock.advance(HOUR)
+    assert (await run_until_empty(tapp, delayed="skip")).completed == 1
+    assert (await tapp.queue().job_info(job.id)).state is JobState.COMPLETED
