@@ -13,7 +13,7 @@ Every ```python block in README.md and docs/*.md is one of two kinds:
   ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's tests),
   in pytest-asyncio's strict mode, and it must pass at least one test.
   ``<!-- run in an App: NAME -->`` runs a block written as lines of a program (``await`` at the
-  top level, names defined elsewhere) inside ``async with app:`` after
+  top level, names defined elsewhere) inside ``async with doc_setup.app:`` after
   ``from doc_setup import *``, where ``doc_setup`` is ``tests/doc_setups/NAME.py``: the App and
   the tasks and names the page's text has defined (qos.md's ``reports`` queue, ...).
 - a fragment: the line before it is ``<!-- fragment -->`` (invisible on the rendered page).
@@ -74,8 +74,8 @@ class Snippet:
             return self.code
         body = "".join(f"        {line}\n" if line else "\n" for line in self.code.splitlines())
         return (
-            "import asyncio\n\nfrom doc_setup import *  # noqa: F403\n\n\n"
-            f"async def main() -> None:\n    async with app:  # noqa: F405\n{body}\n\n"
+            "import asyncio\n\nimport doc_setup\nfrom doc_setup import *  # noqa: F403\n\n\n"
+            f"async def main() -> None:\n    async with doc_setup.app:\n{body}\n\n"
             "asyncio.run(main())\n"
         )
 
