@@ -226,3 +226,14 @@ async def test_the_blocking_producer_of_a_test_mode_app_runs_on_the_same_clock(t
     await clock.advance(HOUR)
     assert (await run_until_empty(tapp, delayed="skip")).completed == 1
     assert (await tapp.queue().job_info(job.id)).state is JobState.COMPLETED
+
+
+async def test_a_queue_the_app_does_not_know_follows_the_prefixs_clock(tapp: App) -> None:
+    clock = VirtualClock(tapp)
+    await clock.advance(DAY)
+    q = tapp.queue("elsewhere")  # no task names it, no worker registered it
+    job = await q.enqueue("anything", delay=3600)
+    assert await q.reserve() == []
+    await clock.advance(HOUR)  # sets the App's queues and the prefix's offset
+    [reserved] = await q.reserve()
+    assert reserved.id == job.id

@@ -266,6 +266,13 @@ def queues_registry(prefix: str) -> str:
     return f"{prefix}:queues"
 
 
+def prefix_testclock(prefix: str) -> str:
+    """``<prefix>:testclock`` (STRING): the virtual clock's offset for every queue of the
+    prefix whose own ``testclock`` is unset (test mode only, standalone servers; see
+    ``_store/clock.py``)."""
+    return f"{prefix}:testclock"
+
+
 def queue_head(prefix: str) -> str:
     """``<prefix>:{``: how every key of every queue under ``prefix`` starts."""
     return f"{prefix}:{{"

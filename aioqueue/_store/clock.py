@@ -17,16 +17,24 @@ from typing import Any
 
 #: the line of core.lua's ``now_ms()`` that the test build replaces
 PRODUCTION_NOW = "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-#: its test build: plus the offset (a missing or garbled key, or one of another type: 0)
+#: its test build: plus the offset, the queue's own, else its prefix's (``<prefix>:testclock``:
+#: a prefix holds no ':'; read on a standalone server, an error taken as none on a cluster,
+#: where that key is in another slot); a garbled key, or one of another type: 0
 TEST_NOW = (
-    "  local shift = num(redis.pcall('GET', BASE .. 'testclock'), 0)\n"
+    "  local shift = redis.pcall('GET', BASE .. 'testclock')\n"
+    "  if not shift then\n"
+    "    shift = redis.pcall('GET', string.match(BASE, '^[^:]*') .. ':testclock')\n"
+    "  end\n"
+    "  shift = num(shift, 0)\n"
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + math.floor(shift)\n"
 )
 
 #: what ``server_time`` sends in test mode, KEYS[1] a queue's ``testclock`` key: the server's
 #: clock plus the offset, in TIME's reply shape {seconds, microseconds}
 SHIFTED_TIME = """local t = redis.call('TIME')
-local shift = tonumber(redis.pcall('GET', KEYS[1]))
+local shift = redis.pcall('GET', KEYS[1])
+if not shift then shift = redis.pcall('GET', string.match(KEYS[1], '^[^:]*') .. ':testclock') end
+shift = tonumber(shift)
 if not shift or shift ~= shift or shift == math.huge or shift == -math.huge then shift = 0 end
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + math.floor(shift)
 return {math.floor(ms / 1000), (ms % 1000) * 1000}"""

@@ -1,11 +1,12 @@
 """The virtual clock: fast-forward the time the real scripts read, without sleeping.
 
 An App made with ``App(..., testing=True)`` runs the test build of the scripts, whose one
-clock (``now_ms()`` in lua/lib/core.lua) adds the offset stored in each queue's
-``testclock`` key; its Python reads of the server's time add it too (see aioqueue/_store/clock.py).
-``VirtualClock.advance`` raises that offset on every queue of the App, fires the schedule
-ticks that fell due, and wakes the queues' idle consumers: what would be due by then is due
-now. Redis's own TTLs (of job records, results, dead letters) run on the real clock.
+clock (``now_ms()`` in lua/lib/core.lua) adds the offset stored in the queue's ``testclock``
+key, else in the prefix's (``<prefix>:testclock``, standalone servers); its Python reads of
+the server's time add it too (see aioqueue/_store/clock.py). ``VirtualClock.advance`` raises
+that offset on the prefix and on every queue of the App, fires the schedule ticks that fell
+due, and wakes the queues' idle consumers: what would be due by then is due now. Redis's own
+TTLs (of job records, results, dead letters) run on the real clock.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .._app.app import App
 from .._app.schedules import Scheduler
 from .._model.checks import to_ms
 from .._model.exceptions import ConfigurationError
-from .._model.keys import QueueKeys
+from .._model.keys import QueueKeys, prefix_testclock
 from .._queue.queuereg import real_queues
 from .._store.scriptreads import QueueReads
 
@@ -39,7 +40,9 @@ class VirtualClock:
         app: an open App made with ``testing=True`` (any other is refused: production Apps
             run scripts that ignore the offset).
         queues: the queues the clock moves, besides the App's (its default queue, its
-            tasks' queues and the queues its workers registered under its prefix).
+            tasks' queues and the queues its workers registered under its prefix); on a
+            standalone server every other queue of the prefix follows the prefix's offset,
+            on a Cluster only these do.
 
     Raises:
         ConfigurationError: the App was not made with ``testing=True``.
@@ -55,8 +58,8 @@ class VirtualClock:
         self.queues = list(queues)
 
     async def offset(self) -> timedelta:
-        """How far the App's clock is ahead of the server's (the default queue's offset)."""
-        raw = await self.app.redis.get(door(self.app).keys.testclock)
+        """How far the App's clock is ahead of the server's."""
+        raw = await self.app.redis.get(prefix_testclock(self.app.prefix))
         return timedelta(milliseconds=int(raw or 0))
 
     async def now(self) -> datetime:
@@ -83,6 +86,7 @@ class VirtualClock:
         names = await self._queues()
         total = int((await self.offset()).total_seconds() * 1000) + ms
         pipe = self.app.redis.pipeline(transaction=False)
+        pipe.set(prefix_testclock(self.app.prefix), total)  # every other queue (standalone)
         for name in names:
             pipe.set(door(self.app, name).keys.testclock, total)
         await pipe.execute()
