@@ -160,6 +160,9 @@ async def test_a_jobs_expiry_passes_on_the_virtual_clock(tapp: App) -> None:
 async def test_the_python_side_reads_the_same_shifted_clock(tapp: App, redis: Redis) -> None:
     clock = VirtualClock(tapp)
     await clock.advance(DAY)
+    with pytest.raises(ConfigurationError, match=">= 0"):
+        await clock.advance(-1)  # the clock never goes back
+    assert await clock.offset() == DAY
     shifted = await tapp.queue()._scripts.server_ms()
     real = await server_ms(redis)
     assert DAY.total_seconds() * 1000 - 5000 < shifted - real <= DAY.total_seconds() * 1000 + 5000
