@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Backoff, JobState, Worker
+from aioqueue import App, Backoff, ConfigurationError, JobState, Worker
 from aioqueue._store.clock import PRODUCTION_NOW, TEST_NOW
 from aioqueue.testing import VirtualClock, run_until_empty, unique_prefix
 
