@@ -82,7 +82,9 @@ async def _with_text(q: Queue, rows: list[JobSummary], needle: str) -> list[JobS
     out = []
     for s, (payload, options) in zip(rows, fields, strict=True):
         try:
-            args, kwargs = q.app.codec.load_args(q.name, s.id, s.task, payload or b"", options or b"")
+            args, kwargs = q.app.codec.load_args(
+                q.name, s.id, s.task, payload or b"", options or b""
+            )
         except Exception:  # sealed or garbled: no text to match
             continue
         if needle in json.dumps([list(args), kwargs], ensure_ascii=False, default=repr).casefold():
