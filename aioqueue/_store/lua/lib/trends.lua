@@ -1,14 +1,15 @@
 --[[ trends: compact counters for the dashboard's trends, one HASH per time bucket:
   base.."tr:m:"..minute (kept 61 minutes) and base.."tr:h:"..hour (kept 7 days and an hour),
   by the server's clock. Fields: '<kind>:<task>' (kind c completed, f dead-lettered) the jobs
-  of a task that ended so in the bucket, at most TREND_TASKS tasks a bucket (later ones count
-  in '<kind>:*'), written by the scripts that end jobs, one HINCRBY per task and bucket; 'b'
+  of a task that ended so in the bucket, at most TREND_FIELDS such fields a bucket (later
+  tasks count in '<kind>:*'), written by the scripts that end jobs, one HINCRBY per task and
+  bucket; 'b'
   and 'w' the highest backlog (queued jobs) and wait (ms, the oldest runnable job's) that a
   worker's beat sampled in the bucket. A bucket's TTL is set by its first field, so garbage
   in a bucket lasts until it expires (a counter that is not one is set aside by call).
   Needs: core (call, count_of). ]]
 
-local TREND_TASKS = 50
+local TREND_FIELDS = 100
 -- {bucket ms, kept ms} of the minute and the hour buckets
 local TREND_RES = {{'m', 60000, 3660000}, {'h', 3600000, 608400000}}
 
@@ -26,7 +27,7 @@ local function trend(kind, tasks, counts, now)
       local field = kind .. ':' .. task
       if call('HINCRBY', key, field, n) == n then
         -- a new field: bound the bucket, and (for its first one) give it its TTL
-        if call('HLEN', key) > 2 * TREND_TASKS + 2 then
+        if call('HLEN', key) > TREND_FIELDS then
           redis.call('HDEL', key, field)
           call('HINCRBY', key, kind .. ':*', n)
         end
