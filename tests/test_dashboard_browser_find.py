@@ -27,13 +27,12 @@ VIEWER = {"username": "watcher", "password": "view-only-pass"}
 async def shot(page: Any, name: str, full_page: bool = True) -> None:
     """A screenshot into $AIOQUEUE_SHOTS, when it is set."""
     where = os.environ.get("AIOQUEUE_SHOTS")
-    if where:
-        Path(where).mkdir(parents=True, exist_ok=True)
+    if where:  # playwright makes the folder
         await page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=full_page)
 
 
 @pytest.fixture
-async def failing(app: App) -> AsyncIterator[tuple[App, dict[str, list[str]]]]:
+async def failing(app: App) -> tuple[App, dict[str, list[str]]]:
     """Dead letters of two kinds (a card declined, a bank timeout) and some completed jobs."""
 
     @app.task(max_attempts=1)
@@ -49,7 +48,7 @@ async def failing(app: App) -> AsyncIterator[tuple[App, dict[str, list[str]]]]:
     kinds: dict[str, list[str]] = {"timeout": [], "declined": [], "ok": []}
     for i, j in enumerate(jobs):
         kinds[("timeout", "declined", "ok")[i % 3]].append(j.id)
-    yield app, kinds
+    return app, kinds
 
 
 @pytest.fixture
