@@ -13,8 +13,6 @@ from typing import Any, cast
 import pytest
 
 from aioqueue import App, JobState, Worker
-from aioqueue._queue.search import search
-from aioqueue._queue.trends import trends
 from aioqueue.dashboard import basic_auth, create_app
 
 from .support.waiting import wait_until
@@ -71,7 +69,7 @@ async def test_a_search_reads_at_most_its_budget_and_its_cursor_finds_every_matc
     found: set[str] = set()
     cursor, rounds = None, 0
     while True:
-        page = await search(q, "queued", text="NEEDLE", cursor=cursor, budget=1000)
+        page = await q.search("queued", text="NEEDLE", cursor=cursor, budget=1000)
         rounds += 1
         assert page.scanned <= 1000
         found |= {s.id for s in page.items}
@@ -81,7 +79,7 @@ async def test_a_search_reads_at_most_its_budget_and_its_cursor_finds_every_matc
     assert found == wanted
     assert rounds == 3  # 2,500 records at 1,000 a call
     # a search that matches early stops at its page size, its cursor going on from there
-    page = await search(q, "queued", cursor=None, limit=50)
+    page = await q.search("queued", cursor=None, limit=50)
     assert (len(page.items), page.scanned) == (50, 50)
     assert page.cursor is not None
 
@@ -255,13 +253,13 @@ async def test_trends_count_per_queue_and_task_and_the_beat_samples_the_backlog(
     async with Worker(app, concurrency=4):
 
         async def sampled() -> bool:
-            return any(p.backlog == 37 for p in (await trends(q, "hour")).points[-2:])
+            return any(p.backlog == 37 for p in (await q.trends("hour")).points[-2:])
 
         await wait_until(sampled, timeout=30, what="the beat's backlog sample")
     await q.resume()
     await asyncio.wait_for(Worker(app, concurrency=8, burst=True).run(), 120)
     for span in ("hour", "day", "week"):
-        t = await trends(q, span)
+        t = await q.trends(span)
         assert sum(p.completed for p in t.points) == 33, span
         assert sum(p.failed for p in t.points) == 4, span
         assert {k: sum(p.completed for p in v) for k, v in t.tasks.items()} == {
@@ -270,8 +268,8 @@ async def test_trends_count_per_queue_and_task_and_the_beat_samples_the_backlog(
         }
         assert sum(p.failed for p in t.tasks["bad"]) == 4
         assert len(t.points) == {"hour": 60, "day": 24, "week": 168}[span]
-    assert max(p.backlog or 0 for p in (await trends(q, "day")).points) == 37
-    assert max(p.wait or 0 for p in (await trends(q, "hour")).points) > 0
+    assert max(p.backlog or 0 for p in (await q.trends("day")).points) == 37
+    assert max(p.wait or 0 for p in (await q.trends("hour")).points) > 0
     async with client(dashboard(app)) as c:
         page = await c.get("/queues/default/trends?span=day")
         assert page.status_code == 200
@@ -292,7 +290,7 @@ async def test_a_bucket_counts_at_most_its_tasks_by_name(app: App) -> None:
 
         await q.enqueue(f"t{i:03d}")
     await asyncio.wait_for(Worker(app, concurrency=8, burst=True).run(), 120)
-    t = await trends(q, "day")  # one bucket, unless the hour turned meanwhile
+    t = await q.trends("day")  # one bucket, unless the hour turned meanwhile
     assert sum(p.completed for p in t.points) == 130
     assert len(t.tasks) == 50
     k = q._keys

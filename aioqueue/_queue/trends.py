@@ -5,12 +5,9 @@ the compact per-bucket counters of ``lua/lib/trends.lua`` (at most 168 hashes a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .._model.exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from .._store.scripts import QueueScripts
 
 #: span -> (bucket resolution, bucket ms, buckets shown)
 SPANS = {"hour": ("m", 60_000, 60), "day": ("h", 3_600_000, 24), "week": ("h", 3_600_000, 168)}
@@ -49,18 +46,14 @@ def _count(v: bytes | None) -> int | None:
     return n if n is not None and 0 <= n < _MAX else None
 
 
-async def trends(q: Queue, span: str = "hour") -> Trends:
-    """``q``'s trends over the last ``span`` ("hour", "day" or "week").
-
-    Raises:
-        ConfigurationError: an unknown span.
-    """
+async def trends(scripts: QueueScripts, span: str) -> Trends:
+    """A queue's trends over the last ``span``: see ``Queue.trends``."""
     if span not in SPANS:
         raise ConfigurationError(f"span must be one of {', '.join(SPANS)}, got {span!r}")
     res, ms, n = SPANS[span]
-    now = await q._scripts.server_ms() // ms
+    now = await scripts.server_ms() // ms
     buckets = list(range(now - n + 1, now + 1))
-    rows = await q._scripts.trend_buckets(res, buckets)
+    rows = await scripts.trend_buckets(res, buckets)
     per_task: dict[str, list[list[int]]] = {}
     points = []
     for i, (b, row) in enumerate(zip(buckets, rows, strict=True)):

@@ -19,7 +19,7 @@ from aioqueue._queue.inspect import JobDetail, JobSummary, ResultState
 from aioqueue._queue.queue import Queue
 from aioqueue._queue.queuereg import declared_queues, known_queues
 from aioqueue._queue.registry import WorkerInfo
-from aioqueue._queue.search import SearchPage, search
+from aioqueue._queue.search import SearchPage
 
 #: the states a queue page has a tab for, in the order of a job's life
 TABS = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
@@ -191,8 +191,7 @@ class Listing:
         return bool(self.error or self.text)
 
     async def page(self, q: Queue, cursor: str | None, limit: int = 50) -> SearchPage:
-        return await search(
-            q,
+        return await q.search(
             self.state,
             task=self.task or None,
             group=self.group or None,
@@ -206,9 +205,7 @@ class Listing:
 
 async def all_counts(q: Queue) -> dict[str, int]:
     """Jobs per state, every tab's (completed and cancelled: the listing indexes)."""
-    counts = await q.counts()
-    counts["completed"], counts["cancelled"] = await q._scripts.finished_counts()
-    return counts
+    return {**await q.counts(), **await q.finished_counts()}
 
 
 async def queue_page(

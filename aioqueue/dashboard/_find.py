@@ -16,7 +16,6 @@ from aioqueue._model.checks import check_job_id
 from aioqueue._model.exceptions import ConfigurationError, CorruptRecord, JobNotFound
 from aioqueue._queue.search import SEARCH_BUDGET
 from aioqueue._queue.trends import SPANS, TrendPoint
-from aioqueue._queue.trends import trends as read_trends
 from aioqueue.dashboard import _data
 from aioqueue.dashboard._actions import OFFERED, act_on
 from aioqueue.dashboard._charts import bars
@@ -112,7 +111,7 @@ async def trends(request: Request) -> Response:
     span = request.query_params.get("span", "hour")
     if span not in SPANS:
         raise HTTPException(400, f"span must be one of {', '.join(SPANS)}")
-    t = await read_trends(d.app.queue(name), span)
+    t = await d.app.queue(name).trends(span)
     task = request.query_params.get("task", "")
     points = t.tasks.get(task, ()) if task else t.points
     fmt = "%H:%M" if span != "week" else "%a %Hh"
