@@ -190,13 +190,18 @@ class WorkerLoops:
 
     async def _trend_sample(self, qs: Fetcher) -> tuple[int, int] | None:
         """The queue's backlog and wait (ms) for its trends (lib/trends.lua), read at most
-        every ``TREND_SAMPLE_SECONDS`` (a few bounded reads): None between samples."""
+        every ``TREND_SAMPLE_SECONDS`` (a few bounded reads): None between samples, and when
+        the reads fail (a garbled lane: the beat goes on without its sample)."""
         now = time.monotonic()
         if now - qs.sampled < TREND_SAMPLE_SECONDS:
             return None
         qs.sampled = now
-        wait = await qs.queue.wait_time()
-        return (await qs.queue.counts())["queued"], int((wait or 0) * 1000)
+        try:
+            wait = await qs.queue.wait_time()
+            return (await qs.queue.counts())["queued"], int((wait or 0) * 1000)
+        except TRANSIENT as exc:
+            logger.debug("queue %s: no trend sample: %r", qs.queue.name, exc)
+            return None
 
     async def _renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
