@@ -28,7 +28,7 @@ local function trend(kind, tasks, counts, now)
       if call('HINCRBY', key, field, n) == n then
         -- a new field: bound the bucket, and (for its first one) give it its TTL
         if call('HLEN', key) > TREND_FIELDS then
-          redis.call('HDEL', key, field)
+          call('HDEL', key, field)
           call('HINCRBY', key, kind .. ':*', n)
         end
         call('PEXPIRE', key, res[3])
