@@ -82,6 +82,9 @@ async def test_a_search_reads_at_most_its_budget_and_its_cursor_finds_every_matc
     page = await q.search("queued", cursor=None, limit=50)
     assert (len(page.items), page.scanned) == (50, 50)
     assert page.cursor is not None
+    page = await q.search("queued", text="order", limit=50)  # every record matches
+    assert 50 <= len(page.items) == page.scanned < 50 + 20
+    assert page.cursor is not None
 
 
 async def test_the_queue_page_says_how_much_it_searched_and_continues(app: App) -> None:

@@ -126,8 +126,8 @@ class QueueAdmin:
         """The jobs in ``state`` of this task and group whose error (type and message) and
         arguments (as JSON text) contain ``error`` and ``text`` (case-blind; at most 200
         characters each), with bounded work: it stops once ``limit`` jobs matched (at the end
-        of a chunk of 200 records, so a page may hold a few more) or ``budget`` records were
-        read (1,000 by default), and its ``cursor`` goes on from there. Arguments that cannot
+        of a chunk of records read, so a page may hold up to 19 more) or ``budget`` records
+        were read (1,000 by default), and its ``cursor`` goes on from there. Arguments that cannot
         be decoded here (encrypted without the key, corrupt) match no ``text``."""
         check_int(limit, 1, "limit")
         check_int(budget, 1, "budget")

@@ -15,8 +15,10 @@ from .lister import Lister
 
 #: the most records one search call reads (its cursor goes on from there)
 SEARCH_BUDGET = 1000
-#: the ids read per round trip when text filters need each record
+#: the most ids read per round trip when text filters need each record; at least
+#: MIN_CHUNK, so that a page fills up in few round trips (it may end MIN_CHUNK - 1 over)
 CHUNK = 200
+MIN_CHUNK = 20
 #: the longest search text accepted
 MAX_NEEDLE = 200
 
@@ -55,7 +57,8 @@ async def search(
     found: list[JobSummary] = []
     scanned = 0
     while True:
-        want = min(CHUNK if error or text else limit, budget - scanned)
+        left = limit - len(found)
+        want = min(max(min(CHUNK, left), MIN_CHUNK) if error or text else left, budget - scanned)
         ids, cursor = await lister.page(want, cursor)
         scanned += len(ids)
         rows = await summaries(scripts, codec, queue, lister.state, ids)
