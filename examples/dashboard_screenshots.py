@@ -123,7 +123,10 @@ async def _shots(app: App, out: Path) -> None:
             for name, path in shots.items():
                 await page.goto(base + path)
                 await page.wait_for_load_state("networkidle")
-                await page.screenshot(path=str(out / name), full_page=name != "dashboard-queue.png")
+                await page.screenshot(
+                    path=str(out / name),
+                    full_page=name not in ("dashboard-queue.png", "dashboard-search.png"),
+                )
                 print("saved", out / name)
             await browser.close()
     finally:
