@@ -52,6 +52,7 @@ async def dead_letters(app: App, errors: dict[str, int]) -> dict[str, list[str]]
 
 
 # --------------------------------------------------------------------- bounded search
+@pytest.mark.cluster
 async def test_a_search_reads_at_most_its_budget_and_its_cursor_finds_every_match(
     app: App,
 ) -> None:
@@ -238,6 +239,7 @@ async def test_the_job_page_has_no_empty_traceback_box(app: App) -> None:
 
 
 # --------------------------------------------------------------------- trends
+@pytest.mark.cluster
 async def test_trends_count_per_queue_and_task_and_the_beat_samples_the_backlog(
     app: App,
 ) -> None:
