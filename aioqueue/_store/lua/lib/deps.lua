@@ -54,7 +54,7 @@ end
 local function dep_met(id, dep, ok, now)
   local wk = deps_key(id)
   local jk = job_key(id)
-  local kind = redis.call('TYPE', wk).ok
+  local kind = call('TYPE', wk).ok
   if kind ~= 'set' then
     -- a set of the wrong type, or gone while its job waits: what the job waits for is
     -- lost; it is set aside and the job dead-lettered with the reason (I9), never run early
