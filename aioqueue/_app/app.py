@@ -402,7 +402,7 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         """
         return await open_batch(
             self, calls, on_complete=on_complete, on_failure=on_failure, concurrency=concurrency,
-            priority=priority, group=group, queue=queue, retention=to_seconds(retention),
+            priority=priority, group=group, queue=queue, retention=retention,
         )  # fmt: skip
 
     def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
