@@ -20,13 +20,13 @@ from .._model.exceptions import AioQueueError
 from .._model.limits import MAX_ACKS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._queue.leases import Leases
-from .._store.scripts import Outcome
+from .._store.loader import Outcome
 from .shield import Shield
 from .slots import Slots
 
 if TYPE_CHECKING:
-    from .._model.observe import WorkerObserver
     from .._queue.queue import Queue
+    from .observe import WorkerObserver
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from .._model.record import Claimed
 from .._queue.leases import forward_outbox
 from .._queue.queuereg import declare_queues
 from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
-from .._store.scripts import FailMode, Outcome
+from .._store.loader import FailMode, Outcome
 from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from .shield import Shield
 from .slots import Slots
@@ -35,7 +35,7 @@ from .slots import Slots
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.schedules import Scheduler
-    from .._model.observe import WorkerObserver
+    from .observe import WorkerObserver
 
 # the worker's logger: what its loops log is the worker's, for those who filter on it
 logger = logging.getLogger("aioqueue._worker.worker")
