@@ -17,10 +17,9 @@ PKG = Path(aioqueue.__file__).resolve().parent
 PRIVATE_READS_LEFT: dict[str, int] = {
     "_app/batch.py": 27,
     "_app/context.py": 1,
-    "_app/scheddecl.py": 1,
     "_app/schedules.py": 9,
-    "_app/sync.py": 13,
-    "_app/task.py": 6,
+    "_app/sync.py": 10,
+    "_app/task.py": 4,
     "_cli/admin.py": 1,
     "_cli/main.py": 1,
     "_cli/supervisor.py": 1,
@@ -35,8 +34,6 @@ PRIVATE_READS_LEFT: dict[str, int] = {
     "_queue/unique.py": 4,
     "_store/embedded.py": 1,
     "_worker/loops.py": 2,
-    "_worker/worker.py": 1,
-    "otel.py": 2,
     "testing/__init__.py": 2,
 }
 

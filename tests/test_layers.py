@@ -189,6 +189,7 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_app.schedules",
     "_app.sync",
     "_app.task",
+    "_app.taskdecl",  # @app.task's registration, moved out of _app.app (issue 25)
     "_queue.admin",
     "_queue.events",
     "_queue.leases",
@@ -200,10 +201,6 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_queue.sharded",
     "_queue.tasktable",
     "_queue.unique",
-    "_worker.fetch",
-    "_worker.loops",
-    "_worker.observe",
-    "_worker.worker",
 }
 
 

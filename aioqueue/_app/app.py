@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -16,17 +17,15 @@ from .._model.checks import (
     check_int,
     check_name,
     check_prefix,
-    check_task_name,
-    lease_ms,
-    to_ms,
     to_seconds,
 )
 from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
+from .._model.cron import MissedPolicy
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.keys import QueueKeys
-from .._model.serialize import PickleSerializer, Serializer, get_serializer
+from .._model.serialize import Serializer, get_serializer
 from .._queue.events import JobEvent, JobEventKind, iterate_events
 from .._queue.queue import Queue
 from .._queue.sharded import ShardedQueue
@@ -34,12 +33,15 @@ from .._store.connect import adopt, connect, pool_options, resolve_url
 from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
 from .batch import open_batch
-from .hooks import HookDecorators, Hooks
+from .hooks import EH, LH, MW, Hooks
+from .options import check_pickle, lease_and_heartbeat, retention_ms, socket_timeout_s
+from .queues import Queues
 from .results import ResultWaiter
-from .scheddecl import ScheduleDecorators
-from .schedules import Schedules
+from .scheddecl import TaskT, cron_decorator
+from .schedules import Schedules, make_spec
 from .sync import SyncClient
-from .task import Backoff, Task, check_backoff, retention_seconds
+from .task import Backoff, Task, check_backoff
+from .taskdecl import TaskDecorator, register_task
 
 if TYPE_CHECKING:
     from .._model.batchinfo import FailurePolicy
@@ -55,7 +57,7 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-class App(HookDecorators, ScheduleDecorators):
+class App:
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -145,45 +147,25 @@ class App(HookDecorators, ScheduleDecorators):
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
-        self.lease = lease_ms(lease, minimum_ms=100) / 1000
-        hb = to_seconds(heartbeat, "heartbeat")
-        if hb is None:
-            hb = min(2.0, self.lease / 3)
-        elif not 0.05 <= hb <= self.lease / 2:
-            raise ConfigurationError("heartbeat must be at least 0.05 s and at most half the lease")
-        #: seconds between a worker's heartbeats
-        self.heartbeat = hb
-        rt = to_seconds(result_ttl, "result_ttl")
-        self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
-        dt = to_seconds(dead_ttl, "dead_ttl")
-        self.dead_ttl_ms = 0 if dt is None else max(to_ms(dt, "dead_ttl"), 1)
+        #: seconds of a lease, and between a worker's heartbeats
+        self.lease, self.heartbeat = lease_and_heartbeat(lease, heartbeat)
+        self.result_ttl_default_ms, self.dead_ttl_ms = retention_ms(result_ttl, dead_ttl)
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = check_backoff(backoff) or Backoff()
         self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
-        st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
-        if st is None or st < 1:
-            raise ConfigurationError("socket_timeout must be at least 1 s")
-        self.socket_timeout = st
+        self.socket_timeout = st = socket_timeout_s(self.redis_options, socket_timeout)
         self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         #: how job records are encoded and decoded (arguments, options, results, errors)
         keys = (signing_key, verify_keys, encryption_key)
         self.codec = Codec.of(self, keys, compression, payload_store)
-        pickled = isinstance(self.serializer, PickleSerializer)
-        if pickled and self.codec.signer is None and not allow_unsigned_pickle:
-            raise ConfigurationError(
-                "serializer='pickle' without a signing_key lets anyone who can write to "
-                "Redis run code in your workers and producers: give signing_key=..., or "
-                "allow_unsigned_pickle=True if only trusted code can reach Redis"
-            )
+        check_pickle(self.serializer, self.codec.signer is not None, allow_unsigned_pickle)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
-        self._queues: dict[str, Queue] = {}
-        #: the class of its queues (aioqueue.otel.instrument swaps in one that traces)
-        self._queue_type: type[Queue] = Queue
-        self._sharded: dict[str, ShardedQueue] = {}
+        #: its queues by name (``app.queue(name)`` is the way to one)
+        self.queues = Queues(self)
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
@@ -215,7 +197,7 @@ class App(HookDecorators, ScheduleDecorators):
         if self._state is _State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
-        opts = self._pool_options(Retry, None)
+        opts = pool_options(self.url, self.max_connections, self.redis_options, Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
             await adopt(self._given, self.socket_timeout, probe)
@@ -225,15 +207,6 @@ class App(HookDecorators, ScheduleDecorators):
         set_durability(self._redis, self.durability)
         self._state = _State.OPEN
 
-    def _pool_options(
-        self, retry: Callable[..., Any], socket_timeout: float | None
-    ) -> dict[str, Any]:
-        """The connection pool's options, for the async client and the blocking one
-        (``app.sync()``), each with its own ``Retry`` class."""
-        return pool_options(
-            self.url, self.max_connections, self.redis_options, retry, socket_timeout
-        )
-
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
         scripts): ``app.sync().enqueue(task, ...)``. It needs no ``open()``: its own pool of
@@ -241,7 +214,7 @@ class App(HookDecorators, ScheduleDecorators):
         ``close()``d."""
         client = self._sync
         if client is None or client.closed:
-            client = self._sync = SyncClient(self)
+            client = self._sync = SyncClient(self, self._given)
         return client
 
     async def aclose(self) -> None:
@@ -285,6 +258,88 @@ class App(HookDecorators, ScheduleDecorators):
             self._results = ResultWaiter(self)
         return self._results
 
+    # ------------------------------------------------------------------ hooks
+    def on_startup(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
+        before it fetches a job, in registration order; what it stores in ``state`` its tasks
+        read from ``current_job().state``. If it raises, the worker stops with
+        ``StartupFailed``."""
+        return self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
+
+    def on_shutdown(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
+        its last job, in reverse registration order. What it raises is logged."""
+        return self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
+
+    def middleware(self, fn: MW) -> MW:
+        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
+        job in workers made after this call: it must ``return await call_next()`` (the result,
+        which it may replace). The first registered is outermost. What it raises fails the
+        attempt like the task's own exception (retried by the task's policy)."""
+        return self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
+
+    def before_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
+        App's producers, async and blocking, before jobs are stored; raising refuses the
+        enqueue (nothing is stored)."""
+        return self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
+
+    def after_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
+        jobs are stored; what it raises is logged, not raised."""
+        return self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
+
+    # ------------------------------------------------------------------ schedules
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+    ) -> Callable[[TaskT], TaskT]:
+        """Run a task on a cron schedule; put it above ``@app.task``::
+
+            @app.cron("*/5 * * * *", tz="Europe/Berlin")
+            @app.task
+            async def report() -> None: ...
+
+        Workers consuming the task's queue store the schedule when they start and enqueue one
+        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
+        Needs the ``aioqueue[cron]`` extra.
+        """
+        declare = functools.partial(self.schedule, tz=tz, args=args, kwargs=kwargs, name=name)
+        return cron_decorator(declare, expression, missed=missed, jitter=jitter, grace=grace)
+
+    def schedule(
+        self,
+        task: Task[Any, Any] | str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Declare a periodic schedule in code: a cron expression or an interval, and the
+        task's arguments. No I/O: workers consuming its queue store it when they start (the
+        arguments are those of ``app.schedules.add``).
+
+        Raises:
+            ConfigurationError: a bad value, or a schedule of that name already declared.
+        """
+        spec = (cron, every, tz, args, kwargs, name, missed, jitter, grace, queue)
+        self.schedules.declare(make_spec(self, task, *spec, declared=True))
+
     # ------------------------------------------------------------------ tasks and queues
     @overload
     def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
@@ -306,7 +361,7 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> _TaskDecorator: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -321,7 +376,7 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> Task[Any, Any] | _TaskDecorator:
+    ) -> Task[Any, Any] | TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
         Use bare (``@app.task``) or with options (``@app.task(max_attempts=5, timeout=30)``).
@@ -340,33 +395,9 @@ class App(HookDecorators, ScheduleDecorators):
             priority: default priority of its jobs, -100..100, higher first.
         """
 
-        def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name if name is not None else getattr(f, "__name__", None)
-            if not task_name:
-                raise ConfigurationError(f"cannot name task {f!r}: pass name=")
-            check_task_name(task_name)
-            if task_name in self.tasks:
-                raise ConfigurationError(
-                    f"a task named {task_name!r} is already registered; "
-                    "pass name= to tell them apart"
-                )
-            t: Task[Any, Any] = Task(
-                self,
-                f,
-                name=task_name,
-                queue=check_name("queue name", self.default_queue if queue is None else queue),
-                max_attempts=self.max_attempts if max_attempts is None else max_attempts,
-                timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
-                backoff=check_backoff(backoff) or self.backoff,
-                result_ttl=retention_seconds(result_ttl, keep_result),
-                priority=priority,
-            )
-            self.tasks[task_name] = t
-            return t
-
-        if fn is not None:
-            return register(fn)
-        return _TaskDecorator(register)
+        options = (name, queue, max_attempts, timeout, backoff, result_ttl, keep_result, priority)
+        register = functools.partial(register_task, self, functools.partial(Task, self), *options)
+        return register(fn) if fn is not None else TaskDecorator(register)
 
     async def batch(
         self,
@@ -433,21 +464,7 @@ class App(HookDecorators, ScheduleDecorators):
         """
         if name is None:
             name = self.default_queue
-        sharded = self._sharded.get(name)
-        if sharded is None and shards is not None:
-            if name in self._queues:
-                raise ConfigurationError(f"queue {name!r} is in use unsharded: declare it first")
-            sharded = self._sharded[name] = ShardedQueue(self, name, shards)
-        if sharded is not None:
-            if shards != sharded.shards:
-                raise ConfigurationError(
-                    f"queue {name!r} is sharded: use app.queue({name!r}, shards={sharded.shards})"
-                )
-            return sharded
-        q = self._queues.get(name)
-        if q is None:
-            q = self._queues[name] = self._queue_type(self, name)
-        return q
+        return self.queues.get(name, shards)
 
     def events(
         self,
@@ -478,21 +495,3 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
-
-
-class _TaskDecorator:
-    """What ``@app.task(...)`` returns: apply it to a function to register it."""
-
-    __slots__ = ("_register",)
-
-    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
-        self._register = register
-
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
-        return self._register(fn)

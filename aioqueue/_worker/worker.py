@@ -38,7 +38,6 @@ from .._model.codec import Unrunnable, describe_error
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.hooks import State
 from .._model.record import Claimed
-from .._queue.sharded import shard_names
 from .._store.loader import FailMode, Outcome
 from .._version import __version__
 from .fetch import TRANSIENT, Crew, Fetcher
@@ -101,7 +100,7 @@ class Worker:
         check_int(concurrency, 1, "concurrency")
         self.app = app
         names = list(queues) if queues else [app.default_queue]
-        names = [n for name in names for n in shard_names(app._sharded, name)]
+        names = [n for name in names for n in app.queues.consumed(name)]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names
