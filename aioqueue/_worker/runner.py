@@ -85,20 +85,12 @@ class Runner:
         _current.set(job)
         scope = asyncio.timeout(timeout)
         try:
-            if batch is not None and opts.get("chain"):
-                # verified (with signing on) as made by a member for this very batch
-                items = await batch.results()
-                if not items or not items[0].ok:
-                    # released only once the first step succeeded: its result was removed
-                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
-                    return Failure(Unrunnable("MissingInput", why))
-                args = (items[0].result, *args[1:])
-            decode = task.args_decoder  # None for tasks whose hints JSON already answers
-            if decode is not None:
-                try:
-                    args, kwargs = decode(args, kwargs)
-                except Exception as exc:  # arguments that cannot fit do not fit on retry
-                    return Failure(Unrunnable("InvalidArguments", str(exc)))
+            chain = batch if opts.get("chain") else None
+            if chain is not None or task.args_decoder is not None:  # else as given
+                given = await _arguments(task, chain, args, kwargs)
+                if isinstance(given, Failure):
+                    return given
+                args, kwargs = given
             async with scope:  # the one timeout of the run, middleware included
                 if self._middleware:  # around the body (_model/hooks.py)
                     body = functools.partial(self._body, task, args, kwargs)
@@ -164,6 +156,29 @@ class Runner:
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+async def _arguments(
+    task: Task[Any, Any], chain: Batch[Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | Failure:
+    """The arguments the task is called with: a chain's second step gets the result of the
+    first (verified, with signing on, as made by a member for this very batch) as its first
+    argument; then the task's hints convert them. Or the Failure of arguments that cannot be.
+    """
+    if chain is not None:
+        items = await chain.results()
+        if not items or not items[0].ok:
+            # released only once the first step succeeded: its result was removed
+            why = f"chain step: batch {chain.id!r} holds no result of the first step"
+            return Failure(Unrunnable("MissingInput", why))
+        args = (items[0].result, *args[1:])
+    decode = task.args_decoder  # None for tasks whose hints JSON already answers
+    if decode is None:
+        return args, kwargs
+    try:
+        return decode(args, kwargs)
+    except Exception as exc:  # arguments that cannot fit do not fit on retry
+        return Failure(Unrunnable("InvalidArguments", str(exc)))
 
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
