@@ -191,6 +191,7 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_app.task",
     "_app.taskdecl",  # @app.task's registration, moved out of _app.app (issue 25)
     "_queue.admin",
+    "_queue.core",
     "_queue.events",
     "_queue.leases",
     "_queue.owner",
@@ -198,7 +199,6 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_queue.pull",
     "_queue.queue",
     "_queue.rekey",
-    "_queue.sharded",
     "_queue.tasktable",
     "_queue.unique",
 }
