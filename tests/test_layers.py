@@ -184,7 +184,6 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_app.batch",
     "_app.context",
     "_app.hooks",
-    "_app.results",
     "_app.scheddecl",
     "_app.schedules",
     "_app.sync",

@@ -254,8 +254,7 @@ class App:
     def result_waiter(self) -> ResultWaiter:
         """The App's shared listener for result notifications (created on first use)."""
         if self._results is None:
-            self.redis  # noqa: B018 - raises ClosedError unless open
-            self._results = ResultWaiter(self)
+            self._results = ResultWaiter(self.redis)  # ClosedError unless open
         return self._results
 
     # ------------------------------------------------------------------ hooks
