@@ -38,7 +38,6 @@ PRIVATE_READS_LEFT: dict[str, int] = {
     "_queue/unique.py": 4,
     "_store/embedded.py": 1,
     "_worker/loops.py": 2,  # Queue._scripts (the task table)
-    "testing/__init__.py": 2,  # Queue._keys
 }
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -32,9 +30,10 @@ from .._queue.sharded import ShardedQueue
 from .._store.connect import adopt, connect, pool_options, resolve_url
 from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
+from . import options as settings
 from .batch import open_batch
 from .hooks import EH, LH, MW, Hooks
-from .options import check_pickle, lease_and_heartbeat, retention_ms, socket_timeout_s
+from .lifecycle import State
 from .queues import Queues
 from .results import ResultWaiter
 from .scheddecl import TaskT, cron_decorator
@@ -49,12 +48,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
 
 
 class App:
@@ -109,6 +102,8 @@ class App:
             pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
             connecting to ``url``; the App does not close it. ``app.sync()`` still
             connects to ``url``.
+        testing: test mode: the scripts' clock honours the testing kit's ``VirtualClock``
+            (docs/testing.md); every other App ignores it. Never in production.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -141,6 +136,7 @@ class App:
         wait_timeout: float | timedelta = 1.0,
         wait_aof: bool = False,
         client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
+        testing: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -148,19 +144,19 @@ class App:
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
         #: seconds of a lease, and between a worker's heartbeats
-        self.lease, self.heartbeat = lease_and_heartbeat(lease, heartbeat)
-        self.result_ttl_default_ms, self.dead_ttl_ms = retention_ms(result_ttl, dead_ttl)
+        self.lease, self.heartbeat = settings.lease_and_heartbeat(lease, heartbeat)
+        self.result_ttl_default_ms, self.dead_ttl_ms = settings.retention_ms(result_ttl, dead_ttl)
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = check_backoff(backoff) or Backoff()
         self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
-        self.socket_timeout = st = socket_timeout_s(self.redis_options, socket_timeout)
+        self.socket_timeout = st = settings.socket_timeout_s(self.redis_options, socket_timeout)
         self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         #: how job records are encoded and decoded (arguments, options, results, errors)
         keys = (signing_key, verify_keys, encryption_key)
         self.codec = Codec.of(self, keys, compression, payload_store)
-        check_pickle(self.serializer, self.codec.signer is not None, allow_unsigned_pickle)
+        settings.check_pickle(self.serializer, self.codec.signer is not None, allow_unsigned_pickle)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
@@ -169,12 +165,10 @@ class App:
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
-        #: the user's client (App(client=...)): used, never closed
-        if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
-            client = aioredis.Redis(connection_pool=client)
-        self._given = cast("aioredis.Redis | None", client)
+        self._given = settings.given_client(client)  # App(client=...): used, never closed
+        self.testing = bool(testing)
         self._results: ResultWaiter | None = None
-        self._state = _State.UNOPENED
+        self._state = State.UNOPENED
         self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
@@ -192,20 +186,20 @@ class App:
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.
         """
-        if self._state is _State.OPEN:
+        if self._state is State.OPEN:
             return
-        if self._state is _State.CLOSED:
+        if self._state is State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = pool_options(self.url, self.max_connections, self.redis_options, Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
-            await adopt(self._given, self.socket_timeout, probe)
+            await adopt(self._given, self.socket_timeout, probe, self.testing)
             self._redis = self._given
         else:
-            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
         set_durability(self._redis, self.durability)
-        self._state = _State.OPEN
+        self._state = State.OPEN
 
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
@@ -227,25 +221,34 @@ class App:
             if self._redis is not self._given:
                 await self._redis.aclose()
             self._redis = None
-        self._state = _State.CLOSED
+        self._state = State.CLOSED
+
+    def rebind(self, url: str, prefix: str, *, testing: bool) -> None:
+        """Make this App, unopened or closed, a new unopened App on ``url`` under ``prefix``
+        in that mode (``testing``: see App), keeping its tasks, hooks, code-declared schedules,
+        sharded queues (made again) and codec. For tests (``aioqueue.testing.bind``); no I/O.
+        Raises ConfigurationError if the App is open."""
+        if self._state is State.OPEN:
+            raise ConfigurationError(f"{self!r} is open: close it before rebinding it")
+        if self._sync is not None:
+            self._sync.close()
+        self.url, self.prefix, self.testing = resolve_url(url), check_prefix(prefix), testing
+        self._state = State.UNOPENED
+        self._redis = self._results = self._sync = None
+        self.queues.remake()
 
     async def __aenter__(self) -> App:
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     @property
     def redis(self) -> aioredis.Redis:
         """The shared client (and its pool). Raises ClosedError unless the App is open."""
         if self._redis is None:
-            if self._state is _State.CLOSED:
+            if self._state is State.CLOSED:
                 raise ClosedError("this App is closed")
             raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
         return self._redis
@@ -259,10 +262,9 @@ class App:
 
     # ------------------------------------------------------------------ hooks
     def on_startup(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
-        before it fetches a job, in registration order; what it stores in ``state`` its tasks
-        read from ``current_job().state``. If it raises, the worker stops with
-        ``StartupFailed``."""
+        """Register ``async def hook(state: State) -> None`` to run when a worker starts, before
+        it fetches a job, in registration order; its tasks read what it stores in ``state``
+        from ``current_job().state``. If it raises, the worker stops (``StartupFailed``)."""
         return self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
 
     def on_shutdown(self, fn: LH) -> LH:
@@ -274,7 +276,7 @@ class App:
         """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
         job in workers made after this call: it must ``return await call_next()`` (the result,
         which it may replace). The first registered is outermost. What it raises fails the
-        attempt like the task's own exception (retried by the task's policy)."""
+        attempt like the task's own exception."""
         return self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
 
     def before_enqueue(self, fn: EH) -> EH:

@@ -1,11 +1,14 @@
 """The App's options that depend on each other, checked: the lease and the heartbeat, the
-retention of results and dead jobs, the socket timeout, pickle's need of a signing key."""
+retention of results and dead jobs, the socket timeout, pickle's need of a signing key, the
+client it was given."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from .._model.checks import lease_ms, to_ms, to_seconds
 from .._model.exceptions import ConfigurationError
@@ -54,3 +57,13 @@ def check_pickle(serializer: Serializer, signed: bool, allow_unsigned: bool) -> 
             "Redis run code in your workers and producers: give signing_key=..., or "
             "allow_unsigned_pickle=True if only trusted code can reach Redis"
         )
+
+
+def given_client(
+    client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None,
+) -> aioredis.Redis | None:
+    """The client an App was given (``App(client=...)``), a client on it if it is a pool (the
+    pool stays the user's)."""
+    if isinstance(client, aioredis.ConnectionPool):
+        client = aioredis.Redis(connection_pool=client)
+    return client  # type: ignore[return-value]  # a RedisCluster serves as one

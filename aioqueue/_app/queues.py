@@ -44,6 +44,13 @@ class Queues:
         """The queues a worker consuming ``name`` takes from: its shards, or itself."""
         return shard_names(self.sharded, name)
 
+    def remake(self) -> None:
+        """Its owner moved (``App.rebind``): plain queues are made again on first use, sharded
+        ones at once, on the owner's new prefix."""
+        self.plain.clear()
+        for name, sharded in list(self.sharded.items()):
+            self.sharded[name] = ShardedQueue(self.owner, name, sharded.shards)
+
     def retype(self, kind: type[Queue]) -> None:
         """Make plain queues of ``kind`` from now on (those made before are dropped)."""
         self.kind = kind
