@@ -7,9 +7,9 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-from .._model.checks import check_name, check_task_name, to_seconds
+from .._model.checks import check_name, check_task_name, retention_seconds, to_seconds
 from .._model.exceptions import ConfigurationError
-from .task import Backoff, Task, check_backoff, retention_seconds
+from .task import Backoff, Task, check_backoff
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -158,6 +158,7 @@ LIB: Final = (
     "lanes",
     "batches",
     "deadletter",
+    "deps",
     "history",
     "acks",
     "maintenance",
@@ -203,36 +204,37 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core events lanes batches deadletter history maintenance parking workers leasing"
+            "core events lanes batches deadletter deps history maintenance parking workers leasing"
             " handoff",
         ),
         (
             "claim",
-            "core events lanes batches deadletter history maintenance parking workers leasing",
+            "core events lanes batches deadletter deps history maintenance parking workers leasing",
         ),
-        ("complete", "core trends events lanes batches acks"),
+        ("complete", "core trends events lanes batches deadletter deps acks"),
         (
             "complete_claim",
-            "core trends events lanes batches deadletter history acks maintenance parking workers"
-            " leasing",
+            "core trends events lanes batches deadletter deps history acks maintenance parking"
+            " workers leasing",
         ),
-        ("fail", "core trends events lanes batches deadletter history acks"),
-        ("release", "core trends events lanes batches deadletter history acks"),
+        ("fail", "core trends events lanes batches deadletter deps history acks"),
+        ("release", "core trends events lanes batches deadletter deps history acks"),
         ("extend", "core"),
         ("watch", "core"),
-        ("reap", "core events lanes batches deadletter history maintenance parking workers"),
+        ("reap", "core events lanes batches deadletter deps history maintenance parking workers"),
         (
             "beat",
-            "core trends events lanes batches deadletter history maintenance parking workers",
+            "core trends events lanes batches deadletter deps history maintenance parking workers",
         ),
         ("configure", "core events lanes"),
-        ("batch", "core events lanes batches"),
-        ("cancel", "core events lanes batches"),
+        ("deps", "core events lanes batches deadletter deps"),
+        ("batch", "core events lanes batches deadletter deps"),
+        ("cancel", "core events lanes batches deadletter deps"),
         ("schedule", "core events lanes"),
         ("schedules", "core"),
         ("requeue", "core events lanes"),
         ("promote", "core events lanes"),
-        ("purge", "core events lanes batches"),
+        ("purge", "core events lanes batches deadletter deps"),
         ("replace", "core events lanes"),
         ("page", ""),
         ("peek", "core"),
