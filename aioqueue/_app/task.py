@@ -296,7 +296,7 @@ class Task(Generic[P, R]):
         self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> Job[R]:
         self._sig.check(args, kwargs)
-        sharded = self.app._sharded.get(opts.queue or self.queue)
+        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
         if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
             opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
@@ -337,7 +337,7 @@ class Task(Generic[P, R]):
         opts: JobOptions,
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
-        sharded = self.app._sharded.get(opts.queue or self.queue)
+        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
         if sharded is not None:  # each shard's calls in one round trip of their own
             split = [_split(call) for call in calls]
             parts = spread(sharded, opts, self.name, split)

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 #: a run that succeeded: the ack to send (id, lease token, result, result_ttl_ms)
 Ack = tuple[str, str, bytes, int]
+#: a job as read: (args, kwargs, options, timeout, result_ttl_ms, batch)
+_Loaded = tuple[
+    tuple[Any, ...], dict[str, Any], dict[str, Any], float | None, int, "Batch[Any] | None"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +79,54 @@ class Runner:
             # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
             named = bool(c.task) and "\ufffd" not in c.task
             return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
-        batch: Batch[Any] | None = None
-        try:  # a claim-checked payload's blob (_claimcheck.py); the store's trouble: a retry
+        loaded = await self._load(task, leases, c)
+        if isinstance(loaded, Failure):
+            return loaded
+        args, kwargs, opts, timeout, ttl_ms, batch = loaded
+        # each job runs in its own asyncio task, hence its own context: no reset needed
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
+        _current.set(job)
+        scope = asyncio.timeout(timeout)
+        try:
+            chain = batch if opts.get("chain") else None
+            if chain is not None or task.args_decoder is not None:  # else as given
+                given = await _arguments(task, chain, args, kwargs)
+                if isinstance(given, Failure):
+                    return given
+                args, kwargs = given
+            async with scope:  # the one timeout of the run, middleware included
+                if self._middleware:  # around the body (_model/hooks.py)
+                    body = functools.partial(self._body, task, args, kwargs)
+                    result = await run_through(self._middleware, job, body)
+                else:  # the body awaited here, not in a helper: no extra coroutine per job
+                    result = await (
+                        task.fn(*args, **kwargs)
+                        if task.is_async
+                        else self._run_sync(task.fn, args, kwargs)
+                    )
+        except Retry as r:
+            return _retry(task, c, r)
+        except Parked as p:  # the park script gave the lease back
+            return Failure(p, parked=True)
+        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
+            return Failure(exc)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and scope.expired():
+                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
+        try:
+            data = app.codec.dump_result(
+                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _load(self, task: Task[Any, Any], leases: Leases, c: Claimed) -> _Loaded | Failure:
+        """Read the leased job ``c``: its arguments, options, timeout, result retention and
+        batch (a batch's callback, a chain's step), or the Failure that ends it."""
+        app = self.app
+        try:  # a claim-checked payload's blob (_model/claimcheck.py); the store's trouble: a retry
             blob = await app.codec.fetch_blob(leases.name, c.id, c.payload)
         except Exception as exc:
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
@@ -88,64 +138,14 @@ class Runner:
             )
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
             ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
+            batch: Batch[Any] | None = None
             if "batch" in opts:  # a batch's callback (or a chain's second step)
                 batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
         except (BadSignature, Unrunnable) as exc:
             return Failure(exc)
         except Exception as exc:
             return Failure(corrupt(exc))
-        # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
-        _current.set(job)
-        try:
-            if batch is not None and opts.get("chain"):
-                # verified (with signing on) as made by a member for this very batch
-                items = await batch.results()
-                if not items or not items[0].ok:
-                    # released only once the first step succeeded: its result was removed
-                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
-                    return Failure(Unrunnable("MissingInput", why))
-                args = (items[0].result, *args[1:])
-            decode = task.args_decoder  # None for tasks whose hints JSON already answers
-            if decode is not None:
-                try:
-                    args, kwargs = decode(args, kwargs)
-                except Exception as exc:  # arguments that cannot fit do not fit on retry
-                    return Failure(Unrunnable("InvalidArguments", str(exc)))
-            if self._middleware:  # around the body, within the run's timeout (_hooks.py)
-                scope = asyncio.timeout(timeout)
-                async with scope:
-                    body = functools.partial(self._body, task, args, kwargs)
-                    result = await run_through(self._middleware, job, body)
-            # without middleware the body is awaited here, not in a helper: no extra
-            # coroutine per job
-            elif task.is_async:
-                if timeout is None:
-                    result = await task.fn(*args, **kwargs)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        result = await task.fn(*args, **kwargs)
-            else:
-                scope = asyncio.timeout(timeout)
-                async with scope:
-                    result = await self._run_sync(task.fn, args, kwargs)
-        except Retry as r:
-            return _retry(task, c, r)
-        except Parked as p:  # the park script gave the lease back
-            return Failure(p, parked=True)
-        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
-            return Failure(exc)
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
-                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
-            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
-        try:
-            data = app.codec.dump_result(
-                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
-            )
-            return (c.id, c.token, data, ttl_ms)
-        except AioQueueError as exc:
-            return Failure(exc)
+        return args, kwargs, opts, timeout, ttl_ms, batch
 
     async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The task's body, as the innermost middleware calls it."""
@@ -161,6 +161,29 @@ class Runner:
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+async def _arguments(
+    task: Task[Any, Any], chain: Batch[Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | Failure:
+    """The arguments the task is called with: a chain's second step gets the result of the
+    first (verified, with signing on, as made by a member for this very batch) as its first
+    argument; then the task's hints convert them. Or the Failure of arguments that cannot be.
+    """
+    if chain is not None:
+        items = await chain.results()
+        if not items or not items[0].ok:
+            # released only once the first step succeeded: its result was removed
+            why = f"chain step: batch {chain.id!r} holds no result of the first step"
+            return Failure(Unrunnable("MissingInput", why))
+        args = (items[0].result, *args[1:])
+    decode = task.args_decoder  # None for tasks whose hints JSON already answers
+    if decode is None:
+        return args, kwargs
+    try:
+        return decode(args, kwargs)
+    except Exception as exc:  # arguments that cannot fit do not fit on retry
+        return Failure(Unrunnable("InvalidArguments", str(exc)))
 
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
