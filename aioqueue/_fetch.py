@@ -36,7 +36,7 @@ TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "idle", "leases", "pool", "queue", "started")
+    __slots__ = ("acks", "claiming", "idle", "leases", "pool", "queue", "started")
 
     def __init__(self, pool: Worker, queue: Queue) -> None:
         self.pool = pool
@@ -44,6 +44,9 @@ class Fetcher:
         self.leases = Leases(queue)
         self.acks: list[tuple[str, str, bytes, int]] = []
         self.idle = False  # blocked waiting for work: safe to cancel
+        #: a claim is in flight: the acker leaves this queue's acks to the next claim, which
+        #: the loop sends as soon as this one returns if it has free slots (see ``_claim``)
+        self.claiming = False
         #: leases of this queue the pool has started or given up, in the order it got them
         #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
         self.started = 0
@@ -152,6 +155,7 @@ class Fetcher:
         fut = asyncio.ensure_future(coro)
         pool._shielded.add(fut)
         fut.add_done_callback(pool._shielded.discard)
+        self.claiming = True
         try:
             res, outcomes = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -161,6 +165,12 @@ class Fetcher:
         except TRANSIENT:
             self.acks[:0] = acks
             raise
+        finally:
+            self.claiming = False
+            if self.acks:
+                # the acker skipped these while we claimed: if this loop claims again at once
+                # it takes them along (before the acker runs); if it waits, the acker sends them
+                pool._ack_event.set()
         pool._check_acks(outcomes)
         return res  # type: ignore[no-any-return]
 
