@@ -1,0 +1,290 @@
+"""Every Redis key name aioqueue uses is built here and nowhere else.
+
+All keys of one queue share the hash tag ``{<queue>}``, so every script touches a single cluster
+slot::
+
+    <prefix>:{<queue>}:job:<id>     HASH   one job: task, payload, state, attempts, lease, result...
+    <prefix>:{<queue>}:ready        LIST   runnable job ids, no group, priority 0 (the fast lane)
+    <prefix>:{<queue>}:prio         ZSET   runnable job ids with a non-zero priority
+    <prefix>:{<queue>}:scheduled    ZSET   delayed job ids, score = due time (server ms)
+    <prefix>:{<queue>}:active       ZSET   leased job ids, score = lease deadline (server ms)
+    <prefix>:{<queue>}:dead         ZSET   dead-lettered job ids, score = time of death (server ms)
+    <prefix>:{<queue>}:completed    ZSET   completed job ids whose record is kept, score = finish
+                                           time (server ms); the newest 100,000 (for listing)
+    <prefix>:{<queue>}:cancelled    ZSET   cancelled job ids, score = time of cancellation (server
+                                           ms); the newest 100,000 (for listing). reap drops
+                                           the oldest entries of both whose record expired
+    <prefix>:{<queue>}:wake         LIST   at most one token: wakes one idle consumer
+    <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
+    <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
+    <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
+    <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
+                                           "<c|f>:<minute>" (about two hours kept)
+    <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
+                                           end of their registration (server ms)
+    <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
+    <prefix>:{<queue>}:hand:<wid>   LIST   jobs leased to a parked worker by enqueue, 7 values
+                                           each as in claim's reply (expires with the lease)
+
+Worker registry (see lua/lib/workers.lua and lua/beat.lua)::
+
+    <prefix>:{<queue>}:workers      ZSET   worker id -> deadline of its next heartbeat (server
+                                           ms); a worker past it is dead and gets buried
+    <prefix>:{<queue>}:worker:<wid> HASH   host, pid, ver, queues, conc, st (started ms), beat
+                                           (last beat ms), done, failed, ln and sn (lease
+                                           ordinals given and started); expires
+    <prefix>:{<queue>}:worker:<wid>:jobs  SET  the jobs leased to that worker
+    <prefix>:{<queue>}:tasks        HASH   task name -> "<wid> <wid>...\n<defaults JSON>": the
+                                           task table (lua/tasks.lua, _tasktable.py)
+
+Quality of service (see lua/lib/lanes.lua and lua/lib/leasing.lua for how claim uses them)::
+
+    <prefix>:{<queue>}:qconf        HASH   queue settings: paused, rate limit, group defaults
+    <prefix>:{<queue>}:ring         ZSET   lanes that can be served now ('' = no group), by turn
+    <prefix>:{<queue>}:g:<group>    ZSET   a group's runnable job ids, by priority then FIFO
+    <prefix>:{<queue>}:gactive      HASH   group -> its jobs active now
+    <prefix>:{<queue>}:gconf        HASH   per-group settings: limit:, rate_n:, rate_ms:, paused:
+    <prefix>:{<queue>}:gwait        ZSET   groups out of rate, by the time their window opens
+    <prefix>:{<queue>}:qrate:<w>    STRING jobs started in queue rate window w (expires)
+    <prefix>:{<queue>}:grate:<g>:<w> STRING jobs of group g started in its rate window w
+
+Fan-out / fan-in (see lua/lib/batches.lua)::
+
+    <prefix>:{<queue>}:batch:<id>   HASH   a batch homed on this queue (+ :all :seen :res :err)
+    <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
+                                           other queues, waiting to be handed over
+    <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
+
+Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
+
+    <prefix>:{<queue>}:events       STREAM an entry per event (k kind, j job id, t task, a attempt,
+                                           w worker, r reason, d due ms) or per loop of events
+                                           (k, n, e: JSON); capped
+
+Garbage (I9: see lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:garbled      HASH   quarantined keys: aside key -> JSON {key, reason, at}
+    <key>:garbled:<ms>              any    a key of the wrong type or a garbage counter, renamed
+                                           aside by the script that met it (kept for inspection)
+
+Periodic schedules (see lua/schedule.lua and lua/schedules.lua)::
+
+    <prefix>:{<queue>}:cron:defs    HASH   schedule name -> its definition (JSON: task, cron or
+                                           every_ms, tz, args, kwargs, missed, jitter_ms, ...)
+    <prefix>:{<queue>}:cron:next    ZSET   schedule name -> its next tick (epoch ms); the tick's
+                                           job has the id ``cron:<name>:<tick ms>``
+    <cron:defs>:<name>:garbled:<ms> STRING a definition set aside (garbled, or unsigned), and
+    <cron:next>:garbled:<ms>        ZSET   ticks set aside in one pass; both listed in garbled
+
+Unique jobs (see lua/enqueue.lua, lua/replace.lua and ``unlock`` in lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:unique:<key> STRING the id of the job that holds unique key <key>; its
+                                           TTL is ``unique_for``; freed by the script that
+                                           ends the job's scope (its record's field ``uk``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Key names of one queue."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def base(self) -> str:
+        """The common prefix of every key of this queue, ending in ``:``."""
+        return f"{self.prefix}:{{{self.queue}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}job:{job_id}"
+
+    @property
+    def done_channel(self) -> str:
+        """Pub/sub channel on which finished jobs that someone awaits are announced."""
+        return self.base + "done"
+
+    @property
+    def ready(self) -> str:
+        return self.base + "ready"
+
+    @property
+    def prio(self) -> str:
+        return self.base + "prio"
+
+    @property
+    def scheduled(self) -> str:
+        return self.base + "scheduled"
+
+    @property
+    def active(self) -> str:
+        return self.base + "active"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def completed(self) -> str:
+        """The index of completed jobs (listing only; trimmed to its newest entries)."""
+        return self.base + "completed"
+
+    @property
+    def cancelled(self) -> str:
+        """The index of cancelled jobs (listing only; trimmed to its newest entries)."""
+        return self.base + "cancelled"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    @property
+    def idle(self) -> str:
+        return self.base + "idle"
+
+    @property
+    def idlew(self) -> str:
+        return self.base + "idlew"
+
+    def hand(self, worker_id: str) -> str:
+        return f"{self.base}hand:{worker_id}"
+
+    @property
+    def workers(self) -> str:
+        return self.base + "workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.base}worker:{worker_id}"
+
+    def worker_jobs(self, worker_id: str) -> str:
+        return f"{self.base}worker:{worker_id}:jobs"
+
+    @property
+    def seq(self) -> str:
+        return self.base + "seq"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.base}batch:{batch_id}"
+
+    @property
+    def outbox(self) -> str:
+        return self.base + "outbox"
+
+    @property
+    def outbox_garbled(self) -> str:
+        return self.base + "outbox:garbled"
+
+    @property
+    def garbled(self) -> str:
+        return self.base + "garbled"
+
+    def lane(self, group: str) -> str:
+        return f"{self.base}g:{group}"
+
+    @property
+    def qconf(self) -> str:
+        return self.base + "qconf"
+
+    @property
+    def ring(self) -> str:
+        return self.base + "ring"
+
+    @property
+    def gactive(self) -> str:
+        return self.base + "gactive"
+
+    @property
+    def gconf(self) -> str:
+        return self.base + "gconf"
+
+    @property
+    def gwait(self) -> str:
+        return self.base + "gwait"
+
+    @property
+    def cron_defs(self) -> str:
+        return self.base + "cron:defs"
+
+    @property
+    def cron_next(self) -> str:
+        return self.base + "cron:next"
+
+    def unique(self, key: str) -> str:
+        """The lock of unique key ``key`` (built by the scripts as base.."unique:"..key)."""
+        return self.base + "unique:" + key
+
+    @property
+    def reap_lock(self) -> str:
+        return self.base + "reaplock"
+
+    @property
+    def stats(self) -> str:
+        return self.base + "stats"
+
+    @property
+    def throughput(self) -> str:
+        return self.base + "tp"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
+
+    def lanes(self) -> list[str]:
+        """KEYS shared by the scripts that move jobs between states, in their fixed order."""
+        return [
+            self.ready,
+            self.prio,
+            self.scheduled,
+            self.active,
+            self.dead,
+            self.wake,
+            self.seq,
+            self.stats,
+            self.qconf,
+            self.ring,
+            self.gactive,
+            self.gconf,
+            self.gwait,
+        ]
+
+
+# --------------------------------------------------------------------- keys of no one queue
+def queues_registry(prefix: str) -> str:
+    """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
+    return f"{prefix}:queues"
+
+
+def queue_head(prefix: str) -> str:
+    """``<prefix>:{``: how every key of every queue under ``prefix`` starts."""
+    return f"{prefix}:{{"
+
+
+def split_queue_member(prefix: str, member: str) -> tuple[str, str] | None:
+    """A member written as ``<key base of its queue><id>`` (a batch's sub-job on another
+    queue) as (queue name, job id); None for a plain job id."""
+    head = queue_head(prefix)
+    if member.startswith(head) and "}:" in member:
+        name, _, job_id = member[len(head) :].partition("}:")
+        return name, job_id
+    return None
+
+
+def schedule_defs_pattern(prefix: str) -> str:
+    """SCAN pattern of every queue's ``cron:defs`` key under ``prefix``."""
+    return f"{prefix}:{{*}}:cron:defs"
+
+
+def counters_pattern(prefix: str) -> str:
+    """SCAN pattern that matches every queue's ``stats`` and ``workers`` keys under ``prefix``
+    (and a few more, which the caller filters)."""
+    return f"{prefix}:{{*}}:[sw][to][ar][tk]*"
+
+
+def aside_key(key: str, ms: int) -> str:
+    """``<key>:garbled:<ms>``: where garbage met in ``key`` is set aside (I9)."""
+    return f"{key}:garbled:{ms}"
