@@ -126,7 +126,7 @@ async def queues(url: str, q: int, n: int, idle: float) -> dict[str, Any]:
 
 
 async def cron(url: str, s: int, every: float, window: float) -> dict[str, Any]:
-    from aioqueue._schedules import Scheduler
+    from aioqueue._app.schedules import Scheduler
 
     app = _app(url, "gc")
 

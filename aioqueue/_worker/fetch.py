@@ -170,7 +170,7 @@ class Fetcher:
             if self.acks:
                 # the acker skipped these while we claimed: if this loop claims again at once
                 # it takes them along (before the acker runs); if it waits, the acker sends them
-                pool._ack_event.set()
+                pool.wake_acker()
         pool._check_acks(outcomes)
         return res  # type: ignore[no-any-return]
 

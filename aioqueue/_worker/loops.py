@@ -73,6 +73,10 @@ class WorkerLoops:
     def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
         raise NotImplementedError
 
+    def wake_acker(self) -> None:
+        """Completions wait to be sent: the acker looks at them (see ``_flush_acks``)."""
+        self._ack_event.set()
+
     async def _ack_loop(self) -> None:
         while not self._finished:
             await self._ack_event.wait()

@@ -410,7 +410,7 @@ class Worker(WorkerLoops):
         outcome = task.result()
         if type(outcome) is tuple:
             qs.acks.append(outcome)
-            self._ack_event.set()
+            self.wake_acker()
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
