@@ -185,6 +185,17 @@ async def _throughput(redis: Redis, k: QueueKeys, value: Any) -> None:
     await redis.hset(k.throughput, mapping={f"c:{minute}": value, f"c:{minute + 1}": value})
 
 
+async def _trends(redis: Redis, k: QueueKeys, value: Any) -> None:
+    """The trend buckets (lua/lib/trends.lua) of this minute and hour and the next ones:
+    every task's counts, and the sampled backlog and wait."""
+    now = await server_ms(redis)
+    for res, ms in (("m", 60_000), ("h", 3_600_000)):
+        for b in (now // ms, now // ms + 1):
+            await redis.hset(
+                k.trend(res, b), mapping={"c:echo": value, "f:echo": value, "b": value, "w": value}
+            )
+
+
 async def _rate_windows(redis: Redis, k: QueueKeys, value: Any) -> None:
     window = await server_ms(redis) // 60000
     for w in (window, window + 1):
@@ -204,6 +215,7 @@ FAMILIES: dict[str, tuple[Writer, bool]] = {
     "stats-garbled": (_field(lambda k: k.stats, "garbled"), True),
     "gactive": (_field(lambda k: k.gactive, "g"), True),
     "throughput": (_throughput, True),
+    "trends": (_trends, True),
     "rate-windows": (_rate_windows, True),
     "glimit": (_field(lambda k: k.qconf, "glimit"), False),
     "group-limit": (_field(lambda k: k.gconf, "limit:g"), False),
@@ -381,4 +393,28 @@ async def test_a_jobs_attempts_at_a_limit_restart_and_the_job_runs(
         assert 1 <= r.attempt < 2**53
         await q.complete(r, 1)
         assert await job.result(timeout=5) == 1
+        await check_invariants(redis, k)
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """The number lib/deps reads from a dependent's record (dt, the retention of its
+    cancelled end) at a limit: the dependent is cancelled when its dependency fails and kept
+    (a garbage retention is none: kept for good); nothing stops midway."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        dep = await q.enqueue("echo", kwargs={"x": 1})
+        waiting = await app.tasks["echo"].options(depends_on=[dep]).enqueue(x=2)
+        await redis.hset(k.job(waiting.id), "dt", value)
+        (r,) = await reserve_all(app, 1)
+        await q.fail(r, "for good", retry=False)
+        info = await waiting.info()
+        assert info.state.value == "cancelled"
+        assert info.error is not None
+        assert info.error.type == "DependencyFailed"
+        ttl = await redis.pttl(k.job(waiting.id))
+        assert ttl == -1 or ttl > 0  # kept: for good, or for a sane retention
         await check_invariants(redis, k)

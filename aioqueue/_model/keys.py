@@ -20,7 +20,13 @@ slot::
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
                                            "<c|f>:<minute>" (about two hours kept)
+    <prefix>:{<queue>}:tr:m:<minute> HASH  trends of a minute (kept 61 minutes), tr:h:<hour> of
+                                           an hour (kept 7 days): "<c|f>:<task>" jobs ended
+                                           so, b and w the highest backlog and wait (ms)
+                                           sampled (lua/lib/trends.lua)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:testclock    STRING the virtual clock's offset (ms), read only by Apps
+                                           made with testing=True (see _store/clock.py)
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
     <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
@@ -55,6 +61,13 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
     <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
                                            other queues, waiting to be handed over
     <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
+
+Dependencies (see lua/lib/deps.lua; docs/workflows.md)::
+
+    <prefix>:{<queue>}:waiting      ZSET   jobs waiting for dependencies, by when they began
+    <prefix>:{<queue>}:deps:<id>    SET    the dependencies job <id> still waits for (members:
+                                           their queue's key base followed by their id)
+    <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise)
 
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
@@ -114,6 +127,11 @@ class QueueKeys:
         return self.base + "ready"
 
     @property
+    def testclock(self) -> str:
+        """The virtual clock's offset (ms; test mode only, see _store/clock.py)."""
+        return self.base + "testclock"
+
+    @property
     def prio(self) -> str:
         return self.base + "prio"
 
@@ -138,6 +156,23 @@ class QueueKeys:
     def cancelled(self) -> str:
         """The index of cancelled jobs (listing only; trimmed to its newest entries)."""
         return self.base + "cancelled"
+
+    @property
+    def waiting(self) -> str:
+        """The index of jobs waiting for their dependencies (listing only)."""
+        return self.base + "waiting"
+
+    def deps(self, job_id: str) -> str:
+        """The dependencies job ``job_id`` still waits for (SET of members)."""
+        return f"{self.base}deps:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """The jobs waiting for job ``job_id`` (SET of members)."""
+        return f"{self.base}dependents:{job_id}"
+
+    def member(self, job_id: str) -> str:
+        """Job ``job_id`` of this queue named from any queue (dependencies, batches)."""
+        return self.base + job_id
 
     @property
     def wake(self) -> str:
@@ -226,6 +261,10 @@ class QueueKeys:
     def stats(self) -> str:
         return self.base + "stats"
 
+    def trend(self, res: str, bucket: int) -> str:
+        """The trends of one bucket: ``res`` "m" (minute ``bucket`` of the epoch) or "h" (hour)."""
+        return f"{self.base}tr:{res}:{bucket}"
+
     @property
     def throughput(self) -> str:
         return self.base + "tp"
@@ -257,6 +296,13 @@ class QueueKeys:
 def queues_registry(prefix: str) -> str:
     """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
     return f"{prefix}:queues"
+
+
+def prefix_testclock(prefix: str) -> str:
+    """``<prefix>:testclock`` (STRING): the virtual clock's offset for every queue of the
+    prefix whose own ``testclock`` is unset (test mode only, standalone servers; see
+    ``_store/clock.py``)."""
+    return f"{prefix}:testclock"
 
 
 def queue_head(prefix: str) -> str:
