@@ -159,6 +159,7 @@ class Worker:
             take=self._take,
             flush_acks=self._loops.flush_acks,
             check_acks=self._loops.check_acks,
+            wake_acker=self._loops.wake_acker,
             metrics=metrics,
         )
         if metrics is not None:
@@ -407,7 +408,7 @@ class Worker:
         outcome = task.result()
         if type(outcome) is tuple:
             qs.acks.append(outcome)
-            self._loops.acks_due.set()
+            self._loops.wake_acker()
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
