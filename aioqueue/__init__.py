@@ -38,6 +38,7 @@ from ._exceptions import JobError as JobError
 from ._exceptions import JobFailed as JobFailed
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
+from ._exceptions import NonRetryable as NonRetryable
 from ._exceptions import NotReplicated as NotReplicated
 from ._exceptions import PayloadTooLarge as PayloadTooLarge
 from ._exceptions import ResultTimeout as ResultTimeout
@@ -130,6 +131,7 @@ __all__ = [
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
+    "NonRetryable",
     "NotReplicated",
     "PayloadStore",
     "PayloadTooLarge",

@@ -40,6 +40,7 @@ from ._serialize import PickleSerializer, Serializer, get_serializer
 from ._sharded import ShardedQueue
 from ._sync import SyncClient
 from ._task import Backoff, Task, check_backoff, retention_seconds
+from ._taskpolicy import ExcTypes, TaskDecorator, TaskPolicy
 
 if TYPE_CHECKING:
     from ._batch import Batch, Call
@@ -306,7 +307,10 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> _TaskDecorator: ...
+        retry_on: type[BaseException] | ExcTypes | None = None,
+        dont_retry_on: type[BaseException] | ExcTypes | None = None,
+        capture_logs: int | str | None = None,
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -321,7 +325,10 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> Task[Any, Any] | _TaskDecorator:
+        retry_on: type[BaseException] | ExcTypes | None = None,
+        dont_retry_on: type[BaseException] | ExcTypes | None = None,
+        capture_logs: int | str | None = None,
+    ) -> Task[Any, Any] | TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
         Use bare (``@app.task``) or with options (``@app.task(max_attempts=5, timeout=30)``).
@@ -338,7 +345,12 @@ class App(HookDecorators, ScheduleDecorators):
                 timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
                 to keep them at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
+            retry_on: only these exception types are retried; others dead-letter at once.
+            dont_retry_on: these dead-letter at once (as ``NonRetryable`` does; docs/retries.md).
+            capture_logs: keep the task's own ``logging`` records from this level with the
+                job, beside ``ctx.log()`` lines (docs/workflows.md).
         """
+        policy = TaskPolicy.of(retry_on, dont_retry_on, capture_logs)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name if name is not None else getattr(f, "__name__", None)
@@ -360,13 +372,14 @@ class App(HookDecorators, ScheduleDecorators):
                 backoff=check_backoff(backoff) or self.backoff,
                 result_ttl=retention_seconds(result_ttl, keep_result),
                 priority=priority,
+                policy=policy,
             )
             self.tasks[task_name] = t
             return t
 
         if fn is not None:
             return register(fn)
-        return _TaskDecorator(register)
+        return TaskDecorator(register)
 
     async def batch(
         self,
@@ -478,21 +491,3 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
-
-
-class _TaskDecorator:
-    """What ``@app.task(...)`` returns: apply it to a function to register it."""
-
-    __slots__ = ("_register",)
-
-    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
-        self._register = register
-
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
-        return self._register(fn)

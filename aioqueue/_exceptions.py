@@ -25,7 +25,8 @@
     │   ├── InvalidHandle         a reservation handle that is garbled, forged or another queue's
     │   ├── BatchNotFound         no record of the batch (never existed, or its retention ran out)
     │   ├── BatchFailed           awaited batch (on_failure="fail") had failed sub-jobs
-    │   └── BatchCancelled        awaited batch was cancelled
+    │   ├── BatchCancelled        awaited batch was cancelled
+    │   └── NonRetryable          raised by a task: dead-letter this job now, no retry
     └── StartupFailed             a worker's startup hook raised: the worker did not start
 
 Each keeps the builtin base it had (``ServerUnavailable`` is an ``OSError``, ``JobNotFound`` a
@@ -221,6 +222,13 @@ class InvalidHandle(JobError, ValueError):
     (when the App has a ``signing_key``), or signed when the App has none, or the reverse.
     A well-formed handle whose lease is over is not refused here: ``complete`` and the other
     calls answer ``LeaseLost``, as for the reservation itself."""
+
+
+class NonRetryable(JobError):
+    """Raised by a task to fail its job for good: the job is dead-lettered at once, whatever
+    attempts it has left, with this exception's class name (a subclass keeps its own) and
+    message as the reason. Use it for errors no retry can heal (a declined card, a
+    malformed order); ``@app.task(dont_retry_on=...)`` does the same for other types."""
 
 
 class StartupFailed(AioQueueError):

@@ -131,6 +131,8 @@ class Runner:
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:
+            if not task.policy.retries(exc):  # NonRetryable, dont_retry_on, not in retry_on
+                return Failure(exc)
             if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
                 exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))

@@ -29,6 +29,7 @@ from ._exceptions import ConfigurationError
 from ._job import Job
 from ._record import JobOptions, JobRecord, Template
 from ._sharded import on_shard, spread
+from ._taskpolicy import DEFAULT_POLICY, TaskPolicy
 from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
@@ -138,8 +139,11 @@ class Task(Generic[P, R]):
         backoff: Backoff,
         result_ttl: float | timedelta | None,
         priority: int,
+        policy: TaskPolicy = DEFAULT_POLICY,
     ) -> None:
         self.app = app
+        #: which failures are retried, which logging records are kept (_taskpolicy.py)
+        self.policy = policy
         self.fn = fn
         self.name = name
         self.queue = queue
