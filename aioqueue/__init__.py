@@ -31,11 +31,13 @@ from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import CorruptRecord as CorruptRecord
 from ._exceptions import DecryptionFailed as DecryptionFailed
+from ._exceptions import DuplicateStep as DuplicateStep
 from ._exceptions import EmbeddedServerError as EmbeddedServerError
 from ._exceptions import InvalidHandle as InvalidHandle
 from ._exceptions import JobCancelled as JobCancelled
 from ._exceptions import JobError as JobError
 from ._exceptions import JobFailed as JobFailed
+from ._exceptions import JobNotChangeable as JobNotChangeable
 from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeaseLost as LeaseLost
 from ._exceptions import NonRetryable as NonRetryable
@@ -50,6 +52,7 @@ from ._exceptions import ServerUnavailable as ServerUnavailable
 from ._exceptions import StartupFailed as StartupFailed
 from ._exceptions import UnknownTask as UnknownTask
 from ._exceptions import UsageError as UsageError
+from ._exceptions import WaitTimedOut as WaitTimedOut
 from ._hooks import CallNext as CallNext
 from ._hooks import EnqueueEvent as EnqueueEvent
 from ._hooks import State as State
@@ -108,6 +111,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptRecord",
     "DecryptionFailed",
+    "DuplicateStep",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",
@@ -124,6 +128,7 @@ __all__ = [
     "JobEventKind",
     "JobFailed",
     "JobInfo",
+    "JobNotChangeable",
     "JobNotFound",
     "JobPage",
     "JobState",
@@ -159,6 +164,7 @@ __all__ = [
     "ThroughputMinute",
     "UnknownTask",
     "UsageError",
+    "WaitTimedOut",
     "Worker",
     "WorkerInfo",
     "__version__",

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ._hooks import State
+from ._steps import JobRun, add_line, log_line, run_step, step_key
 
 if TYPE_CHECKING:
     from ._app import App
     from ._batch import Batch
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,7 @@ class JobContext:
         max_attempts: attempts allowed before the job is dead-lettered.
         app: the App the worker runs for (its connection pool is usable from the task).
         batch: for a batch's callback, its batch (``await batch.results()``); else None.
+        run: this run's lease token, step names and unwritten log lines (internal).
     """
 
     id: str
@@ -34,6 +41,7 @@ class JobContext:
     max_attempts: int
     app: App
     batch: Batch[Any] | None = None
+    run: JobRun = field(default_factory=lambda: JobRun(""), repr=False)
 
     @property
     def state(self) -> State:
@@ -50,6 +58,47 @@ class JobContext:
         from ``Job.info()`` in any process."""
         data = self.app.codec.json.dumps(value)
         await self.app.queue(self.queue)._scripts.set_progress(self.id, data)
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    @overload
+    async def step(self, name: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (sync or async) once for this job, across its runs:
+        its result is recorded under the job, and when the job runs again (a retry, a
+        recovery after a crash, a resume after ``sleep``) the recorded result is returned
+        without calling ``fn``. Only the current lease holder records (docs/workflows.md).
+
+        Args:
+            name: the step's identity within the job (1 to 200 characters), the same in every
+                run; two steps of one run must not share it.
+
+        Returns:
+            ``fn``'s result as the serializer gives it back (JSON: a tuple comes back a list),
+            the same in every run.
+
+        Raises:
+            DuplicateStep: ``name`` was already used in this run.
+            LeaseLost: the job is no longer this run's (its lease ran out): stop.
+            SerializationError: the result cannot be serialised, or is over the payload limit.
+        """
+        return await run_step(self, name, fn, args, kwargs)
+
+    def step_key(self, name: str) -> str:
+        """A stable idempotency key for step ``name`` of this job (64 hex characters; the same
+        in every run): give it to the service the step calls (a payment API's idempotency
+        key) to cover a step that ran but whose result was not recorded."""
+        return step_key(self.app.prefix, self.queue, self.id, name)
+
+    def log(self, msg: object, level: int = logging.INFO) -> None:
+        """Keep a line in the job's log (``aioqueue job ID``, the dashboard's job page):
+        written before the run's outcome, each step and each durable wait; the newest 500
+        lines and 64 KiB are kept, longer lines cut to 2,000 bytes."""
+        add_line(self.run, log_line(msg, level))
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("aioqueue_current_job")
@@ -68,3 +117,25 @@ def current_job() -> JobContext:
         return _current.get()
     except LookupError:
         raise RuntimeError("current_job() called outside a job run by an aioqueue worker") from None
+
+
+class CaptureHandler(logging.Handler):
+    """Keeps the logging records of a job's run in its log (``@app.task(capture_logs=level)``):
+    one handler on the root logger, installed by the first worker that runs such a task; a
+    record goes to the log of the job whose run emitted it (the context variable), if that
+    job's task captures its level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        job = _current.get(None)
+        if job is not None and job.run.capture is not None and record.levelno >= job.run.capture:
+            add_line(job.run, log_line(record.getMessage(), record.levelno, record.created))
+
+
+_capture: list[CaptureHandler] = []
+
+
+def capture_logs() -> None:
+    """Install the CaptureHandler on the root logger (once per process)."""
+    if not _capture:
+        _capture.append(CaptureHandler())
+        logging.getLogger().addHandler(_capture[0])

@@ -6,8 +6,9 @@
     │   ├── ConfigurationError    bad App/task/option values, bad URLs, invalid names
     │   ├── ClosedError           an App or worker used before opening or after closing
     │   ├── UnknownTask           enqueue by name of a task no live worker declared
-    │   └── SerializationError    arguments or a result that cannot be serialised
-    │       └── PayloadTooLarge   a serialised payload over the configured limit
+    │   ├── SerializationError    arguments or a result that cannot be serialised
+    │   │   └── PayloadTooLarge   a serialised payload over the configured limit
+    │   └── DuplicateStep         a job's run used one durable step name twice
     ├── ServerError               the server failed: often worth retrying later
     │   ├── ServerUnavailable     Redis could not be reached or dropped the connection
     │   ├── ServerRefused         Redis answered a call with an error (a script's, a command's)
@@ -26,6 +27,8 @@
     │   ├── BatchNotFound         no record of the batch (never existed, or its retention ran out)
     │   ├── BatchFailed           awaited batch (on_failure="fail") had failed sub-jobs
     │   ├── BatchCancelled        awaited batch was cancelled
+    │   ├── JobNotChangeable      job.change() of a job that started or finished
+    │   ├── WaitTimedOut          a durable wait (ctx.wait_for_event) ran out; a TimeoutError
     │   └── NonRetryable          raised by a task: dead-letter this job now, no retry
     └── StartupFailed             a worker's startup hook raised: the worker did not start
 
@@ -83,6 +86,16 @@ class SerializationError(UsageError, TypeError):
 
 class PayloadTooLarge(SerializationError):
     """Raised by ``enqueue`` when the serialised arguments exceed ``App(max_payload_bytes=)``."""
+
+
+class DuplicateStep(UsageError, ValueError):
+    """Raised by ``ctx.step(name, ...)`` when this run of the job already used ``name``: a
+    step's name is its identity across runs, so two steps of one job must not share it."""
+
+    def __init__(self, job_id: str, name: str) -> None:
+        super().__init__(f"job {job_id!r}: step {name!r} was already used in this run")
+        self.job_id = job_id
+        self.name = name
 
 
 class ServerUnavailable(ServerError, OSError):
@@ -222,6 +235,30 @@ class InvalidHandle(JobError, ValueError):
     (when the App has a ``signing_key``), or signed when the App has none, or the reverse.
     A well-formed handle whose lease is over is not refused here: ``complete`` and the other
     calls answer ``LeaseLost``, as for the reservation itself."""
+
+
+class JobNotChangeable(JobError):
+    """Raised by ``Job.change()`` when the job no longer waits (it started, finished or was
+    cancelled): only a queued or scheduled job can be changed. ``state`` is the state it was
+    found in."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(f"job {job_id!r} is {state}: only a queued or scheduled job changes")
+        self.job_id = job_id
+        self.state = state
+
+
+class WaitTimedOut(JobError, TimeoutError):
+    """Raised inside a task by ``await ctx.wait_for_event(key, timeout=...)`` when no signal
+    came in time (the job was woken by its timeout, possibly on another worker)."""
+
+    def __init__(self, key: str, timeout: float | timedelta) -> None:
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        super().__init__(f"no signal {key!r} within {timeout} s")
+        self.key = key
+        #: seconds the wait was given
+        self.timeout = timeout
 
 
 class NonRetryable(JobError):

@@ -56,6 +56,12 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
                                            other queues, waiting to be handed over
     <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
 
+A job's extras, which live and die with its record (see extras_of in lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field
+                                           "s:<name>", and "ct" its record's creation time
+    <prefix>:{<queue>}:log:<id>     LIST   its log lines, the newest last, capped (lua/joblog.lua)
+
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
     <prefix>:{<queue>}:events       STREAM an entry per event (k kind, j job id, t task, a attempt,
@@ -182,6 +188,14 @@ class QueueKeys:
     @property
     def garbled(self) -> str:
         return self.base + "garbled"
+
+    def steps(self, job_id: str) -> str:
+        """A job's durable steps' results (built by the scripts as base.."step:"..id)."""
+        return f"{self.base}step:{job_id}"
+
+    def job_log(self, job_id: str) -> str:
+        """A job's log (built by the scripts as base.."log:"..id)."""
+        return f"{self.base}log:{job_id}"
 
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}"

@@ -228,6 +228,8 @@ SCRIPTS: Final = {
         ("page", ""),
         ("peek", "core"),
         ("progress", "core events"),
+        ("step", "core"),
+        ("joblog", "core"),
         ("rekey", "core"),
         ("tasks", "core"),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 from ._batch import Batch
 from ._checks import MAX_SECONDS, to_seconds
 from ._codec import Unrunnable, corrupt
-from ._context import JobContext, _current
+from ._context import JobContext, _current, capture_logs
 from ._exceptions import AioQueueError, BadSignature, Retry
 from ._hooks import run_through
+from ._steps import JobRun, flush_log
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ._app import App
@@ -92,8 +96,39 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
+        run = JobRun(c.token, task.policy.capture_logs)
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, run)
         _current.set(job)
+        if run.capture is not None:
+            capture_logs()
+        outcome = await self._outcome(task, c, job, args, kwargs, opts, timeout)
+        if run.lines:  # its log, written while the lease is still this run's (_steps.py)
+            try:
+                await flush_log(job)
+            except AioQueueError as exc:
+                logger.warning("job %s: its log lines were not kept: %s", c.id, exc)
+        if isinstance(outcome, Failure):
+            return outcome
+        try:
+            data = app.codec.dump_result(
+                outcome, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _outcome(
+        self,
+        task: Task[Any, Any],
+        c: Claimed,
+        job: JobContext,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        opts: dict[str, Any],
+        timeout: float | None,
+    ) -> Any:
+        """The task's result, or the Failure of its run."""
+        batch = job.batch
         try:
             if batch is not None and opts.get("chain"):
                 # verified (with signing on) as made by a member for this very batch
@@ -113,19 +148,16 @@ class Runner:
                 scope = asyncio.timeout(timeout)
                 async with scope:
                     body = functools.partial(self._body, task, args, kwargs)
-                    result = await run_through(self._middleware, job, body)
-            # without middleware the body is awaited here, not in a helper: no extra
-            # coroutine per job
+                    return await run_through(self._middleware, job, body)
             elif task.is_async:
                 if timeout is None:
-                    result = await task.fn(*args, **kwargs)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        result = await task.fn(*args, **kwargs)
+                    return await task.fn(*args, **kwargs)
+                async with asyncio.timeout(timeout) as scope:
+                    return await task.fn(*args, **kwargs)
             else:
                 scope = asyncio.timeout(timeout)
                 async with scope:
-                    result = await self._run_sync(task.fn, args, kwargs)
+                    return await self._run_sync(task.fn, args, kwargs)
         except Retry as r:
             return _retry(task, c, r)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
@@ -136,13 +168,6 @@ class Runner:
             if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
                 exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
-        try:
-            data = app.codec.dump_result(
-                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
-            )
-            return (c.id, c.token, data, ttl_ms)
-        except AioQueueError as exc:
-            return Failure(exc)
 
     async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The task's body, as the innermost middleware calls it."""

@@ -99,6 +99,16 @@ class QueueReads:
         """Record a running job's progress (JSON)."""
         await self._run("progress", (self.base, job_id, data))
 
+    async def step(self, job_id: str, token: str, name: str, value: bytes | None) -> Any:
+        """A durable step's recorded result (``value`` None), or record it (step.lua): the
+        script's reply, ``[1, value]``, ``[0]`` or a negative code."""
+        op = "get" if value is None else "put"
+        return await self._run("step", (self.base, job_id, token, op, name, value or b""))
+
+    async def append_log(self, job_id: str, token: str, lines: Sequence[str]) -> int:
+        """Append lines to a running job's log (joblog.lua): 1, or a negative code."""
+        return int(await self._run("joblog", (self.base, job_id, token, *lines)))
+
     async def stats(self) -> dict[bytes, bytes]:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.stats)))
 

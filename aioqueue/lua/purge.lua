@@ -55,7 +55,7 @@ end
 local done, skipped = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk', 'xk')
   local s = r[1]
   if s and allowed[s] then
     if s == 'queued' then
@@ -81,6 +81,7 @@ for _, id in ipairs(ids) do
     end
     announce(jk, id)
     unlock(id, r[5])
+    follow_record(id, r[6], 0)
     call('DEL', jk)
     done = done + 1
   else
