@@ -12,8 +12,8 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, DuplicateStep, JobFailed, JobState, Worker, current_job
-from aioqueue._keys import QueueKeys
-from aioqueue._steps import encode_step
+from aioqueue._app.context import encode_step
+from aioqueue._model.keys import QueueKeys
 
 from .support.apps import open_app
 from .support.server import text
@@ -229,7 +229,7 @@ async def test_sealed_steps_round_trip_and_a_planted_record_runs_nothing(
 
 
 def test_a_step_key_is_stable_and_tells_steps_and_jobs_apart() -> None:
-    from aioqueue._steps import step_key
+    from aioqueue._app.steps import step_key
 
     a = step_key("aq", "q", "j1", "charge")
     assert a == step_key("aq", "q", "j1", "charge")
