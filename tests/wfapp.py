@@ -62,6 +62,31 @@ def register(app: App) -> None:
                 await asyncio.sleep(3600)  # killed here
         return " ".join(parts)
 
+    @app.task(name="napper", max_attempts=10)
+    async def napper(seconds: float, hold: bool = False) -> str:
+        """a step, a durable sleep, a step; with ``hold``, its run after the sleep holds (on
+        its first resume) so a test can kill it there."""
+        ctx = current_job()
+        before = await ctx.step("before", effect, "before", "b")
+        await reached("parking")
+        await ctx.sleep(seconds)
+        await reached("resumed")
+        if hold and await app.redis.hincrby(keys.execs, f"{ctx.id}:held", 1) == 1:
+            await asyncio.sleep(3600)  # killed here
+        after = await ctx.step("after", effect, "after", "a")
+        return f"{before}{after}"
+
+    @app.task(name="waiter", max_attempts=10)
+    async def waiter(key: str, timeout: float) -> object:
+        """a step, then a wait for signal ``key``: the signal's payload, or "timed out"."""
+        ctx = current_job()
+        await ctx.step("before", effect, "before", "b")
+        await reached("waiting")
+        try:
+            return await ctx.wait_for_event(key, timeout=timeout)
+        except TimeoutError:
+            return "timed out"
+
 
 app = app_from_env("wfapp")
 register(app)

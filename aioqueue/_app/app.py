@@ -39,6 +39,7 @@ from .batch import open_batch
 from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators, TaskDecorator
 from .schedules import Schedules
+from .signals import Signals
 from .sync import SyncClient
 from .task import Backoff, Task, check_backoff, retention_seconds
 
@@ -56,7 +57,7 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-class App(HookDecorators, ScheduleDecorators):
+class App(HookDecorators, ScheduleDecorators, Signals):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from .._model.codec import check_size
-from .._model.exceptions import DuplicateStep, LeaseLost, NonRetryable
 from .._model.hooks import State
-from .._model.limits import MAX_STEPS_PER_JOB
-from .._model.serialize import dumps_checked
-from .._model.signing import place
-from .steps import MAX_STEP_NAME, JobRun, add_line, flush_log, log_line, step_key
+from .steps import JobRun, add_line, durable_wait, log_line, run_step, step_key
 
 if TYPE_CHECKING:
-    from .._model.codec import Codec
     from .._store.scripts import QueueScripts
     from .app import App
     from .batch import Batch
@@ -96,17 +90,44 @@ class JobContext:
             LeaseLost: the job is no longer this run's (its lease ran out): stop.
             SerializationError: the result cannot be serialised, or is over the payload limit.
         """
-        scripts = self.app.queue(self.queue)._scripts
         call = functools.partial(fn, *args, **kwargs)
-        return await run_step(
-            scripts, self.app.codec, (self.queue, self.id, self.task), self.run, name, call
-        )
+        return await run_step(self._scripts(), self.app.codec, self._where(), self.run, name, call)
 
     def step_key(self, name: str) -> str:
         """A stable idempotency key for step ``name`` of this job (64 hex characters; the same
         in every run): give it to the service the step calls (a payment API's idempotency
         key) to cover a step that ran but whose result was not recorded."""
         return step_key(self.app.prefix, self.queue, self.id, name)
+
+    async def sleep(self, seconds: float | timedelta) -> None:
+        """A durable sleep: the job is parked until then (its lease given back, its attempt
+        not charged, no worker holding it, nobody polling) and runs again from the top on any
+        worker, its completed steps and earlier waits returning at once; this sleep then
+        returns. Sleeps and waits are numbered in the order a run makes them.
+
+        Raises:
+            LeaseLost: the job is no longer this run's (its lease ran out): stop.
+        """
+        await durable_wait(self._scripts(), self.app, self._where(), self.run, seconds, "")
+
+    async def wait_for_event(self, key: str, *, timeout: float | timedelta) -> Any:
+        """A durable wait for ``app.signal(key, payload)`` (or ``aioqueue signal KEY``): the
+        job is parked like ``sleep`` until a signal or the timeout, then runs again from the
+        top; this call then returns the signal's payload (verified on a signing app).
+
+        Raises:
+            WaitTimedOut: no signal came within ``timeout`` (also a ``TimeoutError``).
+            LeaseLost: the job is no longer this run's: stop.
+        """
+        if not isinstance(key, str) or not 0 < len(key) <= 200:
+            raise ValueError(f"an event key is a string of 1 to 200 characters: {key!r}")
+        return await durable_wait(self._scripts(), self.app, self._where(), self.run, timeout, key)
+
+    def _scripts(self) -> QueueScripts:
+        return self.app.queue(self.queue)._scripts
+
+    def _where(self) -> tuple[str, str, str]:
+        return (self.queue, self.id, self.task)
 
     def log(self, msg: object, level: int = logging.INFO) -> None:
         """Keep a line in the job's log (``aioqueue job ID``, the dashboard's job page):
@@ -153,86 +174,3 @@ def capture_logs() -> None:
     if not _capture:
         _capture.append(CaptureHandler())
         logging.getLogger().addHandler(_capture[0])
-
-
-# ---------------------------------------------------------------------- durable steps
-class CorruptStep(NonRetryable):
-    """A step's recorded result cannot be read (garbled in Redis): the job is dead-lettered
-    with this reason rather than run the step again, which already ran."""
-
-
-def step_place(task: str, name: str) -> str:
-    """Where a step's result is bound (as the task of an encrypted value): job, task and name."""
-    return f"\x00step\x00{task}\x00{name}"
-
-
-def encode_step(codec: Codec, queue: str, job_id: str, task: str, name: str, value: Any) -> bytes:
-    """A step's result as stored: serialised, compressed, encrypted and signed for its place."""
-    data = dumps_checked(codec.serializer, value, 0, f"the result of step {name!r}")
-    check_size(data, codec.max_payload_bytes, f"the result of step {name!r}")
-    data = codec.compressor.compress(data)
-    if codec.encrypter is not None:
-        data = codec.encrypter.seal_result(queue, job_id, step_place(task, name), None, data)
-    if codec.signer is not None:
-        data = codec.signer.sign_value(queue, job_id, task, place("st", name), data)
-    return data
-
-
-def decode_step(codec: Codec, queue: str, job_id: str, task: str, name: str, data: bytes) -> Any:
-    """A recorded step's result, verified and decrypted for its place before it is decoded.
-
-    Raises:
-        BadSignature: signing is on and the record is unsigned, tampered or another place's.
-        CorruptStep: it cannot be read otherwise.
-    """
-    what = f"result of step {name!r}"
-    if codec.signer is not None:
-        data = codec.signer.verify_value(queue, job_id, task, place("st", name), data, what)
-    try:
-        if codec.encrypter is not None:
-            opened = codec.encrypter.open_result(queue, job_id, data)
-            if opened.task != step_place(task, name):
-                raise ValueError("encrypted for another place")
-            data = opened.data
-        data = codec.compressor.decompress(data)
-        return codec.serializer.loads(data)
-    except Exception as exc:
-        raise CorruptStep(f"job {job_id!r}: the recorded {what} cannot be read: {exc!r}") from None
-
-
-async def run_step(
-    scripts: QueueScripts,
-    codec: Codec,
-    where: tuple[str, str, str],
-    run: JobRun,
-    name: str,
-    call: Callable[[], Any],
-) -> Any:
-    """``ctx.step``: the recorded result of step ``name`` of the job ``where`` (queue, job id,
-    task), or ``call()``'s (awaited if awaitable), recorded."""
-    queue, job_id, task = where
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
-        raise ValueError(f"a step name is a string of 1 to {MAX_STEP_NAME} characters: {name!r}")
-    if name in run.names:
-        raise DuplicateStep(job_id, name)
-    run.names.add(name)
-    await flush_log(scripts, job_id, run)  # lines logged before the step are kept if it kills
-    reply = await scripts.step(job_id, run.token, name, None)
-    if reply[0] == 1:
-        return decode_step(codec, queue, job_id, task, name, reply[1])
-    _check(job_id, reply[0])
-    value = call()
-    if inspect.isawaitable(value):
-        value = await value
-    data = encode_step(codec, queue, job_id, task, name, value)
-    reply = await scripts.step(job_id, run.token, name, data)
-    _check(job_id, reply[0])
-    # the value as a later run reads it, so every run sees the same (JSON: lists for tuples)
-    return decode_step(codec, queue, job_id, task, name, reply[1])
-
-
-def _check(job_id: str, code: int) -> None:
-    if code == -3:
-        raise NonRetryable(f"job {job_id!r} has recorded {MAX_STEPS_PER_JOB} steps, the most")
-    if code < 0:  # no such job, or the lease is no longer this run's: stop here
-        raise LeaseLost(job_id)

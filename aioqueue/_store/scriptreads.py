@@ -105,6 +105,19 @@ class QueueReads:
         op = "get" if value is None else "put"
         return await self._run("step", (self.base, job_id, token, op, name, value or b""))
 
+    async def wait(
+        self, job_id: str, token: str, n: int, ms: int, event: str, dead_ttl_ms: int
+    ) -> Any:
+        """A durable wait of a running job (wait.lua): its reply, ``[1, payload]`` (a
+        signal's), ``[2]`` (over by time), ``[3, end ms]`` (parked) or a negative code."""
+        args = (self.base, job_id, token, n, ms, event, dead_ttl_ms)
+        return await self._run("wait", args)
+
+    async def signal(self, event: str, payload: bytes) -> tuple[int, int]:
+        """Wake up to 1,000 jobs waiting for ``event`` (signal.lua): (woken, still waiting)."""
+        woken, left = await self._run("signal", (self.base, event, payload))
+        return int(woken), int(left)
+
     async def append_log(self, job_id: str, token: str, lines: Sequence[str]) -> int:
         """Append lines to a running job's log (joblog.lua): 1, or a negative code."""
         return int(await self._run("joblog", (self.base, job_id, token, *lines)))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._app.batch import Batch
 from .._app.context import JobContext, _current, capture_logs
-from .._app.steps import JobRun, flush_log
+from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
@@ -43,6 +43,8 @@ class Failure:
     retry_ms: int | None = None
     #: no task of that name here (the pool may hand the job back for a worker that has it)
     unknown_task: bool = False
+    #: not a failure: a durable wait parked the job (given back already; nothing to record)
+    parked: bool = False
 
 
 class Runner:
@@ -160,6 +162,8 @@ class Runner:
                     return await self._run_sync(task.fn, args, kwargs)
         except Retry as r:
             return _retry(task, c, r)
+        except JobParked as parked:
+            return Failure(parked, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:

@@ -414,6 +414,8 @@ class Worker(WorkerLoops):
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
+            if outcome.parked:  # a durable wait gave the job back itself (_app/steps.py)
+                return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)
             else:

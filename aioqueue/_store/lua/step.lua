@@ -16,14 +16,9 @@ local jk = job_key(id)
 local r = call('HMGET', jk, 's', 'l', 'ct')
 if not r[1] then return {-1} end
 if r[1] ~= 'active' or r[2] ~= tok then return {-2} end
-local sk = extras_of(id)
+local sk, kept = steps_of(id, r[3])
 local field = 's:' .. ARGV[5]
-local mark = call('HGET', sk, 'ct')
-if mark ~= (r[3] or '') then
-  call('DEL', sk)
-  mark = nil
-end
-if mark then
+if kept then
   local v = call('HGET', sk, field)
   if v then return {1, v} end
 end

@@ -287,6 +287,17 @@ local function follow_record(id, xk, ttl)
   end
 end
 
+-- the step hash of job id whose record was created at ct (its field ct), and whether it holds
+-- anything: a hash marked with another ct belongs to an earlier job of that id, whose record
+-- went behind the scripts' back, and is dropped before anything is read from it (I8)
+local function steps_of(id, ct)
+  local sk = extras_of(id)
+  local mark = call('HGET', sk, 'ct')
+  if mark == (ct or '') then return sk, true end
+  if mark then call('DEL', sk) end
+  return sk, false
+end
+
 local function lane_key(g)
   return BASE .. 'g:' .. g
 end
