@@ -1,5 +1,5 @@
 """``current_job()``: what a running task can know about its job, and what it can do with it:
-report progress, run durable steps (their records sealed with the job's codec here), log."""
+report progress, run durable steps, wait durably (``_app/steps.py``), keep log lines."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class JobContext:
         """Record the job's progress (any JSON value, e.g. a fraction or a dict); readable
         from ``Job.info()`` in any process."""
         data = self.app.codec.json.dumps(value)
-        await self.app.queue(self.queue)._scripts.set_progress(self.id, data)
+        await self._scripts().set_progress(self.id, data)
 
     @overload
     async def step(

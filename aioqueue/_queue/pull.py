@@ -19,11 +19,12 @@ from .._model.exceptions import ConfigurationError, JobCancelled
 from .._model.handle import HandleFields, dump_handle, load_handle
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import Claimed
-from .._store.scripts import FailMode, Outcome, QueueScripts
+from .._store.loader import FailMode, Outcome
+from .._store.scripts import QueueScripts
 from .leases import Leases, forward_outbox
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    from .owner import QueueOwner
     from .queue import Queue
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class QueuePull:
     each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
 
     name: str
-    app: App
+    app: QueueOwner
 
     @property
     def _scripts(self) -> QueueScripts:

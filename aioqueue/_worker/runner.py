@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._app.batch import Batch
 from .._app.context import JobContext, _current, capture_logs
+from .._app.hooks import run_through
 from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
-from .._model.hooks import run_through
 
 logger = logging.getLogger(__name__)
 
