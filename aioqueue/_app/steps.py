@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._model.checks import to_ms
 from .._model.exceptions import DuplicateStep, LeaseLost, NonRetryable, WaitTimedOut
-from .._model.limits import JOB_LOG_BYTES, JOB_LOG_LINES, MAX_STEPS_PER_JOB
+from .._model.limits import JOB_LOG_LINES, MAX_STEPS_PER_JOB
 from .._model.sealed import Sealing, open_value, seal_value
 
 if TYPE_CHECKING:
@@ -185,17 +185,3 @@ async def flush_log(scripts: QueueScripts, job_id: str, run: JobRun) -> None:
         return
     lines, run.lines = run.lines, []
     await scripts.append_log(job_id, run.token, lines)
-
-
-def read_lines(raw: list[bytes]) -> list[tuple[float, str, str]]:
-    """A job's stored log as (epoch seconds, level, message); a garbled line is shown as
-    the text it holds, at level ``?``."""
-    out: list[tuple[float, str, str]] = []
-    for item in raw[-JOB_LOG_LINES:]:
-        text = item[:JOB_LOG_BYTES].decode(errors="replace")
-        try:
-            d = json.loads(text)
-            out.append((float(d["t"]), str(d["l"]), str(d["m"])))
-        except (ValueError, KeyError, TypeError):
-            out.append((0.0, "?", text))
-    return out

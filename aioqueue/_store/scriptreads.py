@@ -15,7 +15,7 @@ import redis.exceptions as rexc
 
 from .._model.exceptions import ServerRefused
 from .._model.keys import QueueKeys, aside_key
-from .._model.limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
+from .._model.limits import CLAIMED_JOB_VALUES, JOB_LOG_LINES, MAX_JOBS_PER_CALL
 from .._model.record import (
     Claimed,
     JobRecord,
@@ -104,6 +104,16 @@ class QueueReads:
         script's reply, ``[1, value]``, ``[0]`` or a negative code."""
         op = "get" if value is None else "put"
         return await self._run("step", (self.base, job_id, token, op, name, value or b""))
+
+    async def job_log(self, job_id: str) -> list[bytes]:
+        """A job's log lines, oldest first (the newest JOB_LOG_LINES; none if its log key
+        holds garbage of another type)."""
+        key = self.keys.job_log(job_id)
+        try:
+            lines = await self.read(self.client.lrange(key, -JOB_LOG_LINES, -1))
+        except ServerRefused:
+            return []
+        return cast(list[bytes], lines)
 
     async def wait(
         self, job_id: str, token: str, n: int, ms: int, event: str, dead_ttl_ms: int
