@@ -233,6 +233,7 @@ SCRIPTS: Final = {
         ("joblog", "core"),
         ("wait", "core events lanes batches deadletter history acks giveback"),
         ("signal", "core events lanes"),
+        ("change", "core events lanes"),
         ("rekey", "core"),
         ("tasks", "core"),
     )

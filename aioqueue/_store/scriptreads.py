@@ -105,6 +105,15 @@ class QueueReads:
         op = "get" if value is None else "put"
         return await self._run("step", (self.base, job_id, token, op, name, value or b""))
 
+    async def change(
+        self, job_id: str, priority: int | None, delay_ms: int, at_ms: int
+    ) -> tuple[int, str]:
+        """Change a job that has not started (change.lua): (1, state after), (0, state
+        found: it started or finished, unchanged) or (-1, "": no such job)."""
+        pr = "" if priority is None else str(priority)
+        reply = await self._run("change", (self.base, job_id, pr, delay_ms, at_ms))
+        return int(reply[0]), text_of(reply[1]) if len(reply) > 1 else ""
+
     async def job_log(self, job_id: str) -> list[bytes]:
         """A job's log lines, oldest first (the newest JOB_LOG_LINES; none if its log key
         holds garbage of another type)."""
