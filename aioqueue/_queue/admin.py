@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.checks import at_to_ms, check_group, check_int, check_job_id, check_priority, to_ms
 from .._model.exceptions import ConfigurationError, JobNotChangeable, JobNotFound
-from .._model.job import JobInfo, JobState
+from .._model.job import JobState
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._store.scripts import QueueScripts
+from .core import QueueCore
 from .inspect import (
     GroupInfo,
     JobDetail,
@@ -29,24 +30,14 @@ from .lister import Lister, check_state
 from .payloads import drop_orphans
 
 if TYPE_CHECKING:
-    from .owner import QueueOwner
+    pass
 
 
 # --------------------------------------------------------------------- the Queue's admin side
-class QueueAdmin:
+class QueueAdmin(QueueCore):
     """The operator's methods of ``Queue`` (it inherits them): listings, detail, throughput,
     groups, and the bulk actions. Each action runs one atomic script per chunk of at most
     1,000 jobs and is safe while workers run; it returns how many jobs it changed."""
-
-    name: str
-    app: QueueOwner
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
-
-    async def job_info(self, job_id: str) -> JobInfo:
-        raise NotImplementedError
 
     def _lister(
         self,

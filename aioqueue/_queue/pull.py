@@ -20,11 +20,10 @@ from .._model.handle import HandleFields, dump_handle, load_handle
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import Claimed
 from .._store.loader import FailMode, Outcome
-from .._store.scripts import QueueScripts
+from .core import QueueCore
 from .leases import Leases, forward_outbox
 
 if TYPE_CHECKING:
-    from .owner import QueueOwner
     from .queue import Queue
 
 logger = logging.getLogger(__name__)
@@ -83,20 +82,9 @@ class Reservation(_MadeBy):
         return dump_handle(queue.app.codec.signer, fields)
 
 
-class QueuePull:
+class QueuePull(QueueCore):
     """The pull API of ``Queue`` (it inherits it): lease jobs with ``reserve``, then finish
     each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
-
-    name: str
-    app: QueueOwner
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
-
-    @property
-    def _leases(self) -> Leases:
-        raise NotImplementedError
 
     async def reserve(
         self,
