@@ -1051,8 +1051,8 @@ WORKFLOW_FAMILIES: dict[str, tuple[Callable[[QueueKeys, str], str], str, bool, s
     "steps-list": (lambda k, j: k.steps(j), "list", True, "completed"),
     "log-hash": (lambda k, j: k.job_log(j), "hash", True, "completed"),
     "log-zset": (lambda k, j: k.job_log(j), "zset", True, "completed"),
-    "event-string": (lambda k, j: k.base + "evt:e", "string", True, "completed"),
-    "event-hash": (lambda k, j: k.base + "evt:e", "hash", True, "completed"),
+    "event-string": (lambda k, j: k.event("e"), "string", True, "completed"),
+    "event-hash": (lambda k, j: k.event("e"), "hash", True, "completed"),
 }
 for _i, _v in enumerate(INT_LIMITS):
     # a recorded wait end that is garbage counts as passed (the wait ends, never hangs)

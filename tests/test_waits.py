@@ -98,7 +98,7 @@ async def test_a_wait_that_times_out_raises_in_the_task(app: App) -> None:
 async def test_a_signal_wakes_at_most_1000_jobs_per_call(app: App, redis: Redis) -> None:
     q = app.queue()
     scripts = q._scripts
-    ek = QueueKeys(app.prefix, "default").base + "evt:flood"
+    ek = QueueKeys(app.prefix, "default").event("flood")
     await redis.sadd(ek, *[f"ghost{i}" for i in range(1500)])  # no such jobs: dropped
     assert await scripts.signal("flood", b"x") == (0, 500)
     assert await scripts.signal("flood", b"x") == (0, 0)

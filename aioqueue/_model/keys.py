@@ -61,6 +61,8 @@ A job's extras, which live and die with its record (see extras_of in lua/lib/cor
     <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field
                                            "s:<name>", and "ct" its record's creation time
     <prefix>:{<queue>}:log:<id>     LIST   its log lines, the newest last, capped (lua/joblog.lua)
+    <prefix>:{<queue>}:evt:<key>    SET    jobs parked waiting for event <key> (lua/wait.lua,
+                                           lua/signal.lua); expires after its last waiter's end
 
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
@@ -192,6 +194,10 @@ class QueueKeys:
     def steps(self, job_id: str) -> str:
         """A job's durable steps' results (built by the scripts as base.."step:"..id)."""
         return f"{self.base}step:{job_id}"
+
+    def event(self, key: str) -> str:
+        """The jobs waiting for event ``key`` (built by the scripts as base.."evt:"..key)."""
+        return f"{self.base}evt:{key}"
 
     def job_log(self, job_id: str) -> str:
         """A job's log (built by the scripts as base.."log:"..id)."""
