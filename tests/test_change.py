@@ -21,6 +21,7 @@ from .support.waiting import wait_until
 from .wfapp import register
 
 
+@pytest.mark.cluster
 async def test_change_moves_a_waiting_job_and_refuses_a_started_one(app: App) -> None:
     @app.task
     async def t(n: int) -> int:

@@ -29,6 +29,7 @@ async def _execs(redis: Redis, app: App) -> dict[str, int]:
     return {text(k): int(v) for k, v in raw.items()}
 
 
+@pytest.mark.cluster
 async def test_a_retried_job_does_not_run_its_completed_steps_again(app: App, redis: Redis) -> None:
     fails = {"left": 1}
     execs = Keys(app.prefix).execs
@@ -86,6 +87,7 @@ async def test_a_step_name_used_twice_in_one_run_is_a_typed_error(app: App) -> N
     assert issubclass(DuplicateStep, ValueError)
 
 
+@pytest.mark.cluster
 async def test_a_stale_lease_holders_step_write_is_refused(app: App, redis: Redis) -> None:
     @app.task
     async def held() -> None:

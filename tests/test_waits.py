@@ -33,6 +33,7 @@ async def _execs(redis: Redis, app: App) -> dict[str, int]:
     return {text(k): int(v) for k, v in raw.items()}
 
 
+@pytest.mark.cluster
 async def test_a_sleeping_job_is_parked_and_resumes_with_its_steps(app: App, redis: Redis) -> None:
     register(app)
     async with Worker(app, concurrency=2, grace=2):
@@ -52,6 +53,7 @@ async def test_a_sleeping_job_is_parked_and_resumes_with_its_steps(app: App, red
     assert execs == {f"{job.id}:before": 1, f"{job.id}:after": 1}
 
 
+@pytest.mark.cluster
 async def test_a_signal_wakes_its_waiters_with_the_payload(app: App, redis: Redis) -> None:
     register(app)
     async with Worker(app, concurrency=4, grace=2):
