@@ -50,7 +50,7 @@ class JobRun:
     their writes, the step names used so far, the log lines not yet written, and the level
     from which its task's own logging records are kept (None: none)."""
 
-    __slots__ = ("capture", "lines", "names", "token", "waits")
+    __slots__ = ("capture", "fresh", "lines", "names", "token", "waits")
 
     def __init__(self, token: str, capture: int | None = None) -> None:
         self.token = token
@@ -59,6 +59,9 @@ class JobRun:
         self.lines: list[str] = []
         #: durable waits made so far in this run (each is numbered by its order)
         self.waits = 0
+        #: nothing was recorded for the job when this run first looked: its later steps are
+        #: new, and only this run (the lease holder) can record them, so they skip the read
+        self.fresh = False
 
 
 class JobParked(Exception):
@@ -93,10 +96,12 @@ async def run_step(
         raise DuplicateStep(job_id, name)
     run.names.add(name)
     await flush_log(scripts, job_id, run)  # lines logged before the step are kept if it kills
-    reply = await scripts.step(job_id, run.token, name, None)
-    if reply[0] == 1:
-        return open_value(codec, where, "st", name, reply[1])
-    _check(job_id, reply[0])
+    if not run.fresh:
+        reply = await scripts.step(job_id, run.token, name, None)
+        if reply[0] == 1:
+            return open_value(codec, where, "st", name, reply[1])
+        _check(job_id, reply[0])
+        run.fresh = int(reply[1]) == 0
     value = call()
     if inspect.isawaitable(value):
         value = await value

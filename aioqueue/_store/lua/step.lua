@@ -8,7 +8,9 @@
   ARGV[1] key base   ARGV[2] job id   ARGV[3] lease token   ARGV[4] 'get' or 'put'
   ARGV[5] step name   ARGV[6] the encoded result ('put')
   Returns {1, value}: get, recorded (value); put, recorded now, or before (the value
-  recorded first wins and is returned); {0}: get, not recorded; {-1}: no such job; {-2}:
+  recorded first wins and is returned); {0, n}: get, not recorded, and the job's step hash
+  holds n fields (0: nothing recorded for it at all, so a run that got 0 knows every later
+  step of its own is new until it records one); {-1}: no such job; {-2}:
   lease token mismatch (the job is not active, or another consumer holds it); {-3}: put, the
   job has MAX_STEPS_PER_JOB steps recorded already ]]
 local id, tok, op = ARGV[2], ARGV[3], ARGV[4]
@@ -22,7 +24,7 @@ if kept then
   local v = call('HGET', sk, field)
   if v then return {1, v} end
 end
-if op ~= 'put' then return {0} end
+if op ~= 'put' then return {0, kept and call('HLEN', sk) or 0} end
 if call('HLEN', sk) > MAX_STEPS_PER_JOB then return {-3} end
 call('HSET', sk, 'ct', r[3] or '', field, ARGV[6])
 call('HSET', jk, 'xk', 1)
