@@ -129,6 +129,17 @@ async def test_a_planted_signal_on_a_signing_app_runs_nothing(redis: Redis, redi
             assert await app.queue()._scripts.signal("webhook", forged) == (1, 0)
             with pytest.raises(JobFailed) as failed:
                 await job.result(timeout=30)
+            # the key holder's signal is taken
+            genuine = await app.tasks["waiter"].enqueue("webhook", 600)
+
+            async def waiting() -> bool:
+                return await genuine.state() is JobState.SCHEDULED and await _reached(
+                    redis, app, genuine.id, "waiting"
+                )
+
+            await wait_until(waiting, timeout=30, what="the second waiter parked")
+            assert await app.signal("webhook", {"ok": True}) == 1
+            assert await genuine.result(timeout=30) == {"ok": True}
         assert failed.value.error_type == "BadSignature"
 
 
