@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from aioqueue import (
     Backoff,
     ConfigurationError,
     EmbeddedServer,
+    JobState,
     PayloadTooLarge,
     SerializationError,
     ServerRefused,
@@ -41,6 +43,7 @@ from aioqueue import (
     current_job,
 )
 from aioqueue._model.keys import QueueKeys
+from aioqueue.testing import VirtualClock
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
@@ -443,6 +446,37 @@ async def test_a_worker_survives_every_kind_of_garbage_at_once(
         assert sorted(states.values()).count("completed") == 21
 
 
+async def test_a_planted_virtual_clock_offset_does_not_move_a_production_apps_time(
+    redis_url: str, redis: Redis
+) -> None:
+    """The testing kit's clock offset (``testclock``) is read only by Apps made with
+    ``testing=True``: planted under a production App's queue, a day ahead or garbage, it
+    makes no delayed job due early, expires no running job's lease, and shifts no reading of
+    the time (docs/security.md)."""
+    app = hostile_app(redis_url, lease=5)
+    async with running(app):
+        q = app.queue()
+        key = q._keys.testclock
+        later = await q.enqueue("echo", kwargs={"x": 1}, delay=3600)
+        held = await q.enqueue("hold", kwargs={"key": f"{app.prefix}:go"})
+        await wait_until(lambda: _state_is(redis, q._keys, held.id, b"active"), timeout=10)
+        await redis.set(key, 86_400_000)  # a day ahead: were it read, both would be overdue
+        await still_works(app)
+        assert abs(await q._scripts.server_ms() - await server_ms(redis)) < 5000
+        for garbage in (b"-86400000", b"nan", b"1e400", b"not a number"):
+            await redis.set(key, garbage)
+            await still_works(app)
+        await redis.delete(key)
+        await redis.hset(key, "x", "1")  # another type
+        await redis.set(f"{app.prefix}:go", 1)
+        await still_works(app)
+        assert await outcome(redis, q._keys, held.id) == "completed"
+        info = await held.info()
+        assert info.attempts == 1  # its lease never ran out under it
+        assert (await later.info()).state is JobState.SCHEDULED  # still an hour away
+        await check_invariants(redis, q._keys)
+
+
 # ---------------------------------------------------------------------- invalid options
 def _app(url: str, **options: Any) -> Callable[[], Any]:
     return lambda: App(url, **options)
@@ -493,6 +527,7 @@ INVALID: list[tuple[str, Callable[[App], Any]]] = [
     ("Worker(queues twice)", lambda a: Worker(a, queues=["q", "q"])),
     ("set_group_limit(0)", lambda a: a.queue().set_group_limit("g", 0)),
     ("set_rate_limit(5, period=0)", lambda a: a.queue().set_rate_limit(5, period=0)),
+    ("VirtualClock(production App)", lambda a: VirtualClock(a)),
 ]
 
 
@@ -940,6 +975,7 @@ def _families() -> dict[str, Family]:
         "unique-hash": Family(lambda k, w: k.unique("u"), "hash"),
         "events-hash": Family(lambda k, w: k.events, "hash"),
         "tp-string": Family(lambda k, w: k.throughput, "string"),
+        "trend-hour-list": Family(lambda k, w: k.trend("h", _hour()), "list"),
         "cron-defs-list": Family(
             lambda k, w: k.cron_defs, "list", reason="wrong type: list", schedules=True
         ),
@@ -954,6 +990,7 @@ def _families() -> dict[str, Family]:
         ("stats", lambda k, w: k.stats, "completed", True),
         ("gactive", lambda k, w: k.gactive, "g", True),
         ("tp", lambda k, w: k.throughput, "c:{minute}", True),
+        ("trend", lambda k, w: k.trend("h", _hour()), "c:echo", True),
         ("worker-ln", lambda k, w: k.worker(w), "ln", True),
         ("worker-sn", lambda k, w: k.worker(w), "sn", False),  # written over by its beat
         ("glimit", lambda k, w: k.qconf, "glimit", False),  # a garbage setting is none
@@ -965,6 +1002,12 @@ def _families() -> dict[str, Family]:
             sane = v.isdigit() and int(v) < 2**53
             out[f"{name}-{i}"] = Family(key, f"{field}={v}", aside and not sane)
     return out
+
+
+def _hour() -> int:
+    """This hour of the epoch (the trend bucket the scripts write now; the machine's clock is
+    the embedded server's)."""
+    return int(time.time() // 3600)
 
 
 FAMILIES = _families()

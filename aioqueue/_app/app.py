@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -36,6 +35,7 @@ from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
 from .batch import open_batch
 from .hooks import HookDecorators, Hooks
+from .lifecycle import Rebinding, State
 from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators, TaskDecorator
 from .schedules import Schedules
@@ -51,13 +51,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
-
-
-class App(HookDecorators, ScheduleDecorators, Signals):
+class App(HookDecorators, ScheduleDecorators, Rebinding, Signals):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -109,6 +103,8 @@ class App(HookDecorators, ScheduleDecorators, Signals):
             pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
             connecting to ``url``; the App does not close it. ``app.sync()`` still
             connects to ``url``.
+        testing: test mode: the scripts' clock honours the testing kit's ``VirtualClock``
+            (docs/testing.md); every other App ignores it. Never in production.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -141,6 +137,7 @@ class App(HookDecorators, ScheduleDecorators, Signals):
         wait_timeout: float | timedelta = 1.0,
         wait_aof: bool = False,
         client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
+        testing: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -193,8 +190,9 @@ class App(HookDecorators, ScheduleDecorators, Signals):
         if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
             client = aioredis.Redis(connection_pool=client)
         self._given = cast("aioredis.Redis | None", client)
+        self.testing = bool(testing)
         self._results: ResultWaiter | None = None
-        self._state = _State.UNOPENED
+        self._state = State.UNOPENED
         self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
@@ -212,20 +210,20 @@ class App(HookDecorators, ScheduleDecorators, Signals):
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.
         """
-        if self._state is _State.OPEN:
+        if self._state is State.OPEN:
             return
-        if self._state is _State.CLOSED:
+        if self._state is State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
-            await adopt(self._given, self.socket_timeout, probe)
+            await adopt(self._given, self.socket_timeout, probe, self.testing)
             self._redis = self._given
         else:
-            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
         set_durability(self._redis, self.durability)
-        self._state = _State.OPEN
+        self._state = State.OPEN
 
     def _pool_options(
         self, retry: Callable[..., Any], socket_timeout: float | None
@@ -256,7 +254,7 @@ class App(HookDecorators, ScheduleDecorators, Signals):
             if self._redis is not self._given:
                 await self._redis.aclose()
             self._redis = None
-        self._state = _State.CLOSED
+        self._state = State.CLOSED
 
     async def __aenter__(self) -> App:
         await self.open()
@@ -274,7 +272,7 @@ class App(HookDecorators, ScheduleDecorators, Signals):
     def redis(self) -> aioredis.Redis:
         """The shared client (and its pool). Raises ClosedError unless the App is open."""
         if self._redis is None:
-            if self._state is _State.CLOSED:
+            if self._state is State.CLOSED:
                 raise ClosedError("this App is closed")
             raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
         return self._redis
@@ -378,9 +376,7 @@ class App(HookDecorators, ScheduleDecorators, Signals):
             self.tasks[task_name] = t
             return t
 
-        if fn is not None:
-            return register(fn)
-        return TaskDecorator(register)
+        return register(fn) if fn is not None else TaskDecorator(register)
 
     async def batch(
         self,
@@ -445,8 +441,7 @@ class App(HookDecorators, ScheduleDecorators, Signals):
             ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
                 declared sharded and asked for without (or with other) ``shards``.
         """
-        if name is None:
-            name = self.default_queue
+        name = self.default_queue if name is None else name
         sharded = self._sharded.get(name)
         if sharded is None and shards is not None:
             if name in self._queues:

@@ -20,7 +20,13 @@ slot::
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
                                            "<c|f>:<minute>" (about two hours kept)
+    <prefix>:{<queue>}:tr:m:<minute> HASH  trends of a minute (kept 61 minutes), tr:h:<hour> of
+                                           an hour (kept 7 days): "<c|f>:<task>" jobs ended
+                                           so, b and w the highest backlog and wait (ms)
+                                           sampled (lua/lib/trends.lua)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:testclock    STRING the virtual clock's offset (ms), read only by Apps
+                                           made with testing=True (see _store/clock.py)
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
     <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
@@ -120,6 +126,11 @@ class QueueKeys:
     @property
     def ready(self) -> str:
         return self.base + "ready"
+
+    @property
+    def testclock(self) -> str:
+        """The virtual clock's offset (ms; test mode only, see _store/clock.py)."""
+        return self.base + "testclock"
 
     @property
     def prio(self) -> str:
@@ -246,6 +257,10 @@ class QueueKeys:
     def stats(self) -> str:
         return self.base + "stats"
 
+    def trend(self, res: str, bucket: int) -> str:
+        """The trends of one bucket: ``res`` "m" (minute ``bucket`` of the epoch) or "h" (hour)."""
+        return f"{self.base}tr:{res}:{bucket}"
+
     @property
     def throughput(self) -> str:
         return self.base + "tp"
@@ -277,6 +292,13 @@ class QueueKeys:
 def queues_registry(prefix: str) -> str:
     """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
     return f"{prefix}:queues"
+
+
+def prefix_testclock(prefix: str) -> str:
+    """``<prefix>:testclock`` (STRING): the virtual clock's offset for every queue of the
+    prefix whose own ``testclock`` is unset (test mode only, standalone servers; see
+    ``_store/clock.py``)."""
+    return f"{prefix}:testclock"
 
 
 def queue_head(prefix: str) -> str:

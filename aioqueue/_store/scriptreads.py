@@ -66,7 +66,7 @@ class QueueReads:
         readable creation time)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.job(job_id), "ct")
-        server_time(pipe, self.client, self.keys.stats)
+        server_time(pipe, self.client, self.keys.testclock)
         ct, (sec, usec) = await self.read(pipe.execute())
         try:
             return int(sec) * 1000 + int(usec) // 1000 - int(ct)
@@ -80,7 +80,7 @@ class QueueReads:
         workers, (id, registration deadline ms, description, jobs held)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        server_time(pipe, self.client, k.stats)
+        server_time(pipe, self.client, k.testclock)
         pipe.zrange(k.workers, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
@@ -210,12 +210,29 @@ class QueueReads:
 
     async def server_ms(self) -> int:
         """The server's clock (TIME), in ms."""
-        sec, usec = await self.read(server_time(self.client, self.client, self.keys.stats))
+        sec, usec = await self.read(server_time(self.client, self.client, self.keys.testclock))
         return int(sec) * 1000 + int(usec) // 1000
 
     async def throughput(self) -> dict[bytes, bytes]:
         """The per-minute counters (``<kind>:<minute>``), at most about two hours of them."""
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
+
+    async def trend_buckets(self, res: str, buckets: Sequence[int]) -> list[dict[bytes, bytes]]:
+        """The trend hashes of these buckets (lib/trends.lua), in one pipeline; a bucket of
+        the wrong type reads as empty."""
+        pipe = self.client.pipeline(transaction=False)
+        for b in buckets:
+            pipe.hgetall(self.keys.trend(res, b))
+        rows = await self.read(pipe.execute(raise_on_error=False))
+        return [r if isinstance(r, dict) else {} for r in rows]
+
+    async def finished_counts(self) -> tuple[int, int]:
+        """Sizes of the completed and cancelled indexes (a listing's totals)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.completed)
+        pipe.zcard(self.keys.cancelled)
+        done, cancelled = await self.read(pipe.execute())
+        return int(done), int(cancelled)
 
     async def group_settings(self) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[bytes]]:
         """gconf, gactive and the groups in gwait (bounded by configured and running groups)."""
@@ -381,7 +398,7 @@ class QueueReads:
         """The server's clock (ms) and the schedules' stored next ticks, earliest first (as
         stored: a planted score may be any float, even infinite)."""
         pipe = self.client.pipeline(transaction=False)
-        server_time(pipe, self.client, self.keys.stats)
+        server_time(pipe, self.client, self.keys.testclock)
         pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
