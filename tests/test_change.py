@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 from aioqueue import App, ConfigurationError, JobNotChangeable, JobNotFound, JobState, Worker
 from aioqueue.dashboard import basic_auth, create_app
 
+from .stepapp import register
 from .support.clirun import aioqueue_cli
 from .support.waiting import wait_until
-from .wfapp import register
 
 
 @pytest.mark.cluster

@@ -34,6 +34,7 @@ from aioqueue import (
     Backoff,
     ConfigurationError,
     EmbeddedServer,
+    Job,
     JobState,
     PayloadTooLarge,
     SerializationError,
@@ -1274,3 +1275,72 @@ def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None
             and "return redis.call(cmd, key, ...)" not in line
         ]
         assert not direct, f"{name} calls Redis on a key directly: {direct}"
+
+
+#: the key families of job dependencies (lua/lib/deps.lua), each with garbage written where a
+#: dependency flow meets it: ``when`` "before" the dependent is enqueued, or "after" it
+DEPENDENCY_FAMILIES = {
+    "waiting-string": ("waiting", "before"),
+    "dependents-string": ("dependents", "before"),
+    "deps-hash": ("deps", "after"),
+    "dl-garbage": ("dl", "after"),
+    "dp-garbage": ("dp", "after"),
+}
+
+
+@pytest.mark.parametrize("family", list(DEPENDENCY_FAMILIES))
+async def test_garbage_in_every_dependency_key_is_contained(
+    redis_url: str, redis: Redis, family: str
+) -> None:
+    """Each key family of dependencies with garbage in it: a key of the wrong type is set
+    aside with its reason (a lost set of dependencies dead-letters its dependent, Garbled,
+    never runs it early), a garbage field reads as none; every other job runs to its end."""
+    what, when = DEPENDENCY_FAMILIES[family]
+    app = hostile_app(redis_url, lease=2.0)
+    ran: list[str] = []
+
+    @app.task
+    async def dep(x: int) -> int:
+        return x
+
+    @app.task
+    async def dependent(tag: str) -> dict[str, Any]:
+        ran.append(tag)
+        return await current_job().dependency_results()
+
+    async with app:
+        q = app.queue()
+        k = q._keys
+        a = await dep.enqueue(1)
+        key = {"waiting": k.waiting, "dependents": k.dependents(a.id)}.get(what, "")
+        if when == "before":
+            await redis.set(key, "garbage")
+        c = await dependent.options(depends_on=[a]).enqueue("c")
+        if what == "deps":
+            key = k.deps(c.id)
+            await redis.delete(key)
+            await redis.hset(key, "x", "garbage")
+        elif what in ("dl", "dp"):
+            await redis.hset(k.job(c.id), what, "\xff{garbage")
+        other = await dep.enqueue(2)
+        plain = await dependent.options(depends_on=[other]).enqueue("plain")
+        async with Worker(app, concurrency=4):
+            assert await plain.result(timeout=30) == {other.id: 2}
+            await a.result(timeout=30)
+            await wait_until(lambda: _ended(c), timeout=30, what="the dependent to end")
+        info = await c.info()
+        if what == "deps":
+            assert info.state is JobState.FAILED
+            assert info.error is not None
+            assert info.error.type == "Garbled"
+            assert "c" not in ran
+        else:
+            assert info.state is JobState.COMPLETED
+        if what in ("waiting", "dependents", "deps"):
+            assert key in await garbled_keys(redis, k)
+        assert (await q.jobs("waiting")).items == ()
+        await check_invariants(redis, k)
+
+
+async def _ended(job: Job[Any]) -> bool:
+    return (await job.state()).finished

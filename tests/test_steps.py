@@ -15,10 +15,10 @@ from aioqueue import App, Backoff, DuplicateStep, JobFailed, JobState, Worker, c
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.sealed import seal_value
 
+from .stepapp import Keys
 from .support.apps import open_app
 from .support.server import text
 from .support.waiting import wait_until
-from .wfapp import Keys
 
 FAST = Backoff(base=0.01, jitter=0.0)
 SIGNING = "s" * 32

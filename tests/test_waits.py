@@ -15,10 +15,10 @@ from aioqueue import App, JobFailed, JobState, WaitTimedOut, Worker, current_job
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.sealed import seal_value
 
+from .stepapp import Keys, register
 from .support.apps import open_app
 from .support.server import text
 from .support.waiting import wait_until
-from .wfapp import Keys, register
 
 SIGNING = "s" * 32
 

@@ -1,6 +1,6 @@
 """Durable steps and waits through real worker processes killed with SIGKILL (issue 27, Proof):
 between steps, while the job is parked in a durable sleep or a wait for a signal, and right
-after it resumed. Each step body counts its executions in a side channel (``tests.wfapp``):
+after it resumed. Each step body counts its executions in a side channel (``tests.stepapp``):
 no step that completed runs again, and every job ends."""
 
 from __future__ import annotations
@@ -14,18 +14,20 @@ from redis.asyncio import Redis
 from aioqueue import App, Job, JobState
 from aioqueue._model.keys import QueueKeys
 
+from .stepapp import Keys, register
 from .support.invariants import check_invariants
 from .support.processes import WorkerProcesses, worker_processes
 from .support.server import text
 from .support.waiting import wait_until
-from .wfapp import Keys, register
 
 LEASE = 1.0  # seconds: a dead worker's jobs come back about this long after it died
 
 
 @pytest.fixture
 def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
-    with worker_processes(tmp_path, redis_url, prefix, lease=LEASE, app="tests.wfapp:app") as procs:
+    with worker_processes(
+        tmp_path, redis_url, prefix, lease=LEASE, app="tests.stepapp:app"
+    ) as procs:
         yield procs
 
 

@@ -1,92 +1,138 @@
-"""The tasks of the durable-step and durable-wait tests (issue 27), for in-process workers and
-real worker processes:
+"""The tasks of the workflow tests (dependencies, parked parents), for in-process workers and
+real worker processes (``python -m aioqueue worker tests.wfapp:app``, configured by the
+environment like ``tests.batchapp``).
 
-    python -m aioqueue worker tests.wfapp:app --url URL ...
-
-Configured like ``tests.workerapp`` (``support.apps.app_from_env``). Every step body counts its
-executions in a side channel outside the queue's keys (``Keys.execs``, HINCRBY per step and
-job), so a test in another process can tell whether a completed step ran again after a kill.
-In-process tests call ``register(app)`` on their own App to get the same tasks.
+Every task records what it does under ``{<prefix>:w}:*`` (see ``Keys``): the order in which
+job bodies ended (``log``), so a test can check that no dependent ran before its
+dependencies, and how many times each body ran (``runs``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
-from aioqueue import App, current_job
+from aioqueue import App, Task, current_job
 
 from .support.apps import app_from_env
+
+OTHER = "wf_other"  # the queue of ``step_other``
 
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Where the tasks of one App (by its key prefix) record what they did."""
-
     prefix: str
 
     @property
-    def execs(self) -> str:
-        """HASH: "<job id>:<step>" -> how many times that step's body ran."""
-        return f"{{{self.prefix}:t}}:execs"
+    def log(self) -> str:
+        """LIST: ``<job id>`` of every body that ended, in order (RPUSH)."""
+        return f"{{{self.prefix}:w}}:log"
 
     @property
-    def at(self) -> str:
-        """LIST: "<job id>:<place>:<attempt>" for each place a run reached (RPUSH)."""
-        return f"{{{self.prefix}:t}}:at"
+    def runs(self) -> str:
+        """HASH: job id -> how many times its body started (HINCRBY)."""
+        return f"{{{self.prefix}:w}}:runs"
+
+    @property
+    def seen(self) -> str:
+        """HASH: job id -> JSON of what ``dependency_results`` gave it."""
+        return f"{{{self.prefix}:w}}:seen"
 
 
-def register(app: App) -> None:
-    """Register the workflow test tasks on ``app``."""
+@dataclass(frozen=True, slots=True)
+class WfTasks:
+    step: Task[[int], int]
+    step_other: Task[[int], int]
+    slow: Task[[int, str], int]
+    boom: Task[[int], int]
+    join: Task[[str], dict[str, Any]]
+    parent: Task[[int, int, str], list[int]]
+    nap: Task[[int, float], int]
+    keys: Keys
+
+
+def register(app: App) -> WfTasks:
     keys = Keys(app.prefix)
 
-    async def effect(step: str, value: str) -> str:
-        """A step's body: count the execution, answer ``value``."""
-        await app.redis.hincrby(keys.execs, f"{current_job().id}:{step}", 1)
-        return value
+    async def record(value: Any = None) -> None:
+        job = current_job()
+        pipe = job.app.redis.pipeline(transaction=True)
+        pipe.rpush(keys.log, job.id)
+        if value is not None:
+            pipe.hset(keys.seen, job.id, app.codec.json.dumps(value))
+        await pipe.execute()
 
-    async def reached(place: str) -> None:
-        ctx = current_job()
-        await app.redis.rpush(keys.at, f"{ctx.id}:{place}:{ctx.attempt}")
+    async def started() -> None:
+        await current_job().app.redis.hincrby(keys.runs, current_job().id, 1)
 
-    @app.task(name="order", max_attempts=10)
-    async def order(order_id: str, hold_after: str = "") -> str:
-        """reserve -> charge -> notify; on its first run, holds (forever) after the step
-        named ``hold_after``, so a test can kill its worker there."""
-        ctx = current_job()
-        parts: list[str] = []
-        for step in ("reserve", "charge", "notify"):
-            parts.append(await ctx.step(step, effect, step, f"{step}:{order_id}"))
-            await reached(step)
-            if step == hold_after and ctx.attempt == 1:
-                await asyncio.sleep(3600)  # killed here
-        return " ".join(parts)
+    @app.task
+    async def step(x: int) -> int:
+        await started()
+        await record()
+        return x * 10
 
-    @app.task(name="napper", max_attempts=10)
-    async def napper(seconds: float, hold: bool = False) -> str:
-        """a step, a durable sleep, a step; with ``hold``, its run after the sleep holds (on
-        its first resume) so a test can kill it there."""
-        ctx = current_job()
-        before = await ctx.step("before", effect, "before", "b")
-        await reached("parking")
-        await ctx.sleep(seconds)
-        await reached("resumed")
-        if hold and await app.redis.hincrby(keys.execs, f"{ctx.id}:held", 1) == 1:
-            await asyncio.sleep(3600)  # killed here
-        after = await ctx.step("after", effect, "after", "a")
-        return f"{before}{after}"
+    @app.task(name="step_other", queue=OTHER)
+    async def step_other(x: int) -> int:
+        await started()
+        await record()
+        return x * 10
 
-    @app.task(name="waiter", max_attempts=10)
-    async def waiter(key: str, timeout: float) -> object:
-        """a step, then a wait for signal ``key``: the signal's payload, or "timed out"."""
-        ctx = current_job()
-        await ctx.step("before", effect, "before", "b")
-        await reached("waiting")
-        try:
-            return await ctx.wait_for_event(key, timeout=timeout)
-        except TimeoutError:
-            return "timed out"
+    @app.task
+    async def slow(x: int, key: str) -> int:
+        """Blocks until ``key`` exists (at most 60 s)."""
+        await started()
+        redis = current_job().app.redis
+        async with asyncio.timeout(60):
+            while not await redis.exists(key):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        await record()
+        return x * 10
+
+    @app.task(max_attempts=1)
+    async def boom(x: int) -> int:
+        await started()
+        raise ValueError(f"boom {x}")
+
+    @app.task
+    async def join(tag: str) -> dict[str, Any]:
+        """A dependent: records what its dependencies returned."""
+        await started()
+        results = await current_job().dependency_results()
+        await record(results)
+        return {"tag": tag, "results": results}
+
+    @app.task
+    async def parent(n: int, fail_at: int, gate: str = "") -> list[int]:
+        """Spawns n children (ids derived from its own: enqueueing them again on the run
+        after the park is a no-op; ``boom`` at ``fail_at``; with a ``gate``, ``slow`` ones
+        held until it exists), waits for them without a slot, returns their results."""
+        await started()
+        job = current_job()
+        children = []
+        for i in range(n):
+            jid = f"{job.id}.c{i}"
+            if i == fail_at:
+                child = await boom.options(job_id=jid).enqueue(i)
+            elif gate:
+                child = await slow.options(job_id=jid).enqueue(i, gate)
+            else:
+                child = await step.options(job_id=jid).enqueue(i)
+            children.append(child)
+        results = await job.wait_for_children(children)
+        await record(results)
+        return sorted(results.values())
+
+    @app.task
+    async def nap(x: int, seconds: float) -> int:
+        """Takes ``seconds`` (so that a worker killed meanwhile holds it)."""
+        await started()
+        await asyncio.sleep(seconds)
+        await record()
+        return x * 10
+
+    return WfTasks(step, step_other, slow, boom, join, parent, nap, keys)
 
 
-app = app_from_env("wfapp")
-register(app)
+app = app_from_env("aqwf")
+tasks = register(app)

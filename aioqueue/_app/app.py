@@ -17,6 +17,7 @@ from .._model.checks import (
     check_prefix,
     check_task_name,
     lease_ms,
+    retention_seconds,
     to_ms,
     to_seconds,
 )
@@ -27,6 +28,7 @@ from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.keys import QueueKeys
 from .._model.retrypolicy import ExcTypes, TaskPolicy
 from .._model.serialize import PickleSerializer, Serializer, get_serializer
+from .._queue.deps import DependencyPolicy
 from .._queue.events import JobEvent, JobEventKind, iterate_events
 from .._queue.queue import Queue
 from .._queue.sharded import ShardedQueue
@@ -41,7 +43,8 @@ from .scheddecl import ScheduleDecorators, TaskDecorator
 from .schedules import Schedules
 from .signals import Signals
 from .sync import SyncClient
-from .task import Backoff, Task, check_backoff, retention_seconds
+from .task import Backoff, Task, check_backoff
+from .workflow import Workflow
 
 if TYPE_CHECKING:
     from .._model.batchinfo import FailurePolicy
@@ -412,16 +415,14 @@ class App(HookDecorators, ScheduleDecorators, Rebinding, Signals):
                 ends (default: the App's result_ttl).
         """
         return await open_batch(
-            self,
-            calls,
-            on_complete=on_complete,
-            on_failure=on_failure,
-            concurrency=concurrency,
-            priority=priority,
-            group=group,
-            queue=queue,
-            retention=to_seconds(retention, "retention"),
-        )
+            self, calls, on_complete=on_complete, on_failure=on_failure, concurrency=concurrency,
+            priority=priority, group=group, queue=queue, retention=to_seconds(retention),
+        )  # fmt: skip
+
+    def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
+        """A new DAG workflow (docs/workflows.md): ``wf.step(name, task.call(...), after=[...])``
+        then ``await wf.enqueue()``; ``WorkflowHandle(app.queue(q), id)`` reads one back."""
+        return Workflow(self, name, on_failure)
 
     @overload
     def queue(self, name: str | None = None) -> Queue: ...

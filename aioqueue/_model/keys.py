@@ -62,6 +62,12 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
                                            other queues, waiting to be handed over
     <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
 
+Dependencies (see lua/lib/deps.lua; docs/workflows.md)::
+
+    <prefix>:{<queue>}:waiting      ZSET   jobs waiting for dependencies, by when they began
+    <prefix>:{<queue>}:deps:<id>    SET    the dependencies job <id> still waits for (members:
+                                           their queue's key base followed by their id)
+    <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise)
 A job's extras, which live and die with its record (see extras_of in lua/lib/core.lua)::
 
     <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field
@@ -157,6 +163,23 @@ class QueueKeys:
     def cancelled(self) -> str:
         """The index of cancelled jobs (listing only; trimmed to its newest entries)."""
         return self.base + "cancelled"
+
+    @property
+    def waiting(self) -> str:
+        """The index of jobs waiting for their dependencies (listing only)."""
+        return self.base + "waiting"
+
+    def deps(self, job_id: str) -> str:
+        """The dependencies job ``job_id`` still waits for (SET of members)."""
+        return f"{self.base}deps:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """The jobs waiting for job ``job_id`` (SET of members)."""
+        return f"{self.base}dependents:{job_id}"
+
+    def member(self, job_id: str) -> str:
+        """Job ``job_id`` of this queue named from any queue (dependencies, batches)."""
+        return self.base + job_id
 
     @property
     def wake(self) -> str:

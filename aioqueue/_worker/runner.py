@@ -21,6 +21,7 @@ from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
+from .._queue.deps import Parked
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class Failure:
     retry_ms: int | None = None
     #: no task of that name here (the pool may hand the job back for a worker that has it)
     unknown_task: bool = False
-    #: not a failure: a durable wait parked the job (given back already; nothing to record)
+    #: not a failure: the job parked itself (a durable wait, ``wait_for_children``): given
+    #: back already, nothing to record
     parked: bool = False
 
 
@@ -99,7 +101,9 @@ class Runner:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
         run = JobRun(c.token, task.policy.capture_logs)
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, run)
+        job = JobContext(
+            c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token, run
+        )
         _current.set(job)
         if run.capture is not None:
             capture_logs()
@@ -164,6 +168,8 @@ class Runner:
             return _retry(task, c, r)
         except JobParked as parked:
             return Failure(parked, parked=True)
+        except Parked as p:  # the park script gave the lease back
+            return Failure(p, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:

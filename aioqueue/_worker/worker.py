@@ -414,7 +414,7 @@ class Worker(WorkerLoops):
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
-            if outcome.parked:  # a durable wait gave the job back itself (_app/steps.py)
+            if outcome.parked:  # the run gave the lease back itself (a wait): nothing to record
                 return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)

@@ -35,6 +35,9 @@ from .._worker.worker import Worker
 from ._bind import bind
 from ._clock import VirtualClock, door
 
+# the public names are this module's, wherever in the kit they are written (as in aioqueue)
+VirtualClock.__module__ = bind.__module__ = __name__
+
 __all__ = [
     "Delayed",
     "RunSummary",
