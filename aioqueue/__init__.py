@@ -41,13 +41,16 @@ from ._model.exceptions import ClosedError as ClosedError
 from ._model.exceptions import ConfigurationError as ConfigurationError
 from ._model.exceptions import CorruptRecord as CorruptRecord
 from ._model.exceptions import DecryptionFailed as DecryptionFailed
+from ._model.exceptions import DuplicateStep as DuplicateStep
 from ._model.exceptions import EmbeddedServerError as EmbeddedServerError
 from ._model.exceptions import InvalidHandle as InvalidHandle
 from ._model.exceptions import JobCancelled as JobCancelled
 from ._model.exceptions import JobError as JobError
 from ._model.exceptions import JobFailed as JobFailed
+from ._model.exceptions import JobNotChangeable as JobNotChangeable
 from ._model.exceptions import JobNotFound as JobNotFound
 from ._model.exceptions import LeaseLost as LeaseLost
+from ._model.exceptions import NonRetryable as NonRetryable
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
 from ._model.exceptions import ResultTimeout as ResultTimeout
@@ -60,6 +63,7 @@ from ._model.exceptions import StartupFailed as StartupFailed
 from ._model.exceptions import UnknownDependency as UnknownDependency
 from ._model.exceptions import UnknownTask as UnknownTask
 from ._model.exceptions import UsageError as UsageError
+from ._model.exceptions import WaitTimedOut as WaitTimedOut
 from ._model.exceptions import WorkflowError as WorkflowError
 from ._model.hooks import CallNext as CallNext
 from ._model.hooks import EnqueueEvent as EnqueueEvent
@@ -114,6 +118,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptRecord",
     "DecryptionFailed",
+    "DuplicateStep",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",
@@ -130,6 +135,7 @@ __all__ = [
     "JobEventKind",
     "JobFailed",
     "JobInfo",
+    "JobNotChangeable",
     "JobNotFound",
     "JobPage",
     "JobState",
@@ -137,6 +143,7 @@ __all__ = [
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
+    "NonRetryable",
     "NotReplicated",
     "PayloadStore",
     "PayloadTooLarge",
@@ -165,6 +172,7 @@ __all__ = [
     "UnknownDependency",
     "UnknownTask",
     "UsageError",
+    "WaitTimedOut",
     "Worker",
     "WorkerInfo",
     "Workflow",

@@ -27,6 +27,7 @@ from .._model.convert import ArgsDecoder, Convert, task_types
 from .._model.exceptions import ConfigurationError
 from .._model.job import Job
 from .._model.record import JobOptions, JobRecord, Template
+from .._model.retrypolicy import DEFAULT_POLICY, TaskPolicy
 from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
@@ -139,8 +140,11 @@ class Task(Generic[P, R]):
         backoff: Backoff,
         result_ttl: float | timedelta | None,
         priority: int,
+        policy: TaskPolicy = DEFAULT_POLICY,
     ) -> None:
         self.app = app
+        #: which failures are retried, which logging records are kept (_model/retrypolicy.py)
+        self.policy = policy
         self.fn = fn
         self.name = name
         self.queue = queue

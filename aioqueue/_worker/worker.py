@@ -412,7 +412,7 @@ class Worker:
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
-            if outcome.parked:  # wait_for_children gave the lease back: nothing to record
+            if outcome.parked:  # the run gave the lease back itself (a wait): nothing to record
                 return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)
