@@ -32,6 +32,7 @@ from ._exceptions import ClosedError, ConfigurationError
 from ._hooks import HookDecorators, Hooks
 from ._hot import close_hot_connection
 from ._keys import QueueKeys
+from ._limiters import LimiterDecorators, check_task_limits
 from ._queue import Queue
 from ._results import ResultWaiter
 from ._scheddecl import ScheduleDecorators
@@ -55,7 +56,7 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-class App(HookDecorators, ScheduleDecorators):
+class App(HookDecorators, ScheduleDecorators, LimiterDecorators):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -146,8 +147,7 @@ class App(HookDecorators, ScheduleDecorators):
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
         self.lease = lease_ms(lease, minimum_ms=100) / 1000
-        hb = to_seconds(heartbeat, "heartbeat")
-        if hb is None:
+        if (hb := to_seconds(heartbeat, "heartbeat")) is None:
             hb = min(2.0, self.lease / 3)
         elif not 0.05 <= hb <= self.lease / 2:
             raise ConfigurationError("heartbeat must be at least 0.05 s and at most half the lease")
@@ -261,10 +261,7 @@ class App(HookDecorators, ScheduleDecorators):
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
 
@@ -306,6 +303,7 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
+        limits: Sequence[str] = (),
     ) -> _TaskDecorator: ...
 
     def task(
@@ -321,6 +319,7 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
+        limits: Sequence[str] = (),
     ) -> Task[Any, Any] | _TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
@@ -338,6 +337,7 @@ class App(HookDecorators, ScheduleDecorators):
                 timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
                 to keep them at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
+            limits: names of limiters (``app.limiter``) each of its jobs needs to start.
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
@@ -361,6 +361,7 @@ class App(HookDecorators, ScheduleDecorators):
                 result_ttl=retention_seconds(result_ttl, keep_result),
                 priority=priority,
             )
+            t.limits = check_task_limits(limits)
             self.tasks[task_name] = t
             return t
 

@@ -154,6 +154,7 @@ LIB: Final = (
     "core",
     "events",
     "lanes",
+    "limiters",
     "batches",
     "deadletter",
     "history",
@@ -198,24 +199,34 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core events lanes batches deadletter history maintenance parking workers leasing"
+            "core events lanes limiters batches deadletter history maintenance parking workers"
+            " leasing"
             " handoff",
         ),
         (
             "claim",
-            "core events lanes batches deadletter history maintenance parking workers leasing",
+            "core events lanes limiters batches deadletter history maintenance parking workers"
+            " leasing",
         ),
-        ("complete", "core events lanes batches acks"),
+        ("complete", "core events lanes limiters batches acks"),
         (
             "complete_claim",
-            "core events lanes batches deadletter history acks maintenance parking workers leasing",
+            "core events lanes limiters batches deadletter history acks maintenance parking workers"
+            " leasing",
         ),
-        ("fail", "core events lanes batches deadletter history acks"),
-        ("release", "core events lanes batches deadletter history acks"),
+        ("fail", "core events lanes limiters batches deadletter history acks"),
+        ("release", "core events lanes limiters batches deadletter history acks"),
         ("extend", "core"),
+        ("limit", "core events lanes limiters"),
         ("watch", "core"),
-        ("reap", "core events lanes batches deadletter history maintenance parking workers"),
-        ("beat", "core events lanes batches deadletter history maintenance parking workers"),
+        (
+            "reap",
+            "core events lanes limiters batches deadletter history maintenance parking workers",
+        ),
+        (
+            "beat",
+            "core events lanes limiters batches deadletter history maintenance parking workers",
+        ),
         ("configure", "core events lanes"),
         ("batch", "core events lanes batches"),
         ("cancel", "core events lanes batches"),

@@ -88,6 +88,8 @@ class JobOptions:
     expires: datetime | float | None = None
     #: unique jobs (see ``Task.options``): its lock's key ('' derived from the arguments)
     unique: UniqueOptions | None = None
+    #: the (limiter, key) pairs its job needs (see _limiters.bind_limits)
+    limits: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

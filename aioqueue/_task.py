@@ -7,7 +7,7 @@ import inspect
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -27,6 +27,7 @@ from ._checks import (
 from ._convert import ArgsDecoder, Convert, task_types
 from ._exceptions import ConfigurationError
 from ._job import Job
+from ._limiters import bind_limits, limit_option
 from ._record import JobOptions, JobRecord, Template
 from ._sharded import on_shard, spread
 from ._unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
@@ -157,6 +158,7 @@ class Task(Generic[P, R]):
         self._defaults = JobOptions()
         self._templates: dict[JobOptions, Template] = {}
         self._default_template: Template | None = None
+        self.limits: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -343,6 +345,8 @@ class Task(Generic[P, R]):
             for args, kwargs in pairs:
                 self._sig.check(args, kwargs)
             return await self._enqueue_unique(opts, pairs, queue.name)
+        if self.limits:  # a template per job (its limit keys); coalesced in one round trip
+            return list(await asyncio.gather(*(self._enqueue(opts, *_split(c)) for c in calls)))
         template = self._template(opts)
         pairs = self._pairs(queue.name, template.options, calls)
         return await queue._enqueue_run(template, pairs, self.result_converter)
@@ -382,6 +386,8 @@ class Task(Generic[P, R]):
         (and ``template``, when the caller changed the one ``opts`` give: the payload is
         signed together with the template's options); ``job_id`` when the caller chose it."""
         job_id = job_id or opts.job_id or new_job_id()
+        if self.limits and not opts.limits:  # its limit keys, from its arguments
+            opts = replace(opts, limits=bind_limits(self.app, self.limits, args, kwargs))
         template = template or self._template(opts)
         payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
         return JobRecord(job_id, payload, template)
@@ -402,7 +408,7 @@ class Task(Generic[P, R]):
         return template
 
     def _make_template(self, opts: JobOptions) -> Template:
-        extra: dict[str, float] = {}
+        extra: dict[str, Any] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
@@ -410,6 +416,8 @@ class Task(Generic[P, R]):
         if opts.expires is not None:
             key, value = expiry_option(opts.expires)
             extra[key] = value
+        if opts.limits:
+            extra["lim"] = limit_option(self.app, opts.queue or self.queue, opts.limits)
         return Template(
             self.name,
             opts.max_attempts or self.max_attempts,

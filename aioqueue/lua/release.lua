@@ -21,7 +21,7 @@ local any = false
 for i = 0, n - 1 do
   local id, tok = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'rl')
+  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'rl', 'o')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[8] == tok and r[2] == tok and r[1] ~= 'active' then
@@ -35,6 +35,7 @@ for i = 0, n - 1 do
     unhold(r[7], id)
     call('HSET', jk, 'rl', tok)
     release_slot(r[4])
+    if r[9] then limits_done(r[9], jk) end
     if refund then
       a = math.max(a - 1, 0)
       call('HSET', jk, 'a', a)
