@@ -1,0 +1,206 @@
+--[[ limiters: named limiters (docs/flow-control.md), applied where a job is leased
+  (limits_check, limits_charge) and where it stops being active (limits_done); jobs a limit
+  does not admit wait aside, out of their lane, until it may (release_held).
+  Needs: core, lanes (push_ready).
+
+  A job that needs limits carries them in its options (o, JSON), field "lim":
+  {"b": limiter base, "l": [[name, key, rate_n, period_ms, burst, concurrency], ...]}, at most
+  MAX_JOB_LIMITS, names and keys at most 200 bytes. The limiter base is BASE (per queue: what
+  a Cluster needs) or LIM_SHARED, the prefix's "<prefix>:" (shared by every queue of the
+  prefix); anything else is garbage (the job is dead-lettered: a planted job cannot touch
+  keys outside its prefix). Under the base b:
+    b.."lim:"..name            HASH the limit's run-time settings (n, ms, burst, conc; set by
+                                    set_limit, they win over the job's)
+    b.."lim:"..name..":k:"..key HASH a key's state: tat (GCRA's theoretical arrival time, server
+                                    ms), T and tau (its emission interval and tolerance, ms),
+                                    c (concurrency); expires once tat passed
+    that..":h"                 HASH job key -> lease token: the jobs holding its concurrency
+                                    slots (a holder no longer active with that token is stale)
+  and in the queue: BASE.."lwait" ZSET state key -> when to look again (its next admission by
+  rate, or a concurrency re-check), BASE.."lw:"..state key LIST this queue's jobs waiting on
+  it (state queued, out of their lane).
+
+  GCRA: a limit of n per ms milliseconds admits one job every T = ms/n; a job is admitted at
+  now when tat - now <= tau = (burst - 1) * T, and moves tat to max(tat, now) + T. So any
+  window of ms milliseconds holds at most n + burst - 1 starts: no twice-the-rate burst at a
+  window's edge. A job is admitted only when every limit it needs admits it, and charged
+  (tat moved, slot taken) only then. ]]
+
+local MAX_JOB_LIMITS = 8
+local LIM_SHARED = string.sub(BASE, 1, (string.find(BASE, '{', 1, true) or 1) - 1)
+local K_LWAIT = BASE .. 'lwait'
+-- a job waiting on a concurrency slot held in another queue is looked at again this often
+local CONC_RECHECK_MS = 1000
+-- the most waiting jobs one turn puts back in their lane for one limit key
+local RELEASE_MAX = 100
+
+local function lim_setting(v, default)
+  local n = tonumber(v)
+  if not n or n ~= n or n <= 0 or n > 1e12 then return default end
+  return n
+end
+
+-- the limits of a job from its options o: nil none, false garbage, else a list of
+-- {st (state key), T, tau, c (concurrency or nil)}; cfg caches the run-time settings read
+local function job_limits(o, cfg)
+  if not o or not string.find(o, '"lim"', 1, true) then return nil end
+  local ok, v = pcall(cjson.decode, o)
+  if not ok or type(v) ~= 'table' or type(v.lim) ~= 'table' then return false end
+  local b, l = v.lim.b, v.lim.l
+  if (b ~= BASE and b ~= LIM_SHARED) or type(l) ~= 'table' or #l > MAX_JOB_LIMITS then
+    return false
+  end
+  local out = {}
+  for i, e in ipairs(l) do
+    if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string'
+      or #e[1] > 200 or #e[2] > 200 then return false end
+    local ck = b .. 'lim:' .. e[1]
+    local s = cfg and cfg[ck]
+    if not s then
+      s = call('HMGET', ck, 'n', 'ms', 'burst', 'conc')
+      if cfg then cfg[ck] = s end
+    end
+    local n, ms = lim_setting(s[1] or e[3], nil), lim_setting(s[2] or e[4], nil)
+    local burst = math.floor(lim_setting(s[3] or e[5], 1))
+    local T = nil
+    if n and ms then T = ms / n end
+    local c = lim_setting(s[4] or e[6], nil)
+    if c then c = math.floor(c) end
+    out[i] = {st = ck .. ':k:' .. e[2], T = T, tau = T and (burst - 1) * T or 0, c = c}
+  end
+  return out
+end
+
+-- the holders of a concurrency limit that are still active with their token (the stale
+-- ones found are dropped); returns how many hold it. A holders hash over MAX_HOLDERS entries
+-- is garbage (a limit's concurrency is at most that): it is dropped, counted again from
+-- the leases made after
+local MAX_HOLDERS = 1000
+local function live_holders(hk, now)
+  local n = call('HLEN', hk)
+  if n > MAX_HOLDERS then
+    call('DEL', hk)
+    return 0
+  end
+  local all = call('HGETALL', hk)
+  local stale = {}
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if string.sub(f, 1, 5) == 'code:' then
+      -- held by code (limit.lua) until a deadline
+      if num(v, 0) < now then stale[#stale + 1] = f end
+    else
+      local r = redis.pcall('HMGET', f, 's', 'l')
+      if type(r) ~= 'table' or r[1] ~= 'active' or r[2] ~= v then stale[#stale + 1] = f end
+    end
+  end
+  if #stale > 0 then call('HDEL', hk, unpack(stale)) end
+  return n - #stale
+end
+
+-- until when limit l (of job_limits) admits nothing (server ms), and whether by its rate
+-- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
+local function closed_until(l, now)
+  if l.T then
+    l.tat = math.max(num(call('HGET', l.st, 'tat'), now), now)
+    if l.tat - now > l.tau then return l.tat - l.tau, 'rate' end
+  end
+  if l.c and call('HLEN', l.st .. ':h') >= l.c and live_holders(l.st .. ':h', now) >= l.c then
+    return now + CONC_RECHECK_MS, 'conc'
+  end
+  return nil
+end
+
+-- wait: id waits on state key st until `at` (server ms)
+local function hold(id, st, at)
+  call('RPUSH', BASE .. 'lw:' .. st, id)
+  call('ZADD', K_LWAIT, 'LT', at, st)
+end
+
+-- may job id (options o) start now? nil: it needs no limit; false: it does not start (it
+-- waits aside); 'garbled': its limits cannot be read (the caller dead-letters it); else its limits, for
+-- limits_charge once it is leased. memo (per claim): run-time settings read, and the state
+-- keys already found closed in this claim (their later jobs wait at once)
+local function limits_check(id, o, now, memo)
+  local lims = job_limits(o, memo.cfg)
+  if lims == nil then return nil end
+  if lims == false then return 'garbled' end
+  for _, l in ipairs(lims) do
+    if memo.closed[l.st] then
+      call('RPUSH', BASE .. 'lw:' .. l.st, id)
+      return false
+    end
+  end
+  for _, l in ipairs(lims) do
+    local at = closed_until(l, now)
+    if at then
+      memo.closed[l.st] = true
+      hold(id, l.st, math.ceil(at))
+      return false
+    end
+  end
+  return lims
+end
+
+-- charge job jk (leased with token tok) to the limits limits_check admitted it by (or code
+-- holding them: jk 'code:<id>', tok its deadline)
+local function limits_charge(lims, jk, tok, now)
+  for _, l in ipairs(lims) do
+    local f = {'c', l.c or 0}
+    if l.T then
+      l.tat = l.tat + l.T
+      f = {'tat', string.format('%.3f', l.tat), 'T', l.T, 'tau', l.tau, 'c', l.c or 0}
+    end
+    call('HSET', l.st, unpack(f))
+    call('PEXPIRE', l.st, math.ceil(math.max((l.tat or now) - now, 0)) + 60000)
+    if l.c then call('HSET', l.st .. ':h', jk, tok) end
+  end
+end
+
+-- put up to k jobs waiting on state key st back at the front of their lanes, in their order
+local function wake_held(st, k)
+  local ids = call('LPOP', BASE .. 'lw:' .. st, k)
+  if not ids then return 0 end
+  for i = #ids, 1, -1 do
+    local r = call('HMGET', job_key(ids[i]), 's', 'pr', 'g')
+    if r[1] == 'queued' then push_ready(ids[i], r[2], true, r[3]) end
+  end
+  return #ids
+end
+
+-- job jk (options o; or code 'code:<id>', see limit.lua) is no longer active: free its
+-- concurrency slots, and a job of this queue waiting on one may go
+local function limits_done(o, jk)
+  local lims = job_limits(o, nil)
+  if not lims then return end
+  for _, l in ipairs(lims) do
+    if l.c and call('HDEL', l.st .. ':h', jk) == 1 then wake_held(l.st, 1) end
+  end
+end
+
+-- waiting jobs whose limit may admit them now go back to their lanes: as many per limit key
+-- as its rate would admit now (or its free slots), the rest looked at again when the next
+-- of them may go. Returns how many went back
+local function release_held(now)
+  local due = call('ZRANGEBYSCORE', K_LWAIT, '-inf', now, 'LIMIT', 0, 100)
+  if #due == 0 then return 0 end
+  local moved = 0
+  for _, st in ipairs(due) do
+    local s = call('HMGET', st, 'tat', 'T', 'tau', 'c')
+    local T, tau = lim_setting(s[2], nil), num(s[3], 0)
+    local k = 1
+    if T then
+      k = math.floor((now + tau - math.max(num(s[1], now), now)) / T) + 1
+    elseif lim_setting(s[4], nil) then
+      k = lim_setting(s[4], 1) - call('HLEN', st .. ':h')
+    end
+    k = math.max(1, math.min(RELEASE_MAX, k))
+    moved = moved + wake_held(st, k)
+    if call('EXISTS', BASE .. 'lw:' .. st) == 1 then
+      call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or CONC_RECHECK_MS))), st)
+    else
+      call('ZREM', K_LWAIT, st)
+    end
+  end
+  return moved
+end
