@@ -14,6 +14,7 @@
     b.."lim:"..name..":k:"..key HASH a key's state: tat (GCRA's theoretical arrival time, server
                                     ms), T and tau (its emission interval and tolerance, ms),
                                     c (concurrency); expires once tat passed
+    that..":log"               LIST its last n starts (server ms), oldest first (see below)
     that..":h"                 HASH job key -> lease token: the jobs holding its concurrency
                                     slots (a holder no longer active with that token is stale)
   and in the queue: BASE.."lwait" ZSET state key -> when to look again (its next admission by
@@ -21,12 +22,17 @@
   it (state queued, out of their lane).
 
   GCRA: a limit of n per ms milliseconds admits one job every T = ms/n; a job is admitted at
-  now when tat - now <= tau = (burst - 1) * T, and moves tat to max(tat, now) + T. So any
-  window of ms milliseconds holds at most n + burst - 1 starts: no twice-the-rate burst at a
-  window's edge. A job is admitted only when every limit it needs admits it, and charged
-  (tat moved, slot taken) only then. ]]
+  now when tat - now <= tau = (burst - 1) * T, and moves tat to max(tat, now - T/2) + T: a
+  start that came late (no claim ran at its turn) keeps up to half a turn of its lateness, so
+  the rate is kept up while starts stay at least T/2 apart. The window is exact besides: a
+  rate of n <= MAX_LOG per ms also keeps its last n starts (that..":log", LIST)
+  and admits no start while the n-th last one is less than ms ago, so no window of ms
+  milliseconds ever holds more than n starts, at its edges included. A job is admitted only
+  when every limit it needs admits it, and charged (tat moved, slot taken) only then. ]]
 
 local MAX_JOB_LIMITS = 8
+-- a rate of at most MAX_LOG starts per period also keeps its last n starts (see above)
+local MAX_LOG = 1000
 local LIM_SHARED = string.sub(BASE, 1, (string.find(BASE, '{', 1, true) or 1) - 1)
 local K_LWAIT = BASE .. 'lwait'
 -- a job waiting on a concurrency slot held in another queue is looked at again this often
@@ -67,6 +73,7 @@ local function job_limits(o, cfg)
     local c = lim_setting(s[4] or e[6], nil)
     if c then c = math.floor(c) end
     out[i] = {st = ck .. ':k:' .. e[2], T = T, tau = T and (burst - 1) * T or 0, c = c}
+    if T and n <= MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
   end
   return out
 end
@@ -102,8 +109,15 @@ end
 -- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
 local function closed_until(l, now)
   if l.T then
-    l.tat = math.max(num(call('HGET', l.st, 'tat'), now), now)
-    if l.tat - now > l.tau then return l.tat - l.tau, 'rate' end
+    local tat = num(call('HGET', l.st, 'tat'), now)
+    if tat - now > l.tau then return tat - l.tau, 'rate' end
+    -- a start later than its turn keeps up to half a turn of its lateness (see above)
+    l.tat = math.max(tat, now - l.T / 2)
+    if l.n then
+      -- the window's exact bound: the n-th last start is a whole period ago
+      local nth = num(call('LRANGE', l.st .. ':log', -l.n, -l.n)[1], nil)
+      if nth and nth > now - l.ms then return nth + l.ms, 'rate' end
+    end
   end
   if l.c and call('HLEN', l.st .. ':h') >= l.c and live_holders(l.st .. ':h', now) >= l.c then
     return now + CONC_RECHECK_MS, 'conc'
@@ -147,11 +161,26 @@ end
 local function limits_charge(lims, jk, tok, now)
   for _, l in ipairs(lims) do
     local f = {'c', l.c or 0}
+    local next_at = nil
     if l.T then
       l.tat = l.tat + l.T
+      next_at = l.tat - l.tau
       f = {'tat', string.format('%.3f', l.tat), 'T', l.T, 'tau', l.tau, 'c', l.c or 0}
+      if l.n then
+        local log = l.st .. ':log'
+        local len = call('RPUSH', log, now)
+        if len > l.n then call('LPOP', log, len - l.n) end
+        call('PEXPIRE', log, math.ceil(l.ms))
+        if len >= l.n then
+          next_at = math.max(next_at, num(call('LRANGE', log, 0, 0)[1], 0) + l.ms)
+        end
+      end
     end
     call('HSET', l.st, unpack(f))
+    -- this queue's jobs waiting on it are looked at again when its rate admits the next
+    if next_at and call('EXISTS', BASE .. 'lw:' .. l.st) == 1 then
+      call('ZADD', K_LWAIT, math.ceil(next_at), l.st)
+    end
     call('PEXPIRE', l.st, math.ceil(math.max((l.tat or now) - now, 0)) + 60000)
     if l.c then call('HSET', l.st .. ':h', jk, tok) end
   end
