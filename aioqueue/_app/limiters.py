@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from .._model.checks import check_name
 from .._model.exceptions import ConfigurationError
 from .._model.keys import QueueKeys
-from .._store.cluster import is_cluster
+from .._queue.queuereg import real_queues
+from .._store.cluster import is_cluster, server_time
 from .._store.loader import SCRIPTS, evalsha
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class App(Protocol):
 
     @property
     def limiters(self) -> dict[str, Limiter]: ...
+
+    @property
+    def tasks(self) -> Mapping[str, Any]: ...
 
 
 #: the most limits one job (or one ``app.limit``) may need (_store/lua/lib/limiters.lua agrees)
@@ -141,6 +145,11 @@ def limiter_base(app: App, queue: str) -> str:
     if is_cluster(app.redis):
         return QueueKeys(app.prefix, queue).base
     return f"{app.prefix}:"
+
+
+def state_key(app: App, name: str, key: str, queue: str | None) -> str:
+    """The key of the state of limit ``name``'s key ``key`` (lua/lib/limiters.lua)."""
+    return f"{limiter_base(app, queue or app.default_queue)}lim:{{{name}:{key}}}"
 
 
 def bind_limits(
@@ -270,6 +279,7 @@ class LimiterDecorators:
             fields["conc"] = concurrency
         if fields:
             await app.redis.hset(cfg, mapping=fields)  # type: ignore[arg-type]
+        await look_again(app, state_key(app, name, "", queue)[:-1], queue)
 
     async def limiter_state(
         self, name: str, key: object = "", *, queue: str | None = None
@@ -280,9 +290,9 @@ class LimiterDecorators:
         queue = queue or app.default_queue
         k = key_text(key)
         cfg = limiter_base(app, queue) + "lim:" + name
-        st = f"{cfg}:k:{k}"
+        st = state_key(app, name, k, queue)
         pipe = app.redis.pipeline(transaction=False)
-        pipe.time()
+        server_time(pipe, app.redis, st)
         pipe.hmget(st, "tat", "T", "tau")
         pipe.hlen(st + ":h")
         pipe.llen(QueueKeys(app.prefix, queue).base + "lw:" + st)
@@ -290,6 +300,24 @@ class LimiterDecorators:
         (sec, usec), (tat, T, tau), holders, waiting, over = await pipe.execute()
         now = int(sec) * 1000 + int(usec) // 1000
         return state_of(name, k, now, tat, T, tau, holders, waiting, over)
+
+
+async def look_again(app: App, states: str, queue: str | None) -> None:
+    """After a change of settings: the jobs of every real queue (on a Cluster: of ``queue``)
+    waiting on a state key that starts with ``states`` are looked at again now."""
+    if is_cluster(app.redis):
+        names = [queue or app.default_queue]
+    else:
+        declared = {t.queue for t in app.tasks.values()} | {app.default_queue}
+        names = await real_queues(app.redis, app.prefix, declared)
+    for name in names:
+        keys = QueueKeys(app.prefix, name)
+        lwait = keys.base + "lwait"
+        waiting = cast("list[bytes]", await app.redis.zrange(lwait, 0, 999))
+        mine = {m: 0 for m in waiting if m.startswith(states.encode())}
+        if mine:
+            await app.redis.zadd(lwait, mine, xx=True)
+            await app.redis.lpush(keys.wake, b"1")
 
 
 def state_of(

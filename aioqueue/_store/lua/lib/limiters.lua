@@ -11,7 +11,8 @@
   keys outside its prefix). Under the base b:
     b.."lim:"..name            HASH the limit's run-time settings (n, ms, burst, conc; set by
                                     set_limit, they win over the job's)
-    b.."lim:"..name..":k:"..key HASH a key's state: tat (GCRA's theoretical arrival time, server
+    b.."lim:{"..name..":"..key.."}" HASH a key's state (its own hash tag, after the queue's
+                                    on a Cluster): tat (GCRA's theoretical arrival time, server
                                     ms), T and tau (its emission interval and tolerance, ms),
                                     c (concurrency); expires once tat passed
     that..":log"               LIST its last n starts (server ms), oldest first (see below)
@@ -46,6 +47,13 @@ local function lim_setting(v, default)
   return n
 end
 
+-- keys under LIM_SHARED may be used here: always on one server; on a Cluster only when they
+-- share this queue's slot (the server refuses the others, an error pcall catches), which the
+-- Python side never asks for (it uses BASE there): planted limits are garbage, not an error
+local function local_keys(...)
+  return type(redis.pcall('EXISTS', K_LWAIT, ...)) == 'number'
+end
+
 -- the limits of a job from its options o: nil none, false garbage, else a list of
 -- {st (state key), T, tau, c (concurrency or nil)}; cfg caches the run-time settings read
 local function job_limits(o, cfg)
@@ -61,6 +69,7 @@ local function job_limits(o, cfg)
     if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string'
       or #e[1] > 200 or #e[2] > 200 then return false end
     local ck = b .. 'lim:' .. e[1]
+    if b ~= BASE and not local_keys(ck) then return false end
     local s = cfg and cfg[ck]
     if not s then
       s = call('HMGET', ck, 'n', 'ms', 'burst', 'conc')
@@ -72,7 +81,9 @@ local function job_limits(o, cfg)
     if n and ms then T = ms / n end
     local c = lim_setting(s[4] or e[6], nil)
     if c then c = math.floor(c) end
-    out[i] = {st = ck .. ':k:' .. e[2], T = T, tau = T and (burst - 1) * T or 0, c = c}
+    local st = b .. 'lim:{' .. e[1] .. ':' .. e[2] .. '}'
+    if b ~= BASE and not local_keys(st, ck) then return false end
+    out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c}
     if T and n <= MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
   end
   return out
@@ -110,13 +121,16 @@ end
 local function closed_until(l, now)
   if l.T then
     local tat = num(call('HGET', l.st, 'tat'), now)
+    -- no admission moves tat further than tau + T ahead: beyond that it is garbage
+    if tat > now + l.tau + l.T + 1 then tat = now end
     if tat - now > l.tau then return tat - l.tau, 'rate' end
     -- a start later than its turn keeps up to half a turn of its lateness (see above)
     l.tat = math.max(tat, now - l.T / 2)
     if l.n then
       -- the window's exact bound: the n-th last start is a whole period ago
       local nth = num(call('LRANGE', l.st .. ':log', -l.n, -l.n)[1], nil)
-      if nth and nth > now - l.ms then return nth + l.ms, 'rate' end
+      -- (a start in the future is garbage)
+      if nth and nth > now - l.ms and nth <= now then return nth + l.ms, 'rate' end
     end
   end
   if l.c and call('HLEN', l.st .. ':h') >= l.c and live_holders(l.st .. ':h', now) >= l.c then
@@ -207,28 +221,46 @@ local function limits_done(o, jk)
   end
 end
 
--- waiting jobs whose limit may admit them now go back to their lanes: as many per limit key
--- as its rate would admit now (or its free slots), the rest looked at again when the next
--- of them may go. Returns how many went back
+-- put back in their lanes as many of the jobs waiting on state key st as its rate would
+-- admit now (or its free slots); the rest are looked at again when the next of them may go.
+-- Returns how many went back
+local function release_one(st, now)
+  local s = call('HMGET', st, 'tat', 'T', 'tau', 'c')
+  local T, tau = lim_setting(s[2], nil), num(s[3], 0)
+  local k = 1
+  if T then
+    k = math.floor((now + tau - math.max(num(s[1], now), now)) / T) + 1
+  elseif lim_setting(s[4], nil) then
+    k = lim_setting(s[4], 1) - call('HLEN', st .. ':h')
+  end
+  k = math.max(1, math.min(RELEASE_MAX, k))
+  local moved = wake_held(st, k)
+  if call('EXISTS', BASE .. 'lw:' .. st) == 1 then
+    call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or CONC_RECHECK_MS))), st)
+  else
+    call('ZREM', K_LWAIT, st)
+  end
+  return moved
+end
+
+-- a member of lwait that names a limit key this queue may use
+local function state_key_ok(st)
+  if string.sub(st, 1, #BASE + 5) == BASE .. 'lim:{' then return true end
+  return string.sub(st, 1, #LIM_SHARED + 5) == LIM_SHARED .. 'lim:{' and local_keys(st)
+end
+
+-- waiting jobs whose limits may admit them now go back to their lanes (release_one for
+-- each limit key due, at most 100 a call). Returns how many went back
 local function release_held(now)
   local due = call('ZRANGEBYSCORE', K_LWAIT, '-inf', now, 'LIMIT', 0, 100)
-  if #due == 0 then return 0 end
   local moved = 0
   for _, st in ipairs(due) do
-    local s = call('HMGET', st, 'tat', 'T', 'tau', 'c')
-    local T, tau = lim_setting(s[2], nil), num(s[3], 0)
-    local k = 1
-    if T then
-      k = math.floor((now + tau - math.max(num(s[1], now), now)) / T) + 1
-    elseif lim_setting(s[4], nil) then
-      k = lim_setting(s[4], 1) - call('HLEN', st .. ':h')
-    end
-    k = math.max(1, math.min(RELEASE_MAX, k))
-    moved = moved + wake_held(st, k)
-    if call('EXISTS', BASE .. 'lw:' .. st) == 1 then
-      call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or CONC_RECHECK_MS))), st)
+    if state_key_ok(st) then
+      moved = moved + release_one(st, now)
     else
+      -- planted: not a limit key (its list of waiting ids is dropped: they are no jobs)
       call('ZREM', K_LWAIT, st)
+      call('DEL', BASE .. 'lw:' .. st)
     end
   end
   return moved
