@@ -20,9 +20,10 @@ from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, Fail
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
 from .._model.exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from .._model.job import Job
+from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions, JobRecord, Template
-from .._store.scripts import ScriptCall
+from .._store.loader import ScriptCall
 
 if TYPE_CHECKING:
     from .._queue.queue import Queue
@@ -292,10 +293,9 @@ class Batch(Generic[R]):
 def _member_job(home: Queue, member: str) -> Job[Any]:
     """A batch member is a job id on the home queue, or ``<key base of its queue><id>``."""
     app = home.app
-    lead = f"{app.prefix}:{{"
-    if member.startswith(lead) and "}:" in member:
-        name, _, job_id = member[len(lead) :].partition("}:")
-        return Job(app.queue(name), job_id)
+    elsewhere = split_queue_member(app.prefix, member)
+    if elsewhere is not None:
+        return Job(app.queue(elsewhere[0]), elsewhere[1])
     return Job(home, member)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.checks import check_name
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
-from .._store.scripts import FailMode, Outcome, Started
+from .._store.loader import FailMode, Outcome, Started
 
 if TYPE_CHECKING:
     from .queue import Queue

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .._model.codec import describe_error
+from .._model.keys import split_queue_member
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -128,12 +129,9 @@ async def _batch_results(queue: Queue, key: bytes, tally: _Tally, batch: int) ->
     """The results a batch of this queue holds, each bound to its member job."""
     scripts, codec = queue._scripts, queue.app.codec
     sub = key[len(scripts.base) :].decode(errors="surrogateescape")
-    head = f"{queue.app.prefix}:{{"
     async for field, value in scripts.client.hscan_iter(key, count=batch):
         member = cast(bytes, field).decode(errors="surrogateescape")
-        home, job_id = queue.name, member
-        if member.startswith(head) and "}:" in member:  # a member on another queue
-            home, _, job_id = member[len(head) :].partition("}:")
+        home, job_id = split_queue_member(queue.app.prefix, member) or (queue.name, member)
         try:
             new = codec.rekey_result(home, job_id, cast(bytes, value))
         except Exception as exc:

@@ -29,7 +29,7 @@ from .._model.record import Claimed
 from .._queue.leases import forward_outbox
 from .._queue.queuereg import declare_queues
 from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
-from .._store.scripts import FailMode, Outcome
+from .._store.loader import FailMode, Outcome
 from .._version import __version__
 from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
 

@@ -40,7 +40,7 @@ from .._model.hooks import State
 from .._model.observe import WorkerObserver
 from .._model.record import Claimed
 from .._queue.sharded import shard_names
-from .._store.scripts import FailMode, Outcome
+from .._store.loader import FailMode, Outcome
 from .fetch import TRANSIENT, Fetcher
 from .loops import WorkerLoops
 from .runner import Ack, Failure, Runner
