@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .._model.checks import check_name
 from .._model.exceptions import ConfigurationError
-from .._model.keys import QueueKeys
-from .._queue.queuereg import real_queues
+from .._model.keys import QueueKeys, limiter_settings, limiter_state, queues_registry
 from .._store.cluster import is_cluster, server_time
 from .._store.loader import SCRIPTS, evalsha
 
@@ -149,7 +148,7 @@ def limiter_base(app: App, queue: str) -> str:
 
 def state_key(app: App, name: str, key: str, queue: str | None) -> str:
     """The key of the state of limit ``name``'s key ``key`` (lua/lib/limiters.lua)."""
-    return f"{limiter_base(app, queue or app.default_queue)}lim:{{{name}:{key}}}"
+    return limiter_state(limiter_base(app, queue or app.default_queue), name, key)
 
 
 def bind_limits(
@@ -267,7 +266,7 @@ class LimiterDecorators:
         app = cast("App", self)
         declared(app, name)
         check_settings(rate, burst, concurrency)
-        cfg = limiter_base(app, queue or app.default_queue) + "lim:" + name
+        cfg = limiter_settings(limiter_base(app, queue or app.default_queue), name)
         if reset:
             await app.redis.delete(cfg)
         fields: dict[str | bytes, str | int] = {}
@@ -289,13 +288,13 @@ class LimiterDecorators:
         declared(app, name)
         queue = queue or app.default_queue
         k = key_text(key)
-        cfg = limiter_base(app, queue) + "lim:" + name
+        cfg = limiter_settings(limiter_base(app, queue), name)
         st = state_key(app, name, k, queue)
         pipe = app.redis.pipeline(transaction=False)
         server_time(pipe, app.redis, st)
         pipe.hmget(st, "tat", "T", "tau")
         pipe.hlen(st + ":h")
-        pipe.llen(QueueKeys(app.prefix, queue).base + "lw:" + st)
+        pipe.llen(QueueKeys(app.prefix, queue).limit_waiting(st))
         pipe.hgetall(cfg)
         (sec, usec), (tat, T, tau), holders, waiting, over = await pipe.execute()
         now = int(sec) * 1000 + int(usec) // 1000
@@ -305,14 +304,15 @@ class LimiterDecorators:
 async def look_again(app: App, states: str, queue: str | None) -> None:
     """After a change of settings: the jobs of every real queue (on a Cluster: of ``queue``)
     waiting on a state key that starts with ``states`` are looked at again now."""
-    if is_cluster(app.redis):
-        names = [queue or app.default_queue]
-    else:
-        declared = {t.queue for t in app.tasks.values()} | {app.default_queue}
-        names = await real_queues(app.redis, app.prefix, declared)
+    names = {queue or app.default_queue}
+    if not is_cluster(app.redis):
+        # the queues declared here and the registry's (at most 1000: I13)
+        names |= {t.queue for t in app.tasks.values()} | {app.default_queue}
+        seen = await app.redis.zrange(queues_registry(app.prefix), 0, 999)
+        names.update(n.decode(errors="replace") for n in cast("list[bytes]", seen))
     for name in names:
         keys = QueueKeys(app.prefix, name)
-        lwait = keys.base + "lwait"
+        lwait = keys.lwait
         waiting = cast("list[bytes]", await app.redis.zrange(lwait, 0, 999))
         mine = {m: 0 for m in waiting if m.startswith(states.encode())}
         if mine:
