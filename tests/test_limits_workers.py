@@ -6,6 +6,7 @@ lease when a holder is killed with SIGKILL. The figures measured are printed (``
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from redis.asyncio import Redis
 from aioqueue import App
 
 from . import limitsapp
+from .support.clirun import aioqueue_cli
 from .support.processes import WorkerProcesses
 from .support.waiting import wait_until
 
@@ -128,3 +130,31 @@ async def test_concurrency_slots_come_back_within_the_lease_after_sigkill(
     assert int(await redis.get(limitsapp.max_key(producer.prefix)) or 0) == limitsapp.SLOTS
     survivor = next(p for p in procs if p is not victim)
     assert (await counts()) == {survivor.pid: limitsapp.SLOTS}
+
+
+async def test_the_limiter_command_shows_a_key_and_changes_the_rate_for_everyone(
+    producer: App, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIMITSAPP_RATE", "1")
+    declare(producer)
+    producer.limiters.clear()  # one start per 10 s, here and in the command's App
+    producer.limiter("per_customer", rate=(1, 10.0), key=lambda customer, i: customer)
+    q = producer.queue()
+    jobs = [await producer.tasks["charge"].enqueue("c1", i) for i in range(2)]
+    assert [r.id for r in await q.reserve(5)] == [jobs[0].id]
+    cmd = ("limiter", "tests.limitsapp:app", "per_customer", "--key", "c1", "--json")
+    shown = aioqueue_cli(redis_url, producer.prefix, *cmd)
+    assert shown.returncode == 0, shown.stderr
+    state = json.loads(shown.stdout)
+    assert (state["tokens"], state["waiting"], state["holders"]) == (0, 1, 0)
+    changed = aioqueue_cli(redis_url, producer.prefix, *cmd[:-1], "--rate", "1000/1")
+    assert changed.returncode == 0, changed.stderr
+    assert "run-time settings {'n': '1000', 'ms': '1000'}" in changed.stdout
+
+    async def second() -> bool:
+        return [r.id for r in await q.reserve(5)] == [jobs[1].id]
+
+    await wait_until(second, timeout=10, what="the waiting job under the new rate")
+    bad = aioqueue_cli(redis_url, producer.prefix, "limiter", "tests.limitsapp:app", "nobody")
+    assert bad.returncode == 1
+    assert "no limiter named 'nobody'" in bad.stderr

@@ -40,6 +40,7 @@ from .dashboard import add_dashboard, dashboard
 from .events import add_events, events
 from .format import error
 from .health import add_health, health
+from .limit import add_limit, limit_command
 from .load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from .metrics import add_metrics, run_metrics
 from .rekey import add_rekey, rekey_command
@@ -205,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     add_dashboard(sub)
     add_events(sub)
     add_rekey(sub)
+    add_limit(sub)
     return p
 
 
@@ -245,17 +247,11 @@ def _operator_command(args: argparse.Namespace) -> int:
         from .schedules import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
-    if args.command == "health":
-        return health(args)
-    if args.command == "metrics":
-        return run_metrics(args)
-    if args.command == "dashboard":
-        return dashboard(args)
-    if args.command == "events":
-        return events(args)
-    if args.command == "rekey":
-        return rekey_command(args)
-    return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
+    own = (health, run_metrics, dashboard, events, rekey_command, limit_command)
+    names = ("health", "metrics", "dashboard", "events", "rekey", "limiter")
+    command = dict(zip(names, own, strict=True)).get(args.command)
+    # else one of the operator's commands of _cli_admin (is_admin)
+    return run_admin(args) if command is None else command(args)
 
 
 def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
