@@ -40,7 +40,7 @@ from .dashboard import add_dashboard, dashboard
 from .events import add_events, events
 from .format import error
 from .health import add_health, health
-from .limit import add_limit, limit_command
+from .limiter import add_limit, limit_command
 from .load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from .metrics import add_metrics, run_metrics
 from .rekey import add_rekey, rekey_command

@@ -21,7 +21,7 @@ from .._app.limiters import LimiterState
 from .._model.exceptions import AioQueueError
 from .admin import server_args
 from .format import echo, emit_json, error
-from .load import EXIT_ERROR, EXIT_OK, load_app
+from .load import EXIT_ERROR, EXIT_OK, load_app_args
 
 
 def _rate(text: str) -> tuple[int, float]:
@@ -52,11 +52,7 @@ def add_limit(sub: Any) -> None:
 
 def limit_command(args: argparse.Namespace) -> int:
     """Run ``limiter``; the exit code."""
-    app = load_app(args.app)
-    if args.url:
-        app.url = args.url
-    if args.prefix:
-        app.prefix = args.prefix
+    app = load_app_args(args)
     try:
         state = asyncio.run(_limit(app, args))
     except AioQueueError as exc:
