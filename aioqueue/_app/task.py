@@ -298,8 +298,7 @@ class Task(Generic[P, R]):
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)
-        jobs = await queue._enqueue([record], self.result_converter)
-        return jobs[0]
+        return (await queue._enqueue([record], self.result_converter))[0]
 
     async def _enqueue_unique(
         self,

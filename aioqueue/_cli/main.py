@@ -34,6 +34,7 @@ from .._model.exceptions import (
     ServerUnavailable,
 )
 from .._version import __version__
+from .._worker.weights import cli_queues, queue_arg, split_weight
 from .admin import add_commands, embedded_server, server_args
 from .admin import run as run_admin
 from .dashboard import add_dashboard, dashboard
@@ -108,9 +109,10 @@ def _parser() -> argparse.ArgumentParser:
         "--queue",
         action="append",
         dest="queues",
-        type=_queue_name,
-        help="queue to consume (repeatable; default: the App's default queue)",
+        type=queue_arg,
+        help="queue to consume, NAME or NAME:WEIGHT (repeatable; default: the App's default)",
     )
+    w.add_argument("--strict", action="store_true", help="serve the queues in the order given")
     w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (100)")
     w.add_argument(
         "--prefetch",
@@ -304,7 +306,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     ):
         if value is not None and value < low:
             parser.error(f"{option} must be >= {low}, got {value}")
-    if args.queues and len(set(args.queues)) != len(args.queues):
+    if args.queues and len({split_weight(q)[0] for q in args.queues}) != len(args.queues):
         parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
     if args.health_port is not None and args.health_port + args.processes - 1 > 65535:
         parser.error(f"--health-port must be <= {65536 - args.processes}, got {args.health_port}")
@@ -422,7 +424,8 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
         try:
             worker = Worker(
                 app,
-                queues=args.queues,
+                queues=cli_queues(args.queues),
+                strict=args.strict,
                 concurrency=args.concurrency,
                 burst=args.burst,
                 grace=args.grace,

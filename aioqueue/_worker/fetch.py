@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +68,12 @@ class Fetcher:
                 continue
             want = min(free, pool.max_batch)
             try:
-                res = await self._claim(want)
+                if pool.turns is None:
+                    res = await self._claim(want)
+                elif (turn := await self._take_turn()) is None:
+                    continue  # the slots were taken meanwhile
+                else:
+                    res, want = turn
                 pool._take(self, res.jobs)
                 if pool.metrics is not None:
                     pool.metrics.claimed(self.queue.name, len(res.jobs))
@@ -134,6 +140,24 @@ class Fetcher:
     def _wake_soon(self) -> None:
         pool = self.pool
         pool._shield(self.leases.wake(), log=True)
+
+    async def _take_turn(self) -> tuple[ClaimResult, int] | None:
+        """Weighted queues (weights.py): wait for this queue's turn, then claim its share of
+        the slots free then (the claim's result and how many it asked for); None when none
+        is free any more."""
+        pool = self.pool
+        turns = pool.turns
+        assert turns is not None
+        share = await turns.take(self.queue.name)
+        try:
+            free = pool.concurrency + pool.prefetch - len(pool._running) - len(pool._buffer)
+            if free <= 0:
+                turns.undo()
+                return None
+            want = max(1, min(math.ceil(free * share), pool.max_batch))
+            return await self._claim(want), want
+        finally:
+            turns.done()
 
     async def _claim(self, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""

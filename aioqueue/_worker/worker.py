@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -44,6 +44,7 @@ from .._store.loader import FailMode, Outcome
 from .fetch import TRANSIENT, Fetcher
 from .loops import WorkerLoops
 from .runner import Ack, Failure, Runner
+from .weights import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class Worker(WorkerLoops):
 
     Args:
         app: the App whose tasks run; its connection pool is shared with any producer.
-        queues: queue names to consume (default: the App's default queue).
+        queues: queue names to consume (default: the App's default queue), or names with
+            weights: served by weight, or in order with ``strict`` (docs/flow-control.md).
         concurrency: jobs run at once.
         burst: stop once the queues are empty and nothing runs (for scripts and tests).
         grace: seconds running jobs get to finish on shutdown before they are cancelled and
@@ -92,7 +94,8 @@ class Worker(WorkerLoops):
         self,
         app: App,
         *,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
+        strict: bool = False,
         concurrency: int = 100,
         burst: bool = False,
         grace: float | timedelta = 30.0,
@@ -110,12 +113,12 @@ class Worker(WorkerLoops):
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names
+        self.turns = Turns.of(queues, names, strict)  # weighted or strict order, else None
         self.concurrency = concurrency
         self.burst = burst
         self.grace = to_seconds(grace, "grace") or 0.0
         self.unknown_task_grace = to_seconds(unknown_task_grace, "unknown_task_grace") or 0.0
-        if prefetch is None:
-            prefetch = min(concurrency // 10, 100)
+        prefetch = min(concurrency // 10, 100) if prefetch is None else prefetch
         self.prefetch = check_int(prefetch, 0, "prefetch")
         # half the room by default: the server leases the next batch while this one runs
         self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
@@ -124,8 +127,7 @@ class Worker(WorkerLoops):
         if self.idle_block > app.socket_timeout / 2:
             raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.completed = 0
-        self.failed = 0
+        self.completed = self.failed = 0
         #: jobs still running after shutdown because they ignored their cancellation
         self.abandoned = 0
         self._queues: list[Fetcher] = []
