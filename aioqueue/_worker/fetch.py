@@ -62,7 +62,7 @@ class Fetcher:
         pool = self.pool
         backoff = 0.05
         while not pool._stop.is_set():
-            free = pool.concurrency + pool.prefetch - len(pool._running) - len(pool._buffer)
+            free = self._free()
             if free <= 0:
                 await self.wait_slot()
                 continue
@@ -101,6 +101,11 @@ class Fetcher:
                     "queue %s: unexpected error; retrying in %.2f s", self.queue.name, 1.0
                 )
                 await asyncio.sleep(1.0)
+
+    def _free(self) -> int:
+        """The jobs the pool has room for now (running, and prefetched ahead of its slots)."""
+        pool = self.pool
+        return pool.concurrency + pool.prefetch - len(pool._running) - len(pool._buffer)
 
     async def _burst_done(self, res: ClaimResult) -> bool:
         """Burst mode found the queue drained for now: True once nothing more can come from
@@ -150,7 +155,7 @@ class Fetcher:
         assert turns is not None
         share = await turns.take(self.queue.name)
         try:
-            free = pool.concurrency + pool.prefetch - len(pool._running) - len(pool._buffer)
+            free = self._free()
             if free <= 0:
                 turns.undo()
                 return None
