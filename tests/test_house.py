@@ -15,7 +15,7 @@ PKG = Path(aioqueue.__file__).resolve().parent
 # reads of another object's private attribute, per module, still left (to be passed in or
 # made public where they belong): the ceiling per module, which may only come down
 PRIVATE_READS_LEFT: dict[str, int] = {
-    "_app/batch.py": 30,
+    "_app/batch.py": 27,
     "_app/context.py": 1,
     "_app/scheddecl.py": 1,
     "_app/schedules.py": 9,
@@ -24,10 +24,10 @@ PRIVATE_READS_LEFT: dict[str, int] = {
     "_cli/admin.py": 1,
     "_cli/main.py": 1,
     "_cli/supervisor.py": 1,
-    "_model/claimcheck.py": 1,
     "_model/job.py": 2,
     "_model/signing.py": 4,
     "_queue/leases.py": 3,
+    "_queue/payloads.py": 1,
     "_queue/pull.py": 2,
     "_queue/rekey.py": 5,
     "_queue/sharded.py": 4,

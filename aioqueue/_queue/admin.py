@@ -26,9 +26,10 @@ from .inspect import (
     throughput,
 )
 from .lister import Lister, check_state
+from .payloads import drop_orphans
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    from .owner import QueueOwner
 
 
 # --------------------------------------------------------------------- the Queue's admin side
@@ -38,7 +39,7 @@ class QueueAdmin:
     1,000 jobs and is safe while workers run; it returns how many jobs it changed."""
 
     name: str
-    app: App
+    app: QueueOwner
 
     @property
     def _scripts(self) -> QueueScripts:
@@ -227,7 +228,7 @@ class QueueAdmin:
         res = await self._scripts.purge_ids(ids, states)
         claim = self.app.codec.claim
         if claim is not None:
-            await claim.drop_orphans(self._scripts, self.name, ids)
+            await drop_orphans(claim, self._scripts, self.name, ids)
         return res
 
     async def purge_queue(self) -> dict[str, int]:

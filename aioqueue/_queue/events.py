@@ -28,8 +28,8 @@ from .._store.connect import own_client
 from .._store.loader import bounded
 
 if TYPE_CHECKING:
-    from .._app.app import App
     from .._store.scripts import QueueScripts
+    from .owner import QueueOwner
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def _kinds(kinds: Iterable[JobEventKind | str] | None) -> frozenset[JobEventKind
 
 
 async def iterate_events(
-    app: App,
+    app: QueueOwner,
     queue: str,
     since: str | datetime,
     kinds: Iterable[JobEventKind | str] | None,
@@ -265,7 +265,7 @@ class QueueEvents:
     """The event stream's methods of ``Queue`` (it inherits them)."""
 
     name: str
-    app: App
+    app: QueueOwner
 
     @property
     def _scripts(self) -> QueueScripts:

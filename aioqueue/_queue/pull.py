@@ -24,7 +24,7 @@ from .._store.scripts import QueueScripts
 from .leases import Leases, forward_outbox
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    from .owner import QueueOwner
     from .queue import Queue
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class QueuePull:
     each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
 
     name: str
-    app: App
+    app: QueueOwner
 
     @property
     def _scripts(self) -> QueueScripts:

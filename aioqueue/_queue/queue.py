@@ -43,7 +43,7 @@ from .tasktable import Declared, Known, lookup
 from .unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    from .owner import QueueOwner
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
     ``reservation_from``) comes from ``QueuePull``; the operator's methods (``jobs``,
     ``job_detail``, ``requeue``, ``purge``, ...) from ``QueueAdmin``."""
 
-    def __init__(self, app: App, name: str) -> None:
+    def __init__(self, app: QueueOwner, name: str) -> None:
         self.app = app
         self.name = check_name("queue name", name)
         self._keys = QueueKeys(app.prefix, name)

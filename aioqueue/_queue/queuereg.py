@@ -21,7 +21,7 @@ from .._store.loader import bounded, queue_names
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from .._app.app import App
+    from .owner import QueueOwner
 
 #: the most names the registry keeps (the most recently seen), and how long a name no worker
 #: beat for stays a real queue
@@ -32,7 +32,7 @@ MAX_QUEUES = 1000
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
-def declared_queues(app: App) -> list[str]:
+def declared_queues(app: QueueOwner) -> list[str]:
     """The queues of the App's tasks."""
     return sorted({t.queue for t in app.tasks.values()})
 

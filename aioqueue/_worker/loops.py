@@ -36,7 +36,7 @@ from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.schedules import Scheduler
-    from .._model.observe import WorkerObserver
+    from .observe import WorkerObserver
     from .runner import Ack, Failure
     from .worker import _Running
 
