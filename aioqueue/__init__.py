@@ -45,6 +45,7 @@ from ._model.exceptions import JobNotFound as JobNotFound
 from ._model.exceptions import LeaseLost as LeaseLost
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
+from ._model.exceptions import RateLimited as RateLimited
 from ._model.exceptions import ResultTimeout as ResultTimeout
 from ._model.exceptions import Retry as Retry
 from ._model.exceptions import SerializationError as SerializationError
@@ -135,6 +136,7 @@ __all__ = [
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
+    "RateLimited",
     "RekeyReport",
     "Reservation",
     "ResultState",

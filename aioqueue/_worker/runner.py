@@ -18,7 +18,7 @@ from .._app.context import JobContext, _current
 from .._app.hooks import run_through
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
-from .._model.exceptions import AioQueueError, BadSignature, Retry
+from .._model.exceptions import AioQueueError, BadSignature, RateLimited, Retry
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -126,6 +126,8 @@ class Runner:
                 scope = asyncio.timeout(timeout)
                 async with scope:
                     result = await self._run_sync(task.fn, args, kwargs)
+        except RateLimited as r:  # back uncharged, its limits backing off (Leases.fail)
+            return Failure(r, int((r.retry_after or 0.0) * 1000))
         except Retry as r:
             return _retry(task, c, r)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry

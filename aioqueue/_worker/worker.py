@@ -35,7 +35,7 @@ from .._app.logs import job_fields
 from .._app.schedules import Scheduler
 from .._model.checks import check_int, to_seconds
 from .._model.codec import Unrunnable, describe_error
-from .._model.exceptions import ClosedError, ConfigurationError
+from .._model.exceptions import ClosedError, ConfigurationError, RateLimited
 from .._model.hooks import State
 from .._model.record import Claimed
 from .._queue.sharded import shard_names
@@ -450,7 +450,7 @@ class Worker(WorkerLoops):
         """Record a failed run: retried after ``retry_ms`` while attempts are left (None:
         dead-letter it now)."""
         self.failed += 1
-        if retry_ms is not None and c.attempt < c.max_attempts:
+        if retry_ms is not None and (c.attempt < c.max_attempts or isinstance(exc, RateLimited)):
             logger.warning(
                 "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %s",
                 c.id,

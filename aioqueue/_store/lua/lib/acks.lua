@@ -66,7 +66,7 @@ local function do_complete(first, n, now)
         freed[g] = freed[g] + 1
       end
       unlock(id, r[7])
-      if r[10] then limits_done(r[10], jk) end
+      if r[10] then limits_done(r[10], jk, true) end
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
       if r[4] then announce(jk, id) end

@@ -85,6 +85,7 @@ local function job_limits(o, cfg)
     if b ~= BASE and not local_keys(st, ck) then return false end
     out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c}
     if T and n <= MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
+    if T then out[i].n0 = n end
   end
   return out
 end
@@ -116,13 +117,68 @@ local function live_holders(hk, now)
   return n - #stale
 end
 
+-- adaptive backoff (AIMD): a job that raised RateLimited halves its rate limits' factor f
+-- (at most once per DECREASE_GAP_MS, down to AIMD_MIN) and pauses them until its retry_after;
+-- each success adds AIMD_STEP / (f * n) to it (n: the declared starts per period), so the
+-- rate climbs back by AIMD_STEP of the declared rate per period, up to it (f 1, not stored)
+local AIMD_MIN, AIMD_STEP, DECREASE_GAP_MS, MAX_PAUSE_MS = 1 / 64, 0.1, 100, 3600000
+
+-- a factor as stored: within AIMD_MIN..1, anything else (garbage, absent) 1
+local function aimd_factor(v)
+  local f = num(v, 1)
+  if f > 1 or f < AIMD_MIN then return 1 end
+  return f
+end
+
+-- job (options o) raised RateLimited: back off its rate limits for every worker, and start
+-- none of their jobs for pause ms
+local function limits_backoff(o, now, pause)
+  local lims = job_limits(o, nil)
+  if not lims then return end
+  pause = math.min(math.max(pause, 0), MAX_PAUSE_MS)
+  for _, l in ipairs(lims) do
+    if l.T then
+      local s = call('HMGET', l.st, 'tat', 'f', 'fd')
+      local f = aimd_factor(s[2])
+      if now - num(s[3], 0) >= DECREASE_GAP_MS or num(s[3], 0) > now then
+        f = math.max(f / 2, AIMD_MIN)
+      end
+      local tat = math.max(num(s[1], now), now + pause)
+      if tat > now + pause + l.tau / f + l.T / f + 1 then tat = now + pause end
+      call('HSET', l.st, 'f', f, 'fd', now, 'tat', string.format('%.3f', tat), 'T', l.T / f,
+        'tau', l.tau / f, 'c', l.c or 0)
+      call('PEXPIRE', l.st, math.ceil(tat - now) + 60000)
+    end
+  end
+end
+
+-- a job needing these limits succeeded: their factors climb back (see above)
+local function limits_climb(lims)
+  for _, l in ipairs(lims) do
+    if l.T and l.n0 then
+      local f = call('HGET', l.st, 'f')
+      if f then
+        f = aimd_factor(f)
+        f = f + AIMD_STEP / (f * l.n0)
+        if f >= 1 then call('HDEL', l.st, 'f') else call('HSET', l.st, 'f', f) end
+      end
+    end
+  end
+end
+
 -- until when limit l (of job_limits) admits nothing (server ms), and whether by its rate
 -- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
 local function closed_until(l, now)
   if l.T then
-    local tat = num(call('HGET', l.st, 'tat'), now)
-    -- no admission moves tat further than tau + T ahead: beyond that it is garbage
-    if tat > now + l.tau + l.T + 1 then tat = now end
+    local s = call('HMGET', l.st, 'tat', 'f')
+    -- adaptive backoff: the rate is the declared one times f (see limits_backoff)
+    local f = aimd_factor(s[2])
+    if f < 1 then
+      l.T, l.tau, l.f = l.T / f, l.tau / f, f
+    end
+    local tat = num(s[1], now)
+    -- nothing moves tat further than a pause of MAX_PAUSE_MS ahead: beyond that it is garbage
+    if tat > now + l.tau + l.T + MAX_PAUSE_MS then tat = now end
     if tat - now > l.tau then return tat - l.tau, 'rate' end
     -- a start later than its turn keeps up to half a turn of its lateness (see above)
     l.tat = math.max(tat, now - l.T / 2)
@@ -212,10 +268,12 @@ local function wake_held(st, k)
 end
 
 -- job jk (options o; or code 'code:<id>', see limit.lua) is no longer active: free its
--- concurrency slots, and a job of this queue waiting on one may go
-local function limits_done(o, jk)
+-- concurrency slots, and a job of this queue waiting on one may go; ok: it succeeded (its
+-- rate limits climb back, see limits_backoff)
+local function limits_done(o, jk, ok)
   local lims = job_limits(o, nil)
   if not lims then return end
+  if ok then limits_climb(lims) end
   for _, l in ipairs(lims) do
     if l.c and call('HDEL', l.st .. ':h', jk) == 1 then wake_held(l.st, 1) end
   end
