@@ -226,6 +226,10 @@ QUEUED_GARBAGE = [
     ("pr", b"abc", "completed"),
     ("pr", b"1e400", "completed"),
     ("g", b"no-such-group", "completed"),
+    # named limits (docs/flow-control.md): unreadable, or aimed at keys outside the prefix
+    ("o", b'{"lim": "x"}', "failed:Garbled"),
+    ("o", b'{"lim": {"b": "elsewhere:", "l": [["a", "k", 1, 1000, 1, 0]]}}', "failed:Garbled"),
+    ("o", b'{"lim": {"b": "", "l": [[1, 2]]}}', "failed:Garbled"),
     ("g", b"\xff\xfe", "completed"),
 ]
 

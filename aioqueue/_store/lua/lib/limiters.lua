@@ -31,19 +31,23 @@
   milliseconds ever holds more than n starts, at its edges included. A job is admitted only
   when every limit it needs admits it, and charged (tat moved, slot taken) only then. ]]
 
-local MAX_JOB_LIMITS = 8
--- a rate of at most MAX_LOG starts per period also keeps its last n starts (see above)
-local MAX_LOG = 1000
+-- the limiters' constants, in one table (a script's main function may have 200 locals):
+-- MAX_JOB_LIMITS limits a job may need; a rate of at most MAX_LOG starts per period also keeps
+-- its last n starts (see above); a job waiting on a concurrency slot held in another queue is
+-- looked at again every CONC_RECHECK_MS; RELEASE_MAX waiting jobs at most go back to their
+-- lanes per limit key and turn; MAX_HOLDERS holders at most per concurrency limit; AIMD (see
+-- limits_backoff)
+local LIMC = {MAX_JOB_LIMITS = 8, MAX_LOG = 1000, CONC_RECHECK_MS = 1000, RELEASE_MAX = 100,
+  MAX_HOLDERS = 1000, AIMD_MIN = 1 / 64, AIMD_STEP = 0.1, DECREASE_GAP_MS = 100,
+  MAX_PAUSE_MS = 3600000}
 local LIM_SHARED = string.sub(BASE, 1, (string.find(BASE, '{', 1, true) or 1) - 1)
 local K_LWAIT = BASE .. 'lwait'
--- a job waiting on a concurrency slot held in another queue is looked at again this often
-local CONC_RECHECK_MS = 1000
--- the most waiting jobs one turn puts back in their lane for one limit key
-local RELEASE_MAX = 100
 
-local function lim_setting(v, default)
+-- a limit's setting (a count of starts, ms, a burst, a concurrency): a whole number in
+-- 1..(max or 1e12), else nil (garbage, or none)
+local function lim_count(v, max)
   local n = tonumber(v)
-  if not n or n ~= n or n <= 0 or n > 1e12 then return default end
+  if not n or n ~= n or n <= 0 or n ~= math.floor(n) or n > (max or 1e12) then return nil end
   return n
 end
 
@@ -61,7 +65,7 @@ local function job_limits(o, cfg)
   local ok, v = pcall(cjson.decode, o)
   if not ok or type(v) ~= 'table' or type(v.lim) ~= 'table' then return false end
   local b, l = v.lim.b, v.lim.l
-  if (b ~= BASE and b ~= LIM_SHARED) or type(l) ~= 'table' or #l > MAX_JOB_LIMITS then
+  if (b ~= BASE and b ~= LIM_SHARED) or type(l) ~= 'table' or #l > LIMC.MAX_JOB_LIMITS then
     return false
   end
   local out = {}
@@ -75,16 +79,17 @@ local function job_limits(o, cfg)
       s = call('HMGET', ck, 'n', 'ms', 'burst', 'conc')
       if cfg then cfg[ck] = s end
     end
-    local n, ms = lim_setting(s[1] or e[3], nil), lim_setting(s[2] or e[4], nil)
-    local burst = math.floor(lim_setting(s[3] or e[5], 1))
+    -- each setting: the run-time one, else the job's (as declared), unless garbage
+    local n = lim_count(s[1]) or lim_count(e[3])
+    local ms = lim_count(s[2]) or lim_count(e[4])
+    local burst = lim_count(s[3]) or lim_count(e[5]) or 1
     local T = nil
     if n and ms then T = ms / n end
-    local c = lim_setting(s[4] or e[6], nil)
-    if c then c = math.floor(c) end
+    local c = lim_count(s[4], LIMC.MAX_HOLDERS) or lim_count(e[6], LIMC.MAX_HOLDERS)
     local st = b .. 'lim:{' .. e[1] .. ':' .. e[2] .. '}'
     if b ~= BASE and not local_keys(st, ck) then return false end
     out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c}
-    if T and n <= MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
+    if T and n <= LIMC.MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
     if T then out[i].n0 = n end
   end
   return out
@@ -94,10 +99,9 @@ end
 -- ones found are dropped); returns how many hold it. A holders hash over MAX_HOLDERS entries
 -- is garbage (a limit's concurrency is at most that): it is dropped, counted again from
 -- the leases made after
-local MAX_HOLDERS = 1000
 local function live_holders(hk, now)
   local n = call('HLEN', hk)
-  if n > MAX_HOLDERS then
+  if n > LIMC.MAX_HOLDERS then
     call('DEL', hk)
     return 0
   end
@@ -121,12 +125,11 @@ end
 -- (at most once per DECREASE_GAP_MS, down to AIMD_MIN) and pauses them until its retry_after;
 -- each success adds AIMD_STEP / (f * n) to it (n: the declared starts per period), so the
 -- rate climbs back by AIMD_STEP of the declared rate per period, up to it (f 1, not stored)
-local AIMD_MIN, AIMD_STEP, DECREASE_GAP_MS, MAX_PAUSE_MS = 1 / 64, 0.1, 100, 3600000
 
 -- a factor as stored: within AIMD_MIN..1, anything else (garbage, absent) 1
 local function aimd_factor(v)
   local f = num(v, 1)
-  if f > 1 or f < AIMD_MIN then return 1 end
+  if f > 1 or f < LIMC.AIMD_MIN then return 1 end
   return f
 end
 
@@ -135,13 +138,13 @@ end
 local function limits_backoff(o, now, pause)
   local lims = job_limits(o, nil)
   if not lims then return end
-  pause = math.min(math.max(pause, 0), MAX_PAUSE_MS)
+  pause = math.min(math.max(pause, 0), LIMC.MAX_PAUSE_MS)
   for _, l in ipairs(lims) do
     if l.T then
       local s = call('HMGET', l.st, 'tat', 'f', 'fd')
       local f = aimd_factor(s[2])
-      if now - num(s[3], 0) >= DECREASE_GAP_MS or num(s[3], 0) > now then
-        f = math.max(f / 2, AIMD_MIN)
+      if now - num(s[3], 0) >= LIMC.DECREASE_GAP_MS or num(s[3], 0) > now then
+        f = math.max(f / 2, LIMC.AIMD_MIN)
       end
       local tat = math.max(num(s[1], now), now + pause)
       if tat > now + pause + l.tau / f + l.T / f + 1 then tat = now + pause end
@@ -159,7 +162,7 @@ local function limits_climb(lims)
       local f = call('HGET', l.st, 'f')
       if f then
         f = aimd_factor(f)
-        f = f + AIMD_STEP / (f * l.n0)
+        f = f + LIMC.AIMD_STEP / (f * l.n0)
         if f >= 1 then call('HDEL', l.st, 'f') else call('HSET', l.st, 'f', f) end
       end
     end
@@ -178,7 +181,7 @@ local function closed_until(l, now)
     end
     local tat = num(s[1], now)
     -- nothing moves tat further than a pause of MAX_PAUSE_MS ahead: beyond that it is garbage
-    if tat > now + l.tau + l.T + MAX_PAUSE_MS then tat = now end
+    if tat > now + l.tau + l.T + LIMC.MAX_PAUSE_MS then tat = now end
     if tat - now > l.tau then return tat - l.tau, 'rate' end
     -- a start later than its turn keeps up to half a turn of its lateness (see above)
     l.tat = math.max(tat, now - l.T / 2)
@@ -190,15 +193,9 @@ local function closed_until(l, now)
     end
   end
   if l.c and call('HLEN', l.st .. ':h') >= l.c and live_holders(l.st .. ':h', now) >= l.c then
-    return now + CONC_RECHECK_MS, 'conc'
+    return now + LIMC.CONC_RECHECK_MS, 'conc'
   end
   return nil
-end
-
--- wait: id waits on state key st until `at` (server ms)
-local function hold(id, st, at)
-  call('RPUSH', BASE .. 'lw:' .. st, id)
-  call('ZADD', K_LWAIT, 'LT', at, st)
 end
 
 -- may job id (options o) start now? nil: it needs no limit; false: it does not start (it
@@ -219,7 +216,9 @@ local function limits_check(id, o, now, memo)
     local at = closed_until(l, now)
     if at then
       memo.closed[l.st] = true
-      hold(id, l.st, math.ceil(at))
+      -- it waits on state key st until at (server ms)
+      call('RPUSH', BASE .. 'lw:' .. l.st, id)
+      call('ZADD', K_LWAIT, 'LT', math.ceil(at), l.st)
       return false
     end
   end
@@ -284,27 +283,22 @@ end
 -- Returns how many went back
 local function release_one(st, now)
   local s = call('HMGET', st, 'tat', 'T', 'tau', 'c')
-  local T, tau = lim_setting(s[2], nil), num(s[3], 0)
+  local T, tau = tonumber(s[2]), num(s[3], 0)
+  if not T or T ~= T or T <= 0 or T > 1e12 then T = nil end
   local k = 1
   if T then
     k = math.floor((now + tau - math.max(num(s[1], now), now)) / T) + 1
-  elseif lim_setting(s[4], nil) then
-    k = lim_setting(s[4], 1) - call('HLEN', st .. ':h')
+  elseif lim_count(s[4]) then
+    k = lim_count(s[4]) - call('HLEN', st .. ':h')
   end
-  k = math.max(1, math.min(RELEASE_MAX, k))
+  k = math.max(1, math.min(LIMC.RELEASE_MAX, k))
   local moved = wake_held(st, k)
   if call('EXISTS', BASE .. 'lw:' .. st) == 1 then
-    call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or CONC_RECHECK_MS))), st)
+    call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or LIMC.CONC_RECHECK_MS))), st)
   else
     call('ZREM', K_LWAIT, st)
   end
   return moved
-end
-
--- a member of lwait that names a limit key this queue may use
-local function state_key_ok(st)
-  if string.sub(st, 1, #BASE + 5) == BASE .. 'lim:{' then return true end
-  return string.sub(st, 1, #LIM_SHARED + 5) == LIM_SHARED .. 'lim:{' and local_keys(st)
 end
 
 -- waiting jobs whose limits may admit them now go back to their lanes (release_one for
@@ -313,7 +307,9 @@ local function release_held(now)
   local due = call('ZRANGEBYSCORE', K_LWAIT, '-inf', now, 'LIMIT', 0, 100)
   local moved = 0
   for _, st in ipairs(due) do
-    if state_key_ok(st) then
+    -- (a member that names a limit key this queue may use)
+    if string.sub(st, 1, #BASE + 5) == BASE .. 'lim:{' or (string.sub(st, 1, #LIM_SHARED + 5)
+      == LIM_SHARED .. 'lim:{' and local_keys(st)) then
       moved = moved + release_one(st, now)
     else
       -- planted: not a limit key (its list of waiting ids is dropped: they are no jobs)
