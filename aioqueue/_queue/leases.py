@@ -20,7 +20,7 @@ from .._model.record import Claimed, ClaimResult
 from .._store.loader import FailMode, Outcome, Started
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .core import QueueCore
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Leases:
 
     __slots__ = ("codec", "dead_ttl_ms", "name", "scripts")
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: QueueCore) -> None:
         app = queue.app
         self.name = queue.name
         self.scripts = queue._scripts
@@ -83,13 +83,15 @@ class Leases:
         started: int,
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
+        sample: tuple[int, int] | None = None,
     ) -> list[Outcome]:
         """A worker's heartbeat: its registration, the renewal of its leases (those past the
-        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), and the
-        burial of a worker that missed its deadline."""
+        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), the
+        burial of a worker that missed its deadline, and the queue's (backlog, wait ms) for
+        its trends when ``sample`` is given."""
         head, rest = pairs[:MAX_JOBS_PER_CALL], pairs[MAX_JOBS_PER_CALL:]
         out = await self.scripts.beat(
-            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms
+            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms, sample
         )
         for i in range(0, len(rest), MAX_JOBS_PER_CALL):
             out += await self.scripts.extend(rest[i : i + MAX_JOBS_PER_CALL], lease_ms)
@@ -181,7 +183,7 @@ def _fields(record: bytes) -> list[bytes]:
     return out
 
 
-async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) -> int:
+async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500) -> int:
     """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
     the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
     an outcome twice counts it once, and an entry leaves the outbox only after it was applied.

@@ -6,7 +6,7 @@ makes its queues."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from .._model.convert import ArgsDecoder
     from .._model.hooks import EnqueueEvent
     from .queue import Queue
-    from .sharded import ShardedQueue
 
 T = TypeVar("T")
 
@@ -93,10 +92,7 @@ class QueueOwner(Protocol):
     def result_waiter(self) -> ResultWaiting: ...
     @property
     def max_payload_bytes(self) -> int: ...
-    @overload
     def queue(self, name: str | None = None) -> Queue: ...
-    @overload
-    def queue(self, name: str | None = None, *, shards: int) -> ShardedQueue: ...
 
 
 __all__ = ["EnqueueHooks", "OwnedTask", "QueueOwner", "ResultWaiting", "RetryDelay"]

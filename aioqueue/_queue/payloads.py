@@ -15,7 +15,7 @@ from .._model.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .._store.scriptreads import QueueReads
-    from .queue import Queue
+    from .core import QueueCore
 
 
 async def drop_orphans(
@@ -45,7 +45,7 @@ async def _gone(scripts: QueueReads, ids: Sequence[str]) -> list[str]:
 
 
 async def sweep_payloads(
-    queue: Queue, limit: int = 10_000, cursor: str = "", grace: float | timedelta = 10.0
+    queue: QueueCore, limit: int = 10_000, cursor: str = "", grace: float | timedelta = 10.0
 ) -> tuple[int, str]:
     """Delete the payload blobs of ``queue`` whose job is gone (deleted by retention inside
     Redis, or purged in bulk), looking at up to ``limit`` store keys from ``cursor``. A blob

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from .._model.checks import check_int, lease_ms, to_ms, to_seconds
 from .._model.codec import Unrunnable
@@ -20,12 +20,8 @@ from .._model.handle import HandleFields, dump_handle, load_handle
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import Claimed
 from .._store.loader import FailMode, Outcome
-from .._store.scripts import QueueScripts
+from .core import QueueCore
 from .leases import Leases, forward_outbox
-
-if TYPE_CHECKING:
-    from .owner import QueueOwner
-    from .queue import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -83,20 +79,9 @@ class Reservation(_MadeBy):
         return dump_handle(queue.app.codec.signer, fields)
 
 
-class QueuePull:
+class QueuePull(QueueCore):
     """The pull API of ``Queue`` (it inherits it): lease jobs with ``reserve``, then finish
     each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
-
-    name: str
-    app: QueueOwner
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
-
-    @property
-    def _leases(self) -> Leases:
-        raise NotImplementedError
 
     async def reserve(
         self,
@@ -228,7 +213,7 @@ class QueuePull:
         outcome.check(reservation.id)
         if outcome is Outcome.FORWARD:  # its batch lives on another queue: hand it over now
             try:
-                await forward_outbox(cast("Queue", self))  # a QueuePull is a Queue
+                await forward_outbox(self)
             except Exception as exc:  # the job completed; a worker's or reap's turn forwards it
                 logger.warning(
                     "job %s completed; forwarding its batch outcome failed: %r", reservation.id, exc

@@ -152,6 +152,7 @@ _FAIL_SIGNAL: Final = {FailMode.DEAD: -1, FailMode.CANCELLED: -2}
 #: part uses only parts before it (its header says which).
 LIB: Final = (
     "core",
+    "trends",
     "events",
     "lanes",
     "limiters",
@@ -208,14 +209,14 @@ SCRIPTS: Final = {
             "core events lanes limiters batches deadletter history maintenance parking workers"
             " leasing",
         ),
-        ("complete", "core events lanes limiters batches acks"),
+        ("complete", "core trends events lanes limiters batches acks"),
         (
             "complete_claim",
-            "core events lanes limiters batches deadletter history acks maintenance parking workers"
-            " leasing",
+            "core trends events lanes limiters batches deadletter history acks maintenance parking"
+            " workers leasing",
         ),
-        ("fail", "core events lanes limiters batches deadletter history acks"),
-        ("release", "core events lanes limiters batches deadletter history acks"),
+        ("fail", "core trends events lanes limiters batches deadletter history acks"),
+        ("release", "core trends events lanes limiters batches deadletter history acks"),
         ("extend", "core"),
         ("limit", "core events lanes limiters"),
         ("watch", "core"),
@@ -225,7 +226,8 @@ SCRIPTS: Final = {
         ),
         (
             "beat",
-            "core events lanes limiters batches deadletter history maintenance parking workers",
+            "core trends events lanes limiters batches deadletter history maintenance parking"
+            " workers",
         ),
         ("configure", "core events lanes"),
         ("batch", "core events lanes batches"),
