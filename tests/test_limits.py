@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError
+from aioqueue._app.limiters import limits_of_job
 
 from .support.server import server_ms
 from .support.waiting import wait_until
@@ -55,6 +56,12 @@ async def test_a_job_a_limit_does_not_admit_waits_aside_uncharged_and_the_claim_
     for r in got:
         await q.complete(r)
     assert await q.reserve(10) == []  # completing does not free a rate
+    # why it waits, as `why` and the dashboard can tell it: its limits, read from its record
+    options = json.loads(await redis.hget(q._keys.job(second.id), "o") or b"{}")
+    assert limits_of_job(options) == [("slow", "ann")]
+    assert limits_of_job({"lim": "garbage"}) == []
+    async with App(app.url, prefix=app.prefix) as reader:  # declares no limiter: a pure read
+        assert (await reader.limiter_state("slow", "ann")).waiting == 1
 
 
 async def test_a_job_needing_two_limits_starts_only_when_both_admit_and_is_charged_once(

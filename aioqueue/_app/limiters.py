@@ -175,6 +175,19 @@ def declared(app: App, name: str) -> Limiter:
     return lim
 
 
+def limits_of_job(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (limiter, key) pairs a job needs, from its options (its record's ``o``, decoded):
+    what ``limiter_state`` takes, to tell why a queued job waits. Garbage: none."""
+    entries = options.get("lim", {}).get("l") if isinstance(options.get("lim"), dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [
+        (e[0], e[1])
+        for e in entries
+        if isinstance(e, list) and len(e) >= 2 and isinstance(e[0], str) and isinstance(e[1], str)
+    ]
+
+
 def check_task_limits(names: Sequence[str]) -> tuple[str, ...]:
     if isinstance(names, str) or len(names) > MAX_JOB_LIMITS or len(set(names)) != len(names):
         raise ConfigurationError(
@@ -283,9 +296,9 @@ class LimiterDecorators:
     async def limiter_state(
         self, name: str, key: object = "", *, queue: str | None = None
     ) -> LimiterState:
-        """What limit ``name`` (its key ``key``) holds now: see ``LimiterState``."""
+        """What limit ``name`` (its key ``key``) holds now: see ``LimiterState``. A pure read:
+        the limiter need not be declared in this App (``why``, the dashboard)."""
         app = cast("App", self)
-        declared(app, name)
         queue = queue or app.default_queue
         k = key_text(key)
         cfg = limiter_settings(limiter_base(app, queue), name)
