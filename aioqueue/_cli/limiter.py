@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from .._app.app import App
-from .._app.limiters import LimiterState
+from .._app.limiters import LimiterState, declared
 from .._model.exceptions import AioQueueError
 from .admin import server_args
 from .format import echo, emit_json, error
@@ -77,6 +77,7 @@ def limit_command(args: argparse.Namespace) -> int:
 
 
 async def _limit(app: App, args: argparse.Namespace) -> LimiterState:
+    declared(app, args.name)  # the App must declare it (its settings are in code)
     async with app:
         if args.reset or args.rate or args.burst is not None or args.concurrency is not None:
             await app.set_limit(

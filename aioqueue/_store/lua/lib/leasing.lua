@@ -15,8 +15,8 @@
 -- grate_ms)
 local function queue_terms(want, now)
   local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
-    'grate_ms')
-  local qt = {paused = q[1], rate_wake = -1,
+    'grate_ms', 'lw')
+  local qt = {paused = q[1], rate_wake = -1, lw = q[7],
     glimit = count_of(q[4] or ''), grate_n = count_of(q[5] or ''), grate_ms = count_of(q[6] or '')}
   if q[1] then want = 0 end
   local rn, rms = count_of(q[2] or ''), count_of(q[3] or '')
@@ -372,10 +372,11 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   if not handing then
     bury_dead(now, dead_ttl, 1)
     recover(now, 100, dead_ttl)
-    promote(now, math.max(want, 100))
+    promote(now, math.max(want, 100), false)
   end
   local qt
   want, qt = queue_terms(want, now)
+  if qt.lw then release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local out = {now, -1}
   local zargs = {}
   local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
@@ -395,7 +396,7 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   -- consumer's blocking wait would return at once and spin
   if not qt.paused and qt.rate_wake < 0 and has_ready() then wake() end
   if taken < asked and not handing then
-    local nw = next_wake()
+    local nw = next_wake(qt.lw)
     if qt.rate_wake >= 0 and (nw < 0 or qt.rate_wake < nw) then nw = qt.rate_wake end
     out[2] = nw
   end

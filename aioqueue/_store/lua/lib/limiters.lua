@@ -216,6 +216,11 @@ local function limits_check(id, o, now, memo)
     local at = closed_until(l, now)
     if at then
       memo.closed[l.st] = true
+      if not memo.flagged then
+        -- jobs wait aside in this queue: its claims look at lwait (see release_held)
+        call('HSET', K_QCONF, 'lw', 1)
+        memo.flagged = true
+      end
       -- it waits on state key st until at (server ms)
       call('RPUSH', BASE .. 'lw:' .. l.st, id)
       call('ZADD', K_LWAIT, 'LT', math.ceil(at), l.st)
@@ -302,7 +307,9 @@ local function release_one(st, now)
 end
 
 -- waiting jobs whose limits may admit them now go back to their lanes (release_one for
--- each limit key due, at most 100 a call). Returns how many went back
+-- each limit key due, at most 100 a call). A claim calls it only while qconf's lw is set
+-- (jobs wait aside: set when one starts waiting, dropped here once none does), so plain
+-- queues pay nothing for it; reap calls it in any case. Returns how many went back
 local function release_held(now)
   local due = call('ZRANGEBYSCORE', K_LWAIT, '-inf', now, 'LIMIT', 0, 100)
   local moved = 0
@@ -317,5 +324,6 @@ local function release_held(now)
       call('DEL', BASE .. 'lw:' .. st)
     end
   end
+  if call('ZCARD', K_LWAIT) == 0 then call('HDEL', K_QCONF, 'lw') end
   return moved
 end

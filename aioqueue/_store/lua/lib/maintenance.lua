@@ -111,9 +111,10 @@ end
 
 -- make delayed jobs that are due runnable, groups whose rate window passed servable again,
 -- and jobs whose limits may admit them now go back to their lanes (release_held)
-local function promote(now, limit)
+-- (held false: the caller releases the held jobs itself, see do_claim)
+local function promote(now, limit, held)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
-  release_held(now)
+  if held ~= false then release_held(now) end
   local groups = call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
   if #groups > 0 then
     call('ZREM', K_GWAIT, unpack(groups))
@@ -137,9 +138,10 @@ end
 -- the earliest instant at which a consumer that found nothing should look again: the next
 -- due delayed job, lease to run out, rate window to open or limit to admit a waiting job; -1
 -- when there is none
-local function next_wake()
+-- (lw: jobs wait aside on limits in this queue, see release_held)
+local function next_wake(lw)
   local best = -1
-  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT, K_LWAIT}) do
+  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT, lw and K_LWAIT or K_GWAIT}) do
     local s = call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if s[2] and (best < 0 or tonumber(s[2]) < best) then best = tonumber(s[2]) end
   end
