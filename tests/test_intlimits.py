@@ -396,6 +396,30 @@ async def test_a_jobs_attempts_at_a_limit_restart_and_the_job_runs(
         await check_invariants(redis, k)
 
 
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """The number lib/deps reads from a dependent's record (dt, the retention of its
+    cancelled end) at a limit: the dependent is cancelled when its dependency fails and kept
+    (a garbage retention is none: kept for good); nothing stops midway."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        dep = await q.enqueue("echo", kwargs={"x": 1})
+        waiting = await app.tasks["echo"].options(depends_on=[dep]).enqueue(x=2)
+        await redis.hset(k.job(waiting.id), "dt", value)
+        (r,) = await reserve_all(app, 1)
+        await q.fail(r, "for good", retry=False)
+        info = await waiting.info()
+        assert info.state.value == "cancelled"
+        assert info.error is not None
+        assert info.error.type == "DependencyFailed"
+        ttl = await redis.pttl(k.job(waiting.id))
+        assert ttl == -1 or ttl > 0  # kept: for good, or for a sane retention
+        await check_invariants(redis, k)
+
+
 # ---------------------------------------------------------------------- named limiters
 #: where a limiter keeps numbers (docs/data-model.md): its key's state, its start log, its
 #: run-time settings; (key under the limiter base, field or None for a list entry)

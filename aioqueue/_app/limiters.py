@@ -15,13 +15,14 @@ import json
 import math
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .._model.checks import check_name
 from .._model.exceptions import ConfigurationError
 from .._model.keys import QueueKeys, limiter_settings, limiter_state, queues_registry
+from .._model.record import JobOptions
 from .._store.cluster import is_cluster, server_time
 from .._store.loader import SCRIPTS, evalsha
 
@@ -151,21 +152,25 @@ def state_key(app: App, name: str, key: str, queue: str | None) -> str:
     return limiter_state(limiter_base(app, queue or app.default_queue), name, key)
 
 
-def bind_limits(
-    app: App, names: Sequence[str], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> tuple[tuple[str, str], ...]:
-    """The (limiter, key) pairs a job with these arguments needs."""
+def bind_limits(task: Any, opts: JobOptions, args: tuple[Any, ...], kwargs: Any) -> JobOptions:
+    """``opts`` with the (limiter, key) pairs a job of ``task`` with these arguments needs
+    (unchanged when the task needs none, or ``opts`` has them already)."""
+    if not task.limits or opts.limits:
+        return opts
     out = []
-    for name in names:
-        lim = declared(app, name)
+    for name in task.limits:
+        lim = declared(task.app, name)
         out.append((name, "" if lim.key is None else key_text(lim.key(*args, **kwargs))))
-    return tuple(out)
+    return replace(opts, limits=tuple(out))
 
 
 def limit_option(app: App, queue: str, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """The job option ``lim`` for these (limiter, key) pairs on ``queue``."""
+    """The job options for these (limiter, key) pairs on ``queue``: ``{"lim": ...}``, or
+    none without pairs."""
+    if not pairs:
+        return {}
     entries = [declared(app, name).entry(key) for name, key in pairs]
-    return {"b": limiter_base(app, queue), "l": entries}
+    return {"lim": {"b": limiter_base(app, queue), "l": entries}}
 
 
 def declared(app: App, name: str) -> Limiter:
@@ -214,7 +219,7 @@ class Held:
 
     def _option(self) -> str:
         pairs = [(n, self.key) for n in self.names]
-        return json.dumps({"lim": limit_option(self.app, self.queue, pairs)})
+        return json.dumps(limit_option(self.app, self.queue, pairs))
 
     async def __aenter__(self) -> None:
         option = self._option()

@@ -7,7 +7,7 @@ import inspect
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -27,6 +27,7 @@ from .._model.convert import ArgsDecoder, Convert, task_types
 from .._model.exceptions import ConfigurationError
 from .._model.job import Job
 from .._model.record import JobOptions, JobRecord, Template
+from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 from .batch import Call
@@ -205,6 +206,8 @@ class Task(Generic[P, R]):
         unique_for: float | timedelta | None = None,
         unique_scope: UniqueScope | None = None,
         on_conflict: OnConflict | None = None,
+        depends_on: Iterable[Job[Any] | str] | None = None,
+        on_dependency_failure: DependencyPolicy | None = None,
     ) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
 
@@ -233,6 +236,8 @@ class Task(Generic[P, R]):
                 returns that job; ``"replace"`` gives it this call's arguments while it
                 still waits; ``"debounce"`` also pushes its due time to this call's delay
                 from now (needs ``delay=`` or ``at=``).
+            depends_on: jobs (or ids on its queue) to wait for (docs/workflows.md).
+            on_dependency_failure: ``"cancel"`` (default), ``"run"`` or ``"fail"`` (same).
         """
         opts = JobOptions(
             delay=to_seconds(delay, "delay"),
@@ -253,6 +258,8 @@ class Task(Generic[P, R]):
                 on_conflict,
                 delay is not None or at is not None,
             ),
+            depends_on=dependency_refs(depends_on),
+            on_dependency_failure=check_policy(on_dependency_failure),
         )
         if opts.delay is not None and opts.at is not None:
             raise ConfigurationError("give delay= or at=, not both")
@@ -295,6 +302,11 @@ class Task(Generic[P, R]):
         if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
             opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
+        if opts.depends_on:
+            record = self._record(opts, args, kwargs, queue.name)
+            conv = self.result_converter
+            job: Job[R] = await enqueue_dependent(self.app, queue.name, record, opts, conv)
+            return job
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)
@@ -372,6 +384,11 @@ class Task(Generic[P, R]):
             pairs.append(dump(queue, job_id, name, args, kwargs, options))
         return pairs
 
+    def record_of(self, call: Call[R], queue: str, job_id: str) -> JobRecord:
+        """The record ``call`` (of this task) is stored as, on ``queue`` with id ``job_id``
+        (a workflow's steps are stored by ``lua/deps.lua``, not by ``enqueue``)."""
+        return self._record(call.opts, call.args, call.kwargs, queue, None, job_id)
+
     def _record(
         self,
         opts: JobOptions,
@@ -385,8 +402,7 @@ class Task(Generic[P, R]):
         (and ``template``, when the caller changed the one ``opts`` give: the payload is
         signed together with the template's options); ``job_id`` when the caller chose it."""
         job_id = job_id or opts.job_id or new_job_id()
-        if self.limits and not opts.limits:  # its limit keys, from its arguments
-            opts = replace(opts, limits=bind_limits(self.app, self.limits, args, kwargs))
+        opts = bind_limits(self, opts, args, kwargs)  # its limit keys, from its arguments
         template = template or self._template(opts)
         payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
         return JobRecord(job_id, payload, template)
@@ -415,8 +431,7 @@ class Task(Generic[P, R]):
         if opts.expires is not None:
             key, value = expiry_option(opts.expires)
             extra[key] = value
-        if opts.limits:
-            extra["lim"] = limit_option(self.app, opts.queue or self.queue, opts.limits)
+        extra |= limit_option(self.app, opts.queue or self.queue, opts.limits)
         return Template(
             self.name,
             opts.max_attempts or self.max_attempts,
@@ -469,24 +484,9 @@ class BoundTask(Generic[P, R]):
     ) -> list[Job[R]]:
         """Enqueue many jobs with the bound options in one round trip (``job_id`` is not
         allowed here: each job gets its own id)."""
-        if self.opts.job_id is not None:
-            raise ConfigurationError("job_id= names one job; it cannot be used with enqueue_many")
+        if self.opts.job_id is not None or self.opts.depends_on:
+            raise ConfigurationError("job_id= and depends_on= name one job: use enqueue()")
         return await self.task._enqueue_many(self.opts, calls)
-
-
-def retention_seconds(
-    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
-) -> float | None:
-    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
-    if keep_result is None:
-        return to_seconds(result_ttl, "result_ttl")
-    if result_ttl is not None:
-        raise ConfigurationError("give keep_result= or result_ttl=, not both")
-    if keep_result is True:
-        return -1.0
-    if keep_result is False:
-        return 0.0
-    return to_seconds(keep_result, "keep_result")
 
 
 def check_backoff(backoff: object) -> Backoff | None:

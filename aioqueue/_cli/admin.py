@@ -32,6 +32,7 @@ from .show import job as show_job
 from .show import jobs as show_jobs
 from .show import queue_of
 from .show import workers as show_workers
+from .workflow import show_workflow
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 STATES = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
@@ -193,6 +194,8 @@ def add_commands(sub: Any) -> None:
     _paging(p, order="--oldest-first")
     p = command("job", "everything stored about one job", show_job)
     p.add_argument("id", metavar="ID")
+    command("workflow", "a workflow's steps as a tree, with their states", show_workflow)
+    sub.choices["workflow"].add_argument("id", metavar="ID", help="the workflow's id (wf-...)")
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
     p = command("purge", "delete jobs that are not running (asks first)", _purge)
     p.add_argument("ids", nargs="*", metavar="ID", help="job ids to delete")

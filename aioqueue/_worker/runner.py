@@ -19,6 +19,7 @@ from .._app.hooks import run_through
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, RateLimited, Retry
+from .._queue.deps import Parked
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -39,6 +40,8 @@ class Failure:
     retry_ms: int | None = None
     #: no task of that name here (the pool may hand the job back for a worker that has it)
     unknown_task: bool = False
+    #: not a failure: the job parked itself (``wait_for_children``); nothing to record
+    parked: bool = False
 
 
 class Runner:
@@ -92,7 +95,7 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
         _current.set(job)
         try:
             if batch is not None and opts.get("chain"):
@@ -130,6 +133,8 @@ class Runner:
             return Failure(r, int((r.retry_after or 0.0) * 1000))
         except Retry as r:
             return _retry(task, c, r)
+        except Parked as p:  # the park script gave the lease back
+            return Failure(p, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:

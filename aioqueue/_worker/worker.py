@@ -139,8 +139,7 @@ class Worker(WorkerLoops):
         self._stop = asyncio.Event()
         self._force = False
         self._forced = asyncio.Event()
-        self._stopping = False
-        self._finished = False
+        self._stopping = self._finished = False
         self._main: asyncio.Task[None] | None = None
         #: objects the startup hooks share with the tasks (``current_job().state``)
         self.state = State()
@@ -416,6 +415,8 @@ class Worker(WorkerLoops):
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
+            if outcome.parked:  # wait_for_children gave the lease back: nothing to record
+                return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)
             else:

@@ -27,7 +27,7 @@ local now = now_ms()
 call('ZREM', K_ACTIVE, id)
 unhold(r[7], id)
 release_slot(r[6])
-if r[11] then limits_done(r[11], jk) end
+if r[11] then LIM.limits_done(r[11], jk) end
 if delay == -2 then
   end_attempt(jk, r[3], r[7], 'cancelled', err, now)
   unlock(id, r[9])

@@ -9,15 +9,15 @@
 local now = now_ms()
 local who = 'code:' .. ARGV[4]
 if ARGV[2] == 'release' then
-  limits_done(ARGV[3], who)
+  LIM.limits_done(ARGV[3], who)
   return 0
 end
-local lims = job_limits(ARGV[3], {})
+local lims = LIM.job_limits(ARGV[3], {})
 if not lims then error('aioqueue: limits cannot be read', 0) end
 for _, l in ipairs(lims) do
-  local at, why = closed_until(l, now)
+  local at, why = LIM.closed_until(l, now)
   if why == 'conc' then return 25 end
   if at then return math.max(1, math.ceil(at - now)) end
 end
-limits_charge(lims, who, now + tonumber(ARGV[5]), now)
+LIM.limits_charge(lims, who, now + tonumber(ARGV[5]), now)
 return 0

@@ -38,8 +38,8 @@ for i = 0, n - 1 do
     call('HSET', jk, 'rl', tok)
     release_slot(r[4])
     if r[9] then
-      limits_done(r[9], jk)
-      if backoff then limits_backoff(r[9], now, delay) end
+      LIM.limits_done(r[9], jk)
+      if backoff then LIM.limits_backoff(r[9], now, delay) end
     end
     if refund then
       a = math.max(a - 1, 0)

@@ -47,7 +47,7 @@ local function do_complete(first, n, now)
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'o')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'dd', 'o')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -70,12 +70,12 @@ local function do_complete(first, n, now)
       if not per_task[t] then tasks[#tasks + 1] = t; per_task[t] = 0 end
       per_task[t] = per_task[t] + 1
       unlock(id, r[7])
-      if r[10] then limits_done(r[10], jk, true) end
+      if r[11] then LIM.limits_done(r[11], jk, true) end
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
       if r[4] then announce(jk, id) end
       local code = 1
-      if r[5] and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
+      if (r[5] or r[10]) and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
       if ttl == 0 then
         call('DEL', jk)
       else

@@ -133,9 +133,9 @@ end
 -- may queued job id (options o) start now, by its limits (lib/limiters)? When it may, the
 -- limits to charge once it is leased go in h.lims; when not, it waits aside, or it is
 -- dead-lettered (Garbled) when its limits cannot be read
-local function limits_admit(id, jk, o, now, dead_ttl, h)
+function LIM.limits_admit(id, jk, o, now, dead_ttl, h)
   h.memo = h.memo or {cfg = {}, closed = {}}
-  local lims = limits_check(id, o, now, h.memo)
+  local lims = LIM.limits_check(id, o, now, h.memo)
   if lims == 'garbled' then
     to_dead(id, jk, now, cjson.encode({type = 'Garbled', message = 'its limits cannot be read'}),
       dead_ttl)
@@ -168,7 +168,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       unlock(id, r[7])  -- expired: recorded, not leased
-    elseif r[1] == 'queued' and r[5] and not limits_admit(id, jk, r[5], now, dead_ttl, h) then
+    elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
       -- not leased: it waits for its limits (lib/limiters), or they were garbage
     elseif r[1] == 'queued' then
       seq = seq + 1
@@ -190,7 +190,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
         call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'st', now)
       end
       if h.lims then
-        limits_charge(h.lims, jk, tok, now)
+        LIM.limits_charge(h.lims, jk, tok, now)
         h.lims = nil
       end
       emit_add('started', id, r[3], a, h.wid)
@@ -376,7 +376,7 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   end
   local qt
   want, qt = queue_terms(want, now)
-  if qt.lw then release_held(now) end  -- jobs wait aside on limits (lib/limiters)
+  if qt.lw then LIM.release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local out = {now, -1}
   local zargs = {}
   local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)

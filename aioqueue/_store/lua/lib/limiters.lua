@@ -37,7 +37,7 @@
 -- looked at again every CONC_RECHECK_MS; RELEASE_MAX waiting jobs at most go back to their
 -- lanes per limit key and turn; MAX_HOLDERS holders at most per concurrency limit; AIMD (see
 -- limits_backoff)
-local LIMC = {MAX_JOB_LIMITS = 8, MAX_LOG = 1000, CONC_RECHECK_MS = 1000, RELEASE_MAX = 100,
+local LIM = {MAX_JOB_LIMITS = 8, MAX_LOG = 1000, CONC_RECHECK_MS = 1000, RELEASE_MAX = 100,
   MAX_HOLDERS = 1000, AIMD_MIN = 1 / 64, AIMD_STEP = 0.1, DECREASE_GAP_MS = 100,
   MAX_PAUSE_MS = 3600000}
 local LIM_SHARED = string.sub(BASE, 1, (string.find(BASE, '{', 1, true) or 1) - 1)
@@ -45,7 +45,7 @@ local K_LWAIT = BASE .. 'lwait'
 
 -- a limit's setting (a count of starts, ms, a burst, a concurrency): a whole number in
 -- 1..(max or 1e12), else nil (garbage, or none)
-local function lim_count(v, max)
+function LIM.lim_count(v, max)
   local n = tonumber(v)
   if not n or n ~= n or n <= 0 or n ~= math.floor(n) or n > (max or 1e12) then return nil end
   return n
@@ -54,18 +54,18 @@ end
 -- keys under LIM_SHARED may be used here: always on one server; on a Cluster only when they
 -- share this queue's slot (the server refuses the others, an error pcall catches), which the
 -- Python side never asks for (it uses BASE there): planted limits are garbage, not an error
-local function local_keys(...)
+function LIM.local_keys(...)
   return type(redis.pcall('EXISTS', K_LWAIT, ...)) == 'number'
 end
 
 -- the limits of a job from its options o: nil none, false garbage, else a list of
 -- {st (state key), T, tau, c (concurrency or nil)}; cfg caches the run-time settings read
-local function job_limits(o, cfg)
+function LIM.job_limits(o, cfg)
   if not o or not string.find(o, '"lim"', 1, true) then return nil end
   local ok, v = pcall(cjson.decode, o)
   if not ok or type(v) ~= 'table' or type(v.lim) ~= 'table' then return false end
   local b, l = v.lim.b, v.lim.l
-  if (b ~= BASE and b ~= LIM_SHARED) or type(l) ~= 'table' or #l > LIMC.MAX_JOB_LIMITS then
+  if (b ~= BASE and b ~= LIM_SHARED) or type(l) ~= 'table' or #l > LIM.MAX_JOB_LIMITS then
     return false
   end
   local out = {}
@@ -73,23 +73,23 @@ local function job_limits(o, cfg)
     if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string'
       or #e[1] > 200 or #e[2] > 200 then return false end
     local ck = b .. 'lim:' .. e[1]
-    if b ~= BASE and not local_keys(ck) then return false end
+    if b ~= BASE and not LIM.local_keys(ck) then return false end
     local s = cfg and cfg[ck]
     if not s then
       s = call('HMGET', ck, 'n', 'ms', 'burst', 'conc')
       if cfg then cfg[ck] = s end
     end
     -- each setting: the run-time one, else the job's (as declared), unless garbage
-    local n = lim_count(s[1]) or lim_count(e[3])
-    local ms = lim_count(s[2]) or lim_count(e[4])
-    local burst = lim_count(s[3]) or lim_count(e[5]) or 1
+    local n = LIM.lim_count(s[1]) or LIM.lim_count(e[3])
+    local ms = LIM.lim_count(s[2]) or LIM.lim_count(e[4])
+    local burst = LIM.lim_count(s[3]) or LIM.lim_count(e[5]) or 1
     local T = nil
     if n and ms then T = ms / n end
-    local c = lim_count(s[4], LIMC.MAX_HOLDERS) or lim_count(e[6], LIMC.MAX_HOLDERS)
+    local c = LIM.lim_count(s[4], LIM.MAX_HOLDERS) or LIM.lim_count(e[6], LIM.MAX_HOLDERS)
     local st = b .. 'lim:{' .. e[1] .. ':' .. e[2] .. '}'
-    if b ~= BASE and not local_keys(st, ck) then return false end
+    if b ~= BASE and not LIM.local_keys(st, ck) then return false end
     out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c}
-    if T and n <= LIMC.MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
+    if T and n <= LIM.MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
     if T then out[i].n0 = n end
   end
   return out
@@ -99,9 +99,9 @@ end
 -- ones found are dropped); returns how many hold it. A holders hash over MAX_HOLDERS entries
 -- is garbage (a limit's concurrency is at most that): it is dropped, counted again from
 -- the leases made after
-local function live_holders(hk, now)
+function LIM.live_holders(hk, now)
   local n = call('HLEN', hk)
-  if n > LIMC.MAX_HOLDERS then
+  if n > LIM.MAX_HOLDERS then
     call('DEL', hk)
     return 0
   end
@@ -127,24 +127,24 @@ end
 -- rate climbs back by AIMD_STEP of the declared rate per period, up to it (f 1, not stored)
 
 -- a factor as stored: within AIMD_MIN..1, anything else (garbage, absent) 1
-local function aimd_factor(v)
+function LIM.aimd_factor(v)
   local f = num(v, 1)
-  if f > 1 or f < LIMC.AIMD_MIN then return 1 end
+  if f > 1 or f < LIM.AIMD_MIN then return 1 end
   return f
 end
 
 -- job (options o) raised RateLimited: back off its rate limits for every worker, and start
 -- none of their jobs for pause ms
-local function limits_backoff(o, now, pause)
-  local lims = job_limits(o, nil)
+function LIM.limits_backoff(o, now, pause)
+  local lims = LIM.job_limits(o, nil)
   if not lims then return end
-  pause = math.min(math.max(pause, 0), LIMC.MAX_PAUSE_MS)
+  pause = math.min(math.max(pause, 0), LIM.MAX_PAUSE_MS)
   for _, l in ipairs(lims) do
     if l.T then
       local s = call('HMGET', l.st, 'tat', 'f', 'fd')
-      local f = aimd_factor(s[2])
-      if now - num(s[3], 0) >= LIMC.DECREASE_GAP_MS or num(s[3], 0) > now then
-        f = math.max(f / 2, LIMC.AIMD_MIN)
+      local f = LIM.aimd_factor(s[2])
+      if now - num(s[3], 0) >= LIM.DECREASE_GAP_MS or num(s[3], 0) > now then
+        f = math.max(f / 2, LIM.AIMD_MIN)
       end
       local tat = math.max(num(s[1], now), now + pause)
       if tat > now + pause + l.tau / f + l.T / f + 1 then tat = now + pause end
@@ -156,13 +156,13 @@ local function limits_backoff(o, now, pause)
 end
 
 -- a job needing these limits succeeded: their factors climb back (see above)
-local function limits_climb(lims)
+function LIM.limits_climb(lims)
   for _, l in ipairs(lims) do
     if l.T and l.n0 then
       local f = call('HGET', l.st, 'f')
       if f then
-        f = aimd_factor(f)
-        f = f + LIMC.AIMD_STEP / (f * l.n0)
+        f = LIM.aimd_factor(f)
+        f = f + LIM.AIMD_STEP / (f * l.n0)
         if f >= 1 then call('HDEL', l.st, 'f') else call('HSET', l.st, 'f', f) end
       end
     end
@@ -171,17 +171,17 @@ end
 
 -- until when limit l (of job_limits) admits nothing (server ms), and whether by its rate
 -- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
-local function closed_until(l, now)
+function LIM.closed_until(l, now)
   if l.T then
     local s = call('HMGET', l.st, 'tat', 'f')
     -- adaptive backoff: the rate is the declared one times f (see limits_backoff)
-    local f = aimd_factor(s[2])
+    local f = LIM.aimd_factor(s[2])
     if f < 1 then
       l.T, l.tau, l.f = l.T / f, l.tau / f, f
     end
     local tat = num(s[1], now)
     -- nothing moves tat further than a pause of MAX_PAUSE_MS ahead: beyond that it is garbage
-    if tat > now + l.tau + l.T + LIMC.MAX_PAUSE_MS then tat = now end
+    if tat > now + l.tau + l.T + LIM.MAX_PAUSE_MS then tat = now end
     if tat - now > l.tau then return tat - l.tau, 'rate' end
     -- a start later than its turn keeps up to half a turn of its lateness (see above)
     l.tat = math.max(tat, now - l.T / 2)
@@ -192,8 +192,8 @@ local function closed_until(l, now)
       if nth and nth > now - l.ms and nth <= now then return nth + l.ms, 'rate' end
     end
   end
-  if l.c and call('HLEN', l.st .. ':h') >= l.c and live_holders(l.st .. ':h', now) >= l.c then
-    return now + LIMC.CONC_RECHECK_MS, 'conc'
+  if l.c and call('HLEN', l.st .. ':h') >= l.c and LIM.live_holders(l.st .. ':h', now) >= l.c then
+    return now + LIM.CONC_RECHECK_MS, 'conc'
   end
   return nil
 end
@@ -202,8 +202,8 @@ end
 -- waits aside); 'garbled': its limits cannot be read (the caller dead-letters it); else its limits, for
 -- limits_charge once it is leased. memo (per claim): run-time settings read, and the state
 -- keys already found closed in this claim (their later jobs wait at once)
-local function limits_check(id, o, now, memo)
-  local lims = job_limits(o, memo.cfg)
+function LIM.limits_check(id, o, now, memo)
+  local lims = LIM.job_limits(o, memo.cfg)
   if lims == nil then return nil end
   if lims == false then return 'garbled' end
   for _, l in ipairs(lims) do
@@ -213,7 +213,7 @@ local function limits_check(id, o, now, memo)
     end
   end
   for _, l in ipairs(lims) do
-    local at = closed_until(l, now)
+    local at = LIM.closed_until(l, now)
     if at then
       memo.closed[l.st] = true
       if not memo.flagged then
@@ -232,7 +232,7 @@ end
 
 -- charge job jk (leased with token tok) to the limits limits_check admitted it by (or code
 -- holding them: jk 'code:<id>', tok its deadline)
-local function limits_charge(lims, jk, tok, now)
+function LIM.limits_charge(lims, jk, tok, now)
   for _, l in ipairs(lims) do
     local f = {'c', l.c or 0}
     local next_at = nil
@@ -261,7 +261,7 @@ local function limits_charge(lims, jk, tok, now)
 end
 
 -- put up to k jobs waiting on state key st back at the front of their lanes, in their order
-local function wake_held(st, k)
+function LIM.wake_held(st, k)
   local ids = call('LPOP', BASE .. 'lw:' .. st, k)
   if not ids then return 0 end
   for i = #ids, 1, -1 do
@@ -274,32 +274,32 @@ end
 -- job jk (options o; or code 'code:<id>', see limit.lua) is no longer active: free its
 -- concurrency slots, and a job of this queue waiting on one may go; ok: it succeeded (its
 -- rate limits climb back, see limits_backoff)
-local function limits_done(o, jk, ok)
-  local lims = job_limits(o, nil)
+function LIM.limits_done(o, jk, ok)
+  local lims = LIM.job_limits(o, nil)
   if not lims then return end
-  if ok then limits_climb(lims) end
+  if ok then LIM.limits_climb(lims) end
   for _, l in ipairs(lims) do
-    if l.c and call('HDEL', l.st .. ':h', jk) == 1 then wake_held(l.st, 1) end
+    if l.c and call('HDEL', l.st .. ':h', jk) == 1 then LIM.wake_held(l.st, 1) end
   end
 end
 
 -- put back in their lanes as many of the jobs waiting on state key st as its rate would
 -- admit now (or its free slots); the rest are looked at again when the next of them may go.
 -- Returns how many went back
-local function release_one(st, now)
+function LIM.release_one(st, now)
   local s = call('HMGET', st, 'tat', 'T', 'tau', 'c')
   local T, tau = tonumber(s[2]), num(s[3], 0)
   if not T or T ~= T or T <= 0 or T > 1e12 then T = nil end
   local k = 1
   if T then
     k = math.floor((now + tau - math.max(num(s[1], now), now)) / T) + 1
-  elseif lim_count(s[4]) then
-    k = lim_count(s[4]) - call('HLEN', st .. ':h')
+  elseif LIM.lim_count(s[4]) then
+    k = LIM.lim_count(s[4]) - call('HLEN', st .. ':h')
   end
-  k = math.max(1, math.min(LIMC.RELEASE_MAX, k))
-  local moved = wake_held(st, k)
+  k = math.max(1, math.min(LIM.RELEASE_MAX, k))
+  local moved = LIM.wake_held(st, k)
   if call('EXISTS', BASE .. 'lw:' .. st) == 1 then
-    call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or LIMC.CONC_RECHECK_MS))), st)
+    call('ZADD', K_LWAIT, now + math.max(1, math.ceil(k * (T or LIM.CONC_RECHECK_MS))), st)
   else
     call('ZREM', K_LWAIT, st)
   end
@@ -310,14 +310,14 @@ end
 -- each limit key due, at most 100 a call). A claim calls it only while qconf's lw is set
 -- (jobs wait aside: set when one starts waiting, dropped here once none does), so plain
 -- queues pay nothing for it; reap calls it in any case. Returns how many went back
-local function release_held(now)
+function LIM.release_held(now)
   local due = call('ZRANGEBYSCORE', K_LWAIT, '-inf', now, 'LIMIT', 0, 100)
   local moved = 0
   for _, st in ipairs(due) do
     -- (a member that names a limit key this queue may use)
     if string.sub(st, 1, #BASE + 5) == BASE .. 'lim:{' or (string.sub(st, 1, #LIM_SHARED + 5)
-      == LIM_SHARED .. 'lim:{' and local_keys(st)) then
-      moved = moved + release_one(st, now)
+      == LIM_SHARED .. 'lim:{' and LIM.local_keys(st)) then
+      moved = moved + LIM.release_one(st, now)
     else
       -- planted: not a limit key (its list of waiting ids is dropped: they are no jobs)
       call('ZREM', K_LWAIT, st)

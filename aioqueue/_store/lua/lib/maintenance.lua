@@ -22,7 +22,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
   if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then return 'dead' end
   if r[1] ~= 'active' then return nil end
   unhold(r[7], id)
-  if r[10] then limits_done(r[10], jk) end
+  if r[10] then LIM.limits_done(r[10], jk) end
   if r[6] then why = 'cancelled' end
   end_attempt(jk, r[2], r[7], why, nil, now)
   release_slot(r[5])
@@ -114,7 +114,7 @@ end
 -- (held false: the caller releases the held jobs itself, see do_claim)
 local function promote(now, limit, held)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
-  if held ~= false then release_held(now) end
+  if held ~= false then LIM.release_held(now) end
   local groups = call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
   if #groups > 0 then
     call('ZREM', K_GWAIT, unpack(groups))
