@@ -53,6 +53,7 @@ from ._model.exceptions import LeaseLost as LeaseLost
 from ._model.exceptions import NonRetryable as NonRetryable
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
+from ._model.exceptions import RateLimited as RateLimited
 from ._model.exceptions import ResultTimeout as ResultTimeout
 from ._model.exceptions import Retry as Retry
 from ._model.exceptions import SerializationError as SerializationError
@@ -149,6 +150,7 @@ __all__ = [
     "PayloadTooLarge",
     "PickleSerializer",
     "Queue",
+    "RateLimited",
     "RekeyReport",
     "Reservation",
     "ResultState",

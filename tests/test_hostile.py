@@ -232,6 +232,10 @@ QUEUED_GARBAGE = [
     ("pr", b"abc", "completed"),
     ("pr", b"1e400", "completed"),
     ("g", b"no-such-group", "completed"),
+    # named limits (docs/flow-control.md): unreadable, or aimed at keys outside the prefix
+    ("o", b'{"lim": "x"}', "failed:Garbled"),
+    ("o", b'{"lim": {"b": "elsewhere:", "l": [["a", "k", 1, 1000, 1, 0]]}}', "failed:Garbled"),
+    ("o", b'{"lim": {"b": "", "l": [[1, 2]]}}', "failed:Garbled"),
     ("g", b"\xff\xfe", "completed"),
 ]
 
@@ -1237,7 +1241,7 @@ async def test_a_message_that_is_not_utf8_does_not_stop_the_result_listener(
     async with running(app):
         q = app.queue()
         await still_works(app)  # subscribed
-        waiter = app._results
+        waiter = app.result_waiter
         assert waiter is not None
         listener = waiter._listener
         assert listener is not None

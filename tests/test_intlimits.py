@@ -444,3 +444,42 @@ async def test_a_log_byte_count_or_a_wait_end_at_a_limit_is_garbage_handled(
         assert await job.state() is JobState.ACTIVE  # not parked: the wait counts as over
         await q.complete(r, 1)
         await check_invariants(redis, k)
+
+
+# ---------------------------------------------------------------------- named limiters
+#: where a limiter keeps numbers (docs/data-model.md): its key's state, its start log, its
+#: run-time settings; (key under the limiter base, field or None for a list entry)
+LIMITER_FIELDS = {
+    "tat": ("lim:{api:}", "tat"),
+    "factor": ("lim:{api:}", "f"),
+    "decreased": ("lim:{api:}", "fd"),
+    "log": ("lim:{api:}:log", None),
+    "setting-n": ("lim:api", "n"),
+    "setting-ms": ("lim:api", "ms"),
+    "setting-burst": ("lim:api", "burst"),
+    "setting-conc": ("lim:api", "conc"),
+}
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+@pytest.mark.parametrize("field", list(LIMITER_FIELDS))
+async def test_a_limiters_numbers_at_every_limit_stop_no_job_of_it(
+    redis_url: str, redis: Redis, field: str, value: Any
+) -> None:
+    async with limits_app(redis_url) as app:
+        app.limiter("api", rate=(1000, 1.0), concurrency=5)
+
+        @app.task(name="limited", limits=["api"])
+        async def limited() -> None: ...
+
+        key, name = LIMITER_FIELDS[field]
+        key = f"{app.prefix}:{key}"
+        if name is None:
+            await redis.rpush(key, value)
+        else:
+            await redis.hset(key, name, value)
+        jobs = [await limited.enqueue() for _ in range(2)]
+        got = await reserve_all(app, 2)
+        assert sorted(r.id for r in got) == sorted(j.id for j in jobs)
+        for r in got:
+            await app.queue().complete(r)

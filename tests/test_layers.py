@@ -184,6 +184,7 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_app.batch",
     "_app.context",
     "_app.hooks",
+    "_app.lifecycle",
     "_app.scheddecl",
     "_app.schedules",
     "_app.sync",

@@ -8,28 +8,26 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
 
 from .._model.checks import check_attempts, check_int, check_name, check_prefix, to_seconds
 from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
 from .._model.cron import MissedPolicy
-from .._model.exceptions import ClosedError, ConfigurationError
-from .._model.keys import QueueKeys
+from .._model.exceptions import ConfigurationError
 from .._model.retrypolicy import ExcTypes, TaskPolicy
 from .._model.serialize import Serializer, get_serializer
 from .._queue.deps import DependencyPolicy
 from .._queue.events import JobEvent, JobEventKind, iterate_events
 from .._queue.queue import Queue
 from .._queue.sharded import ShardedQueue
-from .._store.connect import adopt, connect, pool_options, resolve_url
-from .._store.durable import durability_setting, set_durability
-from .._store.hot import close_hot_connection
+from .._store.connect import resolve_url
+from .._store.durable import durability_setting
 from . import options as settings
 from .batch import open_batch
 from .hooks import EH, LH, MW, Hooks
-from .lifecycle import State
+from .lifecycle import Lifecycle
+from .limiters import Held, Limiter, Limiters
 from .queues import Queues
 from .results import ResultWaiter
 from .scheddecl import TaskT, cron_decorator
@@ -159,17 +157,14 @@ class App:
         self.queues = Queues(self)
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
-        self._redis: aioredis.Redis | None = None
-        self._given = settings.given_client(client)  # App(client=...): used, never closed
+        #: named limiters by name (``app.limiter``); ``.set()`` and ``.state()`` at run time
+        self.limiters = Limiters(self)
+        self._life = Lifecycle(self, settings.given_client(client))
         self.testing = bool(testing)
-        self._results: ResultWaiter | None = None
-        self._state = State.UNOPENED
-        self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
-        return (
-            f"<App prefix={self.prefix!r} queue={self.default_queue!r} {self._state.name.lower()}>"
-        )
+        state = self._life.state.name.lower()
+        return f"<App prefix={self.prefix!r} queue={self.default_queue!r} {state}>"
 
     async def open(self) -> None:
         """Create the connection pool, check that the server answers and load the scripts.
@@ -180,54 +175,23 @@ class App:
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.
         """
-        if self._state is State.OPEN:
-            return
-        if self._state is State.CLOSED:
-            raise ClosedError("this App was closed; create a new App to connect again")
-        # None: see socket_timeout above; our calls carry their own asyncio timeout
-        opts = pool_options(self.url, self.max_connections, self.redis_options, Retry, None)
-        probe = QueueKeys(self.prefix, self.default_queue).seq
-        if self._given is not None:
-            await adopt(self._given, self.socket_timeout, probe, self.testing)
-            self._redis = self._given
-        else:
-            self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
-        set_durability(self._redis, self.durability)
-        self._state = State.OPEN
+        await self._life.open()
 
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
         scripts): ``app.sync().enqueue(task, ...)``. No ``open()`` needed: its own blocking
         pool connects on first use. One per App, shared by threads, until ``close()``d."""
-        client = self._sync
-        if client is None or client.closed:
-            client = self._sync = SyncClient(self, self._given)
-        return client
+        return self._life.sync()
 
     async def aclose(self) -> None:
         """Close the connection pool. The App cannot be opened again."""
-        if self._results is not None:
-            await self._results.aclose()
-            self._results = None
-        if self._redis is not None:
-            await close_hot_connection(self._redis)
-            if self._redis is not self._given:
-                await self._redis.aclose()
-            self._redis = None
-        self._state = State.CLOSED
+        await self._life.aclose()
 
     def rebind(self, url: str, prefix: str, *, testing: bool) -> None:
         """Make this unopened or closed App a new unopened one on ``url``, ``prefix`` and mode,
         keeping its tasks, hooks, declared schedules, sharded queues and codec (for
         ``aioqueue.testing.bind``; no I/O). Raises ConfigurationError if the App is open."""
-        if self._state is State.OPEN:
-            raise ConfigurationError(f"{self!r} is open: close it before rebinding it")
-        if self._sync is not None:
-            self._sync.close()
-        self.url, self.prefix, self.testing = resolve_url(url), check_prefix(prefix), testing
-        self._state = State.UNOPENED
-        self._redis = self._results = self._sync = None
-        self.queues.remake()
+        self._life.rebind(url, prefix, testing)
 
     async def __aenter__(self) -> App:
         await self.open()
@@ -239,18 +203,12 @@ class App:
     @property
     def redis(self) -> aioredis.Redis:
         """The shared client (and its pool). Raises ClosedError unless the App is open."""
-        if self._redis is None:
-            if self._state is State.CLOSED:
-                raise ClosedError("this App is closed")
-            raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
-        return self._redis
+        return self._life.redis
 
     @property
     def result_waiter(self) -> ResultWaiter:
         """The App's shared listener for result notifications (created on first use)."""
-        if self._results is None:
-            self._results = ResultWaiter(self.redis)  # ClosedError unless open
-        return self._results
+        return self._life.result_waiter
 
     def on_startup(self, fn: LH) -> LH:
         """Register ``async def hook(state: State) -> None`` to run when a worker starts, before
@@ -354,6 +312,7 @@ class App:
         retry_on: type[BaseException] | ExcTypes | None = None,
         dont_retry_on: type[BaseException] | ExcTypes | None = None,
         capture_logs: int | str | None = None,
+        limits: Sequence[str] = (),
     ) -> TaskDecorator: ...
 
     def task(
@@ -372,6 +331,7 @@ class App:
         retry_on: type[BaseException] | ExcTypes | None = None,
         dont_retry_on: type[BaseException] | ExcTypes | None = None,
         capture_logs: int | str | None = None,
+        limits: Sequence[str] = (),
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
@@ -392,12 +352,13 @@ class App:
             retry_on: only these exception types are retried; others dead-letter at once.
             dont_retry_on: these dead-letter at once (as ``NonRetryable`` does; docs/retries.md).
             capture_logs: keep its ``logging`` records of this level up with the job (``ctx.log``).
+            limits: names of limiters (``app.limiter``) each of its jobs needs to start.
         """
 
         options = (name, queue, max_attempts, timeout, backoff, result_ttl, keep_result, priority)
         policy = TaskPolicy.of(retry_on, dont_retry_on, capture_logs)
         make = functools.partial(Task, self, policy=policy)
-        register = functools.partial(register_task, self, make, *options)
+        register = functools.partial(register_task, self, make, *options, limits)
         return register(fn) if fn is not None else TaskDecorator(register)
 
     async def batch(
@@ -442,6 +403,25 @@ class App:
         then ``await wf.enqueue()``; ``WorkflowHandle(app.queue(q), id)`` reads one back."""
         return Workflow(self, name, on_failure)
 
+    def limiter(
+        self,
+        name: str,
+        *,
+        rate: tuple[int, float] | None = None,
+        burst: int = 1,
+        concurrency: int | None = None,
+        key: Callable[..., object] | None = None,
+    ) -> Limiter:
+        """Declare a named limiter once per App: at most ``rate=(n, seconds)`` starts (GCRA,
+        ``burst`` at once) and ``concurrency`` running; ``key(*args, **kwargs)``: one limit per
+        value. Tasks opt in with ``@app.task(limits=[name])`` (docs/flow-control.md)."""
+        return self.limiters.declare(name, rate, burst, concurrency, key)
+
+    def limit(self, *names: str, key: object = None, queue: str | None = None) -> Held:
+        """``async with app.limit("stripe", key=customer):`` waits until every named limit
+        admits it (rate and concurrency, shared with the jobs that need them)."""
+        return Held(self, names, key, queue or self.default_queue)
+
     async def signal(self, key: str, payload: Any = None, *, queue: str | None = None) -> int:
         """Wake every job waiting for event ``key`` (``ctx.wait_for_event(key)``) with
         ``payload`` as that call's value; ``queue``: only that queue's (default: the App's
@@ -479,20 +459,11 @@ class App:
         block: float = 5.0,
     ) -> AsyncIterator[JobEvent]:
         """Follow a queue's event stream (``queue.set_events()``): an async iterator of
-        ``JobEvent`` (``XREAD BLOCK`` on its own connection, ``block`` seconds a call) that
-        reconnects and goes on after the last event it yielded (none missed or repeated).
-
-        Args:
-            queue: the queue (default: the App's default queue).
-            since: ``"$"`` only events from now on, ``"0"`` every event still kept, a
-                ``JobEvent.position`` saved earlier (resume right after it), or an aware
-                datetime.
-            kinds: only these kinds (default: every kind).
-            block: the longest wait of one read, in seconds (below the socket timeout).
-
-        Raises:
-            ConfigurationError: a bad ``queue``, ``since`` or kind (when iteration starts).
-        """
+        ``JobEvent`` (``XREAD BLOCK`` on its own connection, ``block`` seconds a call, below
+        the socket timeout) that reconnects and goes on after the last event it yielded.
+        ``queue``: default the App's; ``since``: ``"$"`` (from now), ``"0"`` (all kept), a
+        saved ``JobEvent.position`` or an aware datetime; ``kinds``: only these (default all).
+        A bad ``queue``, ``since`` or kind raises ConfigurationError when iteration starts."""
         name = self.queue(queue).name
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")

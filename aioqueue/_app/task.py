@@ -32,6 +32,7 @@ from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enque
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 from .batch import Call
+from .limiters import bind_limits, limit_option
 
 if TYPE_CHECKING:
     from .app import App
@@ -162,6 +163,7 @@ class Task(Generic[P, R]):
         self._defaults = JobOptions()
         self._templates: dict[JobOptions, Template] = {}
         self._default_template: Template | None = None
+        self.limits: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -312,8 +314,7 @@ class Task(Generic[P, R]):
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)
-        jobs = await queue._enqueue([record], self.result_converter)
-        return jobs[0]
+        return (await queue._enqueue([record], self.result_converter))[0]
 
     async def _enqueue_unique(
         self,
@@ -359,6 +360,8 @@ class Task(Generic[P, R]):
             for args, kwargs in pairs:
                 self._sig.check(args, kwargs)
             return await self._enqueue_unique(opts, pairs, queue.name)
+        if self.limits:  # a template per job (its limit keys); coalesced in one round trip
+            return list(await asyncio.gather(*(self._enqueue(opts, *_split(c)) for c in calls)))
         template = self._template(opts)
         pairs = self._pairs(queue.name, template.options, calls)
         return await queue._enqueue_run(template, pairs, self.result_converter)
@@ -403,6 +406,7 @@ class Task(Generic[P, R]):
         (and ``template``, when the caller changed the one ``opts`` give: the payload is
         signed together with the template's options); ``job_id`` when the caller chose it."""
         job_id = job_id or opts.job_id or new_job_id()
+        opts = bind_limits(self, opts, args, kwargs)  # its limit keys, from its arguments
         template = template or self._template(opts)
         payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
         return JobRecord(job_id, payload, template)
@@ -423,7 +427,7 @@ class Task(Generic[P, R]):
         return template
 
     def _make_template(self, opts: JobOptions) -> Template:
-        extra: dict[str, float] = {}
+        extra: dict[str, Any] = {}
         if opts.timeout is not None:
             extra["timeout"] = opts.timeout
         if opts.result_ttl is not None:
@@ -431,6 +435,7 @@ class Task(Generic[P, R]):
         if opts.expires is not None:
             key, value = expiry_option(opts.expires)
             extra[key] = value
+        extra |= limit_option(self.app, opts.queue or self.queue, opts.limits)
         return Template(
             self.name,
             opts.max_attempts or self.max_attempts,

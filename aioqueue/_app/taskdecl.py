@@ -3,12 +3,13 @@ the function, check its options against the App's defaults, and keep it in ``app
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from .._model.checks import check_name, check_task_name, retention_seconds, to_seconds
 from .._model.exceptions import ConfigurationError
+from .limiters import check_task_limits
 from .task import Backoff, Task, check_backoff
 
 P = ParamSpec("P")
@@ -41,6 +42,7 @@ def register_task(
     result_ttl: float | timedelta | None,
     keep_result: float | timedelta | bool | None,
     priority: int,
+    limits: Sequence[str],
     fn: Callable[..., Any],
 ) -> Task[Any, Any]:
     """Make ``fn`` a task of ``app`` with ``make`` (``Task`` bound to the App); the options
@@ -63,6 +65,7 @@ def register_task(
         result_ttl=retention_seconds(result_ttl, keep_result),
         priority=priority,
     )
+    t.limits = check_task_limits(limits)
     app.tasks[task_name] = t
     return t
 

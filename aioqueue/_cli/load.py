@@ -3,6 +3,7 @@ and the one-line error every command prints (``aioqueue: error: ...``)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -12,7 +13,7 @@ from typing import NoReturn
 from .._app.app import App
 from .format import error
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "load_app"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "load_app", "load_app_args"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -71,3 +72,14 @@ def _die_in_user_code(module_name: str, exc: BaseException) -> NoReturn:
 def _die(message: str) -> NoReturn:
     error(message)
     raise SystemExit(EXIT_ERROR)
+
+
+def load_app_args(args: argparse.Namespace) -> App:
+    """The App ``args.app`` names, on the server and prefix ``--url``/``--prefix`` give (when
+    given): for the commands that need the App's code (its keys, its limiters)."""
+    app = load_app(args.app)
+    if args.url:
+        app.url = args.url
+    if args.prefix:
+        app.prefix = args.prefix
+    return app

@@ -33,12 +33,14 @@ from .._model.exceptions import (
     ServerUnavailable,
 )
 from .._version import __version__
+from .._worker.weights import cli_queues, queue_arg, split_weight
 from .admin import add_commands, embedded_server, server_args
 from .admin import run as run_admin
 from .dashboard import add_dashboard, dashboard
 from .events import add_events, events
 from .format import error
 from .health import add_health, health
+from .limiter import add_limit, limit_command
 from .load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from .metrics import add_metrics, run_metrics
 from .rekey import add_rekey, rekey_command
@@ -106,9 +108,10 @@ def _parser() -> argparse.ArgumentParser:
         "--queue",
         action="append",
         dest="queues",
-        type=_queue_name,
-        help="queue to consume (repeatable; default: the App's default queue)",
+        type=queue_arg,
+        help="queue to consume, NAME or NAME:WEIGHT (repeatable; default: the App's default)",
     )
+    w.add_argument("--strict", action="store_true", help="serve the queues in the order given")
     w.add_argument("-c", "--concurrency", type=int, default=100, help="jobs at once (100)")
     w.add_argument(
         "--prefetch",
@@ -204,6 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     add_dashboard(sub)
     add_events(sub)
     add_rekey(sub)
+    add_limit(sub)
     return p
 
 
@@ -244,17 +248,11 @@ def _operator_command(args: argparse.Namespace) -> int:
         from .schedules import list_schedules
 
         return list_schedules(args.url, args.prefix, args.queues, as_json=args.json)
-    if args.command == "health":
-        return health(args)
-    if args.command == "metrics":
-        return run_metrics(args)
-    if args.command == "dashboard":
-        return dashboard(args)
-    if args.command == "events":
-        return events(args)
-    if args.command == "rekey":
-        return rekey_command(args)
-    return run_admin(args)  # the operator's commands of _cli_admin (is_admin)
+    own = (health, run_metrics, dashboard, events, rekey_command, limit_command)
+    names = ("health", "metrics", "dashboard", "events", "rekey", "limiter")
+    command = dict(zip(names, own, strict=True)).get(args.command)
+    # else one of the operator's commands of _cli_admin (is_admin)
+    return run_admin(args) if command is None else command(args)
 
 
 def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -307,7 +305,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     ):
         if value is not None and value < low:
             parser.error(f"{option} must be >= {low}, got {value}")
-    if args.queues and len(set(args.queues)) != len(args.queues):
+    if args.queues and len({split_weight(q)[0] for q in args.queues}) != len(args.queues):
         parser.error(f"argument -q/--queue: a queue is listed twice: {args.queues}")
     if args.health_port is not None and args.health_port + args.processes - 1 > 65535:
         parser.error(f"--health-port must be <= {65536 - args.processes}, got {args.health_port}")
@@ -425,7 +423,8 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
         try:
             worker = Worker(
                 app,
-                queues=args.queues,
+                queues=cli_queues(args.queues),
+                strict=args.strict,
                 concurrency=args.concurrency,
                 burst=args.burst,
                 grace=args.grace,

@@ -43,13 +43,9 @@ def add_rekey(sub: Any) -> None:
 
 def rekey_command(args: argparse.Namespace) -> int:
     """Run ``rekey``; the exit code."""
-    from .load import load_app
+    from .load import load_app_args
 
-    app = load_app(args.app)
-    if args.url:
-        app.url = args.url
-    if args.prefix:
-        app.prefix = args.prefix
+    app = load_app_args(args)
     try:
         reports = asyncio.run(_rekey(app, args.queues, args.batch))
     except AioQueueError as exc:

@@ -294,6 +294,34 @@ class EmbeddedServerError(ServerError, RuntimeError):
     """Raised when the embedded Valkey server cannot be found, started or reached."""
 
 
+class RateLimited(Exception):
+    """Raised by a job whose upstream refused it for its rate (an HTTP 429): the job goes
+    back to its queue without spending an attempt, to run again after ``retry_after``
+    seconds, and the rate limits it needs back off for every worker (halved, then climbing
+    back with each success: see docs/flow-control.md, "Adaptive backoff").
+
+    Args:
+        retry_after: seconds (or a timedelta) before the job, and any job of its rate
+            limits' keys, starts again (the upstream's ``Retry-After``); ``None``: at once,
+            at the lowered rate. At most an hour.
+    """
+
+    def __init__(self, retry_after: float | timedelta | None = None, *args: Any) -> None:
+        super().__init__(*args)
+        if isinstance(retry_after, timedelta):
+            retry_after = retry_after.total_seconds()
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, int | float)
+            or not 0 <= retry_after <= 3600
+        ):
+            raise ConfigurationError(
+                f"RateLimited(retry_after=) must be 0..3600 s: {retry_after!r}"
+            )
+        #: seconds before it runs again (None: at once)
+        self.retry_after = None if retry_after is None else float(retry_after)
+
+
 class Retry(Exception):
     """Raised by a job to be run again later; it spends an attempt.
 

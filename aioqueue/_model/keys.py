@@ -292,6 +292,15 @@ class QueueKeys:
     def events(self) -> str:
         return self.base + "events"
 
+    @property
+    def lwait(self) -> str:
+        """ZSET: limit keys this queue's jobs wait on -> when to look again (limiters.lua)."""
+        return self.base + "lwait"
+
+    def limit_waiting(self, state: str) -> str:
+        """LIST: this queue's jobs waiting aside on limit key ``state`` (limiters.lua)."""
+        return f"{self.base}lw:{state}"
+
     def lanes(self) -> list[str]:
         """KEYS shared by the scripts that move jobs between states, in their fixed order."""
         return [
@@ -315,6 +324,19 @@ class QueueKeys:
 def queues_registry(prefix: str) -> str:
     """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
     return f"{prefix}:queues"
+
+
+def limiter_settings(base: str, name: str) -> str:
+    """``<base>lim:<name>`` (HASH): limiter ``name``'s run-time settings; ``base`` is the
+    prefix's ``<prefix>:`` (shared by its queues) or, on a Cluster, a queue's key base
+    (``_store/lua/lib/limiters.lua``)."""
+    return f"{base}lim:{name}"
+
+
+def limiter_state(base: str, name: str, key: str) -> str:
+    """``<base>lim:{<name>:<key>}`` (HASH, with ``:h`` and ``:log``): the state of limiter
+    ``name``'s key ``key`` (its own hash tag, after the queue's on a Cluster)."""
+    return f"{base}lim:{{{name}:{key}}}"
 
 
 def prefix_testclock(prefix: str) -> str:

@@ -92,6 +92,8 @@ class JobOptions:
     depends_on: tuple[tuple[str, str], ...] = ()
     #: what it does when one of them fails: "cancel" (None: the default), "run" or "fail"
     on_dependency_failure: str | None = None
+    #: the (limiter, key) pairs its job needs (see _limiters.bind_limits)
+    limits: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._model.checks import check_name
+from .._model.exceptions import RateLimited
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._store.loader import FailMode, Outcome, Started
@@ -125,7 +126,13 @@ class Leases:
         mode: FailMode,
         delay_ms: int = 0,
     ) -> Outcome:
-        """Record a failed attempt with its error (see ``FailMode``)."""
+        """Record a failed attempt with its error (see ``FailMode``); a job that raised
+        ``RateLimited`` goes back instead, its attempt refunded and its rate limits backing
+        off (after ``delay_ms``: its ``retry_after``)."""
+        if isinstance(error, RateLimited):
+            pair = [(job_id, token)]
+            (out,) = await self.scripts.release(pair, delay_ms, True, self.dead_ttl_ms, True)
+            return out
         err = self.codec.dump_error(error)
         if self.codec.claim is not None:  # not completed: its blob stays (_claimcheck.py)
             self.codec.claim.forget(self.name, job_id)

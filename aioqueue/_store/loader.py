@@ -156,6 +156,7 @@ LIB: Final = (
     "trends",
     "events",
     "lanes",
+    "limiters",
     "batches",
     "deadletter",
     "deps",
@@ -205,30 +206,40 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core events lanes batches deadletter deps history maintenance parking workers leasing"
-            " handoff",
+            "core events lanes limiters batches deadletter deps history maintenance parking"
+            " workers leasing handoff",
         ),
         (
             "claim",
-            "core events lanes batches deadletter deps history maintenance parking workers leasing",
-        ),
-        ("complete", "core trends events lanes batches deadletter deps acks"),
-        (
-            "complete_claim",
-            "core trends events lanes batches deadletter deps history acks maintenance parking"
+            "core events lanes limiters batches deadletter deps history maintenance parking"
             " workers leasing",
         ),
-        ("fail", "core trends events lanes batches deadletter deps history acks"),
-        ("release", "core trends events lanes batches deadletter deps history acks giveback"),
+        ("complete", "core trends events lanes limiters batches deadletter deps acks"),
+        (
+            "complete_claim",
+            "core trends events lanes limiters batches deadletter deps history acks maintenance"
+            " parking workers leasing",
+        ),
+        ("fail", "core trends events lanes limiters batches deadletter deps history acks"),
+        (
+            "release",
+            "core trends events lanes limiters batches deadletter deps history acks giveback",
+        ),
         ("extend", "core"),
+        ("limit", "core events lanes limiters"),
         ("watch", "core"),
-        ("reap", "core events lanes batches deadletter deps history maintenance parking workers"),
+        (
+            "reap",
+            "core events lanes limiters batches deadletter deps history maintenance parking"
+            " workers",
+        ),
         (
             "beat",
-            "core trends events lanes batches deadletter deps history maintenance parking workers",
+            "core trends events lanes limiters batches deadletter deps history maintenance parking"
+            " workers",
         ),
         ("configure", "core events lanes"),
-        ("deps", "core events lanes batches deadletter deps"),
+        ("deps", "core events lanes limiters batches deadletter deps"),
         ("batch", "core events lanes batches deadletter deps"),
         ("cancel", "core events lanes batches deadletter deps"),
         ("schedule", "core events lanes"),
@@ -242,7 +253,10 @@ SCRIPTS: Final = {
         ("progress", "core events"),
         ("step", "core"),
         ("joblog", "core"),
-        ("wait", "core trends events lanes batches deadletter deps history acks giveback"),
+        (
+            "wait",
+            "core trends events lanes limiters batches deadletter deps history acks giveback",
+        ),
         ("signal", "core events lanes"),
         ("change", "core events lanes"),
         ("rekey", "core"),

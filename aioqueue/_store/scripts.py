@@ -206,8 +206,12 @@ class QueueScripts(QueueReads):
         delay_ms: int = 0,
         refund: bool = False,
         dead_ttl_ms: int = 0,
+        backoff: bool = False,
     ) -> list[Outcome]:
-        args: list[Any] = [self.base, delay_ms, 1 if refund else 0, dead_ttl_ms, len(pairs)]
+        """Give leased jobs back (release.lua); ``backoff``: refunded, and their rate limits
+        back off (they raised ``RateLimited``)."""
+        mode = 2 if backoff else 1 if refund else 0
+        args: list[Any] = [self.base, delay_ms, mode, dead_ttl_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
         return [_RELEASE[c] for c in await self._run("release", args)]

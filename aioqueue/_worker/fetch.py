@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from .._queue.leases import Leases
 from .._store.loader import Outcome
 from .shield import Shield
 from .slots import Slots
+from .weights import Turns
 
 if TYPE_CHECKING:
     from .._queue.queue import Queue
@@ -60,6 +62,8 @@ class Crew:
     check_acks: Callable[[list[Outcome]], None]
     #: completions wait: the acker sends those no claim took along (``Loops.wake_acker``)
     wake_acker: Callable[[], None]
+    #: weighted queues, or strict order (``weights.py``); None: each fetcher claims freely
+    turns: Turns | None
     metrics: WorkerObserver | None
 
 
@@ -99,7 +103,9 @@ class Fetcher:
                 continue
             want = min(free, crew.max_batch)
             try:
-                res = await self._claim(want)
+                if (turn := await self._next_claim(want)) is None:
+                    continue  # weighted queues: the slots were taken meanwhile
+                res, want = turn
                 crew.take(self, res.jobs)
                 if crew.metrics is not None:
                     crew.metrics.claimed(self.queue.name, len(res.jobs))
@@ -166,6 +172,28 @@ class Fetcher:
     def _wake_soon(self) -> None:
         crew = self.crew
         crew.shield(self.leases.wake(), log=True)
+
+    async def _next_claim(self, want: int) -> tuple[ClaimResult, int] | None:
+        """Claim up to ``want`` jobs, or with weighted queues this queue's share when its turn
+        comes (the claim's result and how many it asked for; None: no slot free any more)."""
+        if self.crew.turns is None:
+            return await self._claim(want), want
+        return await self._take_turn(self.crew.turns)
+
+    async def _take_turn(self, turns: Turns) -> tuple[ClaimResult, int] | None:
+        """Weighted queues (weights.py): wait for this queue's turn, then claim its share of
+        the slots free then (the claim's result and how many it asked for); None when none
+        is free any more."""
+        share = await turns.take(self.queue.name)
+        try:
+            free = self.crew.slots.room()
+            if free <= 0:
+                turns.undo()
+                return None
+            want = max(1, min(math.ceil(free * share), self.crew.max_batch))
+            return await self._claim(want), want
+        finally:
+            turns.done()
 
     async def _claim(self, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""

@@ -20,7 +20,7 @@ from .._app.hooks import run_through
 from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
-from .._model.exceptions import AioQueueError, BadSignature, Retry
+from .._model.exceptions import AioQueueError, BadSignature, RateLimited, Retry
 from .._queue.deps import Parked
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,8 @@ class Runner:
                     if task.is_async
                     else self._run_sync(task.fn, args, kwargs)
                 )
+        except RateLimited as r:  # back uncharged, its limits backing off (Leases.fail)
+            return Failure(r, int((r.retry_after or 0.0) * 1000))
         except Retry as r:
             return _retry(task, c, r)
         except JobParked as parked:  # a durable wait parked the job (_app/steps.py)

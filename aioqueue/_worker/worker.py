@@ -24,7 +24,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -35,7 +35,7 @@ from .._app.logs import job_fields
 from .._app.schedules import Scheduler
 from .._model.checks import check_int, to_seconds
 from .._model.codec import Unrunnable, describe_error
-from .._model.exceptions import ClosedError, ConfigurationError
+from .._model.exceptions import ClosedError, ConfigurationError, RateLimited
 from .._model.hooks import State
 from .._model.record import Claimed
 from .._store.loader import FailMode, Outcome
@@ -46,6 +46,7 @@ from .observe import WorkerObserver
 from .runner import Ack, Failure, Runner
 from .shield import Shield
 from .slots import Running, Slots
+from .weights import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ class Worker:
 
     Args:
         app: the App whose tasks run; its connection pool is shared with any producer.
-        queues: queue names to consume (default: the App's default queue).
+        queues: queue names to consume (default: the App's default queue), or names with
+            weights: served by weight, or in order with ``strict`` (docs/flow-control.md).
         concurrency: jobs run at once.
         burst: stop once the queues are empty and nothing runs (for scripts and tests).
         grace: seconds running jobs get to finish on shutdown before they are cancelled and
@@ -86,7 +88,8 @@ class Worker:
         self,
         app: App,
         *,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
+        strict: bool = False,
         concurrency: int = 100,
         burst: bool = False,
         grace: float | timedelta = 30.0,
@@ -104,12 +107,12 @@ class Worker:
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names
+        self.turns = Turns.of(queues, names, strict)  # weighted or strict order, else None
         self.concurrency = concurrency
         self.burst = burst
         self.grace = to_seconds(grace, "grace") or 0.0
         self.unknown_task_grace = to_seconds(unknown_task_grace, "unknown_task_grace") or 0.0
-        if prefetch is None:
-            prefetch = min(concurrency // 10, 100)
+        prefetch = min(concurrency // 10, 100) if prefetch is None else prefetch
         self.prefetch = check_int(prefetch, 0, "prefetch")
         # half the room by default: the server leases the next batch while this one runs
         self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
@@ -160,6 +163,7 @@ class Worker:
             flush_acks=self._loops.flush_acks,
             check_acks=self._loops.check_acks,
             wake_acker=self._loops.wake_acker,
+            turns=self.turns,
             metrics=metrics,
         )
         if metrics is not None:
@@ -448,7 +452,7 @@ class Worker:
         """Record a failed run: retried after ``retry_ms`` while attempts are left (None:
         dead-letter it now)."""
         self.failed += 1
-        if retry_ms is not None and c.attempt < c.max_attempts:
+        if retry_ms is not None and (c.attempt < c.max_attempts or isinstance(exc, RateLimited)):
             logger.warning(
                 "job %s (%s) failed on attempt %d of %d, retrying in %.2f s: %s",
                 c.id,

@@ -96,7 +96,7 @@ if op == 'park' then
   local id, tok = ARGV[3], ARGV[4]
   local jk = job_key(id)
   local deps = tail(7)
-  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk')
+  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk', 'o')
   if not r[1] then return -1 end
   if r[1] ~= 'active' or r[2] ~= tok then return -2 end
   local missing = dep_missing(deps)
@@ -104,6 +104,7 @@ if op == 'park' then
   call('ZREM', K_ACTIVE, id)
   unhold(r[5], id)
   release_slot(r[4])
+  if r[6] then LIM.limits_done(r[6], jk) end
   -- the attempt is not spent: a park is not a failure
   local a = count_of(r[3]) or 1
   call('HSET', jk, 'a', math.max(a - 1, 0), 'rl', tok)

@@ -11,7 +11,7 @@
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl', 'uk', 't')
+local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl', 'uk', 't', 'o')
 if not r[1] then return -1 end
 -- this token gave the job back (release): it cannot fail it afterwards
 if r[8] == tok then return -2 end
@@ -27,6 +27,7 @@ local now = now_ms()
 call('ZREM', K_ACTIVE, id)
 unhold(r[7], id)
 release_slot(r[6])
+if r[11] then LIM.limits_done(r[11], jk) end
 if delay == -2 then
   end_attempt(jk, r[3], r[7], 'cancelled', err, now)
   unlock(id, r[9])

@@ -3,8 +3,9 @@
   max_attempts.
   KEYS[1..13] the shared transition keys (see lib/core)
   ARGV[1] key base   ARGV[2] delay ms (0: runnable now, ahead of its priority level)
-  ARGV[3] refund the attempt (1) or not (0)   ARGV[4] dead_ttl_ms   ARGV[5] n (at most
-  MAX_ACKS_PER_CALL)
+  ARGV[3] refund the attempt (1) or not (0), or (2) refund it and back off the job's rate
+  limits: it raised RateLimited (see lib/limiters, limits_backoff; delay is its retry_after)
+  ARGV[4] dead_ttl_ms   ARGV[5] n (at most MAX_ACKS_PER_CALL)
   then n pairs: id, lease token
   A job released without a refund on its last attempt is dead-lettered (AttemptsExhausted).
   The released token is also kept as rl: a later fail or complete with it is stale; a resent
@@ -12,7 +13,8 @@
   into the job's history (hx, see lib/history).
   Returns {code_1, ..., code_n}: 1 released (also when this token already released it: a
   resent ack), -1 no such job, -2 lease token mismatch ]]
-local delay, refund = tonumber(ARGV[2]), ARGV[3] == '1'
+local delay, refund = tonumber(ARGV[2]), ARGV[3] ~= '0'
+local backoff = ARGV[3] == '2'
 local dead_ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5])
 check_count(n, MAX_ACKS_PER_CALL)
 local now = now_ms()
@@ -21,7 +23,7 @@ local any = false
 for i = 0, n - 1 do
   local id, tok = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'rl')
+  local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'rl', 'o')
   if not r[1] then
     out[#out + 1] = -1
   elseif r[8] == tok and r[2] == tok and r[1] ~= 'active' then
@@ -29,6 +31,7 @@ for i = 0, n - 1 do
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
+    if r[9] and backoff then LIM.limits_backoff(r[9], now, delay) end
     release_job(id, jk, r, tok, delay, refund, now, dead_ttl)
     any = true
     out[#out + 1] = 1

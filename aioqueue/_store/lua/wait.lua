@@ -15,7 +15,7 @@
   job; {-2}: lease token mismatch (nothing written) ]]
 local id, tok, n, key = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
 local jk = job_key(id)
-local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'ct')
+local r = call('HMGET', jk, 's', 'l', 'pr', 'g', 'a', 'm', 'wk', 'ct', 'o')
 if not r[1] then return {-1} end
 if r[1] ~= 'active' or r[2] ~= tok then return {-2} end
 local now = now_ms()

@@ -1,7 +1,8 @@
 --[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
-  Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots, has_ready), batches (batch_outcome).
+  Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots,
+  has_ready), limiters (limits_done), batches (batch_outcome).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -46,7 +47,7 @@ local function do_complete(first, n, now)
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'xk', 'dd')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'xk', 'dd', 'o')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -69,6 +70,7 @@ local function do_complete(first, n, now)
       if not per_task[t] then tasks[#tasks + 1] = t; per_task[t] = 0 end
       per_task[t] = per_task[t] + 1
       unlock(id, r[7])
+      if r[12] then LIM.limits_done(r[12], jk, true) end
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
       if r[4] then announce(jk, id) end

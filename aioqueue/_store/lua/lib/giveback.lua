@@ -1,11 +1,11 @@
 --[[ giveback: hand an active job back to the queue before its run ends, fenced by its lease
   token: a release (pull API, a worker shutting down, release.lua) or a durable wait parking
   the job (wait.lua). Its step results and log stay with it.
-  Needs: core, events (emit_job), lanes (release_slot), deadletter (to_dead), history
-  (end_attempt), acks (requeue). ]]
+  Needs: core, events (emit_job), lanes (release_slot), limiters (LIM.limits_done),
+  deadletter (to_dead), history (end_attempt), acks (requeue). ]]
 
--- give back the active job id (record jk, r: its fields s l pr g a m wk as release.lua reads
--- them) leased with token tok: runnable after delay ms (0: now, ahead of its priority level),
+-- give back the active job id (record jk, r: its fields s l pr g a m wk rl o as release.lua
+-- reads them; its named limits' concurrency slots are freed) leased with token tok: runnable after delay ms (0: now, ahead of its priority level),
 -- its attempt refunded or not; released without a refund on its last attempt, it is
 -- dead-lettered (AttemptsExhausted). Its step results and log stay (release.lua, wait.lua)
 local function release_job(id, jk, r, tok, delay, refund, now, dead_ttl)
@@ -15,6 +15,7 @@ local function release_job(id, jk, r, tok, delay, refund, now, dead_ttl)
   unhold(r[7], id)
   call('HSET', jk, 'rl', tok)
   release_slot(r[4])
+  if r[9] then LIM.limits_done(r[9], jk) end
   if refund then
     a = math.max(a - 1, 0)
     call('HSET', jk, 'a', a)

@@ -4,7 +4,8 @@
   turn (charging the jobs to its group, giving the lane its next place); then the new leases,
   the queue's rate and the reply. And claim_for: a worker's claim, with its parking.
   Each lease writes its start (st) next to its worker (wk), for the job's history.
-  Needs: core, events (emit_add, emit_flush), lanes (the ring, has_ready, add_counts), batches
+  Needs: core, events (emit_add, emit_flush), lanes (the ring, has_ready, add_counts),
+  limiters (limits_check, limits_charge), batches
   (batch_outcome, to_cancelled), deadletter (dead_if_corrupt, dead_if_garbled_id), maintenance
   (recover, promote, next_wake), parking (park, unpark), workers (bury_dead). ]]
 
@@ -14,8 +15,8 @@
 -- grate_ms)
 local function queue_terms(want, now)
   local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',
-    'grate_ms')
-  local qt = {paused = q[1], rate_wake = -1,
+    'grate_ms', 'lw')
+  local qt = {paused = q[1], rate_wake = -1, lw = q[7],
     glimit = count_of(q[4] or ''), grate_n = count_of(q[5] or ''), grate_ms = count_of(q[6] or '')}
   if q[1] then want = 0 end
   local rn, rms = count_of(q[2] or ''), count_of(q[3] or '')
@@ -129,6 +130,22 @@ local function expire_if_due(id, jk, o, now, dead_ttl)
   return true
 end
 
+-- may queued job id (options o) start now, by its limits (lib/limiters)? When it may, the
+-- limits to charge once it is leased go in h.lims; when not, it waits aside, or it is
+-- dead-lettered (Garbled) when its limits cannot be read
+function LIM.limits_admit(id, jk, o, now, dead_ttl, h)
+  h.memo = h.memo or {cfg = {}, closed = {}}
+  local lims = LIM.limits_check(id, o, now, h.memo)
+  if lims == 'garbled' then
+    to_dead(id, jk, now, cjson.encode({type = 'Garbled', message = 'its limits cannot be read'}),
+      dead_ttl)
+    call('HINCRBY', K_STATS, 'failed', 1)
+    return false
+  end
+  h.lims = lims or nil
+  return lims ~= false
+end
+
 -- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
 -- new token each (a sequence number and 64 bits of SHA-1 of the claim's secret random nonce
 -- with that number: each token has its own random part, so no token, nor any number of them,
@@ -151,6 +168,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       unlock(id, r[7])  -- expired: recorded, not leased
+    elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
+      -- not leased: it waits for its limits (lib/limiters), or they were garbage
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
@@ -169,6 +188,10 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
         call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'wn', h.ln, 'st', now)
       else
         call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'st', now)
+      end
+      if h.lims then
+        LIM.limits_charge(h.lims, jk, tok, now)
+        h.lims = nil
       end
       emit_add('started', id, r[3], a, h.wid)
       zargs[#zargs + 1] = now + lease
@@ -349,10 +372,11 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   if not handing then
     bury_dead(now, dead_ttl, 1)
     recover(now, 100, dead_ttl)
-    promote(now, math.max(want, 100))
+    promote(now, math.max(want, 100), false)
   end
   local qt
   want, qt = queue_terms(want, now)
+  if qt.lw then LIM.release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local out = {now, -1}
   local zargs = {}
   local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
@@ -372,7 +396,7 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   -- consumer's blocking wait would return at once and spin
   if not qt.paused and qt.rate_wake < 0 and has_ready() then wake() end
   if taken < asked and not handing then
-    local nw = next_wake()
+    local nw = next_wake(qt.lw)
     if qt.rate_wake >= 0 and (nw < 0 or qt.rate_wake < nw) then nw = qt.rate_wake end
     out[2] = nw
   end

@@ -1,7 +1,8 @@
 --[[ maintenance: what time does to a queue; leases that ran out are handed back (recover),
   delayed jobs that fell due and groups whose rate window passed become servable (promote),
   and when a consumer that found nothing should look again (next_wake).
-  Needs: core, events (emit_job), lanes (push_ready, activate, release_slot), batches (batch_outcome, to_cancelled),
+  Needs: core, events (emit_job), lanes (push_ready, activate, release_slot), limiters
+  (limits_done, release_held, K_LWAIT), batches (batch_outcome, to_cancelled),
   deadletter (to_dead, dead_if_corrupt), history (end_attempt). ]]
 
 -- recovered jobs after the first are spread this far apart (and at most this many steps), so
@@ -17,10 +18,11 @@ local SPREAD_MS, SPREAD_STEPS = 100, 50
 -- declared dead). Returns 'dead', 'cancelled', 'queued' or nil (it was not active)
 local function recover_job(id, now, dead_ttl, unstarted, k, why)
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf', 'uk')
+  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf', 'uk', 'o')
   if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then return 'dead' end
   if r[1] ~= 'active' then return nil end
   unhold(r[7], id)
+  if r[10] then LIM.limits_done(r[10], jk) end
   if r[6] then why = 'cancelled' end
   end_attempt(jk, r[2], r[7], why, nil, now)
   release_slot(r[5])
@@ -107,9 +109,12 @@ local function recover(now, limit, dead_ttl)
   return #ids
 end
 
--- make delayed jobs that are due runnable, and groups whose rate window passed servable again
-local function promote(now, limit)
+-- make delayed jobs that are due runnable, groups whose rate window passed servable again,
+-- and jobs whose limits may admit them now go back to their lanes (release_held)
+-- (held false: the caller releases the held jobs itself, see do_claim)
+local function promote(now, limit, held)
   limit = math.min(limit, MAX_JOBS_PER_CALL)
+  if held ~= false then LIM.release_held(now) end
   local groups = call('ZRANGEBYSCORE', K_GWAIT, '-inf', now, 'LIMIT', 0, limit)
   if #groups > 0 then
     call('ZREM', K_GWAIT, unpack(groups))
@@ -131,10 +136,12 @@ local function promote(now, limit)
 end
 
 -- the earliest instant at which a consumer that found nothing should look again: the next
--- due delayed job, lease to run out, or rate window to open; -1 when there is none
-local function next_wake()
+-- due delayed job, lease to run out, rate window to open or limit to admit a waiting job; -1
+-- when there is none
+-- (lw: jobs wait aside on limits in this queue, see release_held)
+local function next_wake(lw)
   local best = -1
-  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT}) do
+  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT, lw and K_LWAIT or K_GWAIT}) do
     local s = call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if s[2] and (best < 0 or tonumber(s[2]) < best) then best = tonumber(s[2]) end
   end
