@@ -82,6 +82,9 @@ from ._task import Backoff as Backoff
 from ._task import BoundTask as BoundTask
 from ._task import Task as Task
 from ._version import __version__ as __version__
+from ._why import JobWhy as JobWhy
+from ._why import WhyReason as WhyReason
+from ._why import WhyRow as WhyRow
 from ._worker import Worker as Worker
 
 __all__ = [
@@ -127,6 +130,7 @@ __all__ = [
     "JobPage",
     "JobState",
     "JobSummary",
+    "JobWhy",
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
@@ -157,6 +161,8 @@ __all__ = [
     "ThroughputMinute",
     "UnknownTask",
     "UsageError",
+    "WhyReason",
+    "WhyRow",
     "Worker",
     "WorkerInfo",
     "__version__",

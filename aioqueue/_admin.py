@@ -26,6 +26,7 @@ from ._job import JobInfo, JobState
 from ._limits import MAX_JOBS_PER_CALL
 from ._lister import Lister, check_state
 from ._scripts import QueueScripts
+from ._why import JobWhy, why
 
 if TYPE_CHECKING:
     from ._app import App
@@ -110,6 +111,13 @@ class QueueAdmin:
     async def job_detail(self, job_id: str) -> JobDetail:
         """Everything stored about a job, in any state. Raises JobNotFound without a record."""
         return await detail(self._scripts, self.app.codec, await self.job_info(job_id))
+
+    async def why(self, job_id: str) -> JobWhy:
+        """Why the job is (not) running, from the server's state in one atomic read: every
+        block a claim would meet (pause, group limit or rate, queue rate, no live worker, no
+        worker declaring its task) and its place in its lane; or that it is scheduled,
+        waiting, running (on whom, until when), finished or not found. See ``JobWhy``."""
+        return await why(self._scripts, self.name, check_job_id(job_id))
 
     async def throughput(self, minutes: int = 60) -> Throughput:
         """Jobs completed and dead-lettered per minute over the last ``minutes`` (1-120)."""

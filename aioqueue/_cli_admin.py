@@ -1,5 +1,5 @@
 """The operator's commands of ``python -m aioqueue``: ``info``, ``groups``, ``jobs``, ``job``,
-``dead``, ``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``,
+``why``, ``dead``, ``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``,
 ``enqueue``.
 
 Each takes ``--url``/``--embedded``, ``--prefix``, ``-q/--queue`` and ``--json``, talks to the
@@ -29,6 +29,7 @@ from ._cli_show import info as show_info
 from ._cli_show import job as show_job
 from ._cli_show import jobs as show_jobs
 from ._cli_show import queue_of
+from ._cli_show import why as show_why
 from ._cli_show import workers as show_workers
 from ._exceptions import AioQueueError, ConfigurationError, JobNotFound
 from ._tasktable import lookup
@@ -192,6 +193,8 @@ def add_commands(sub: Any) -> None:
     filters(p)
     _paging(p, order="--oldest-first")
     p = command("job", "everything stored about one job", show_job)
+    p.add_argument("id", metavar="ID")
+    p = command("why", "why a job is not running (every block, from the server)", show_why)
     p.add_argument("id", metavar="ID")
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
     p = command("purge", "delete jobs that are not running (asks first)", _purge)

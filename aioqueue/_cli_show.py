@@ -1,5 +1,5 @@
 """The operator's read-only commands of ``python -m aioqueue``: ``info``, ``groups``,
-``workers``, ``jobs``, ``dead`` and ``job`` (their parsers are in ``_cli_admin``)."""
+``workers``, ``jobs``, ``dead``, ``job`` and ``why`` (their parsers are in ``_cli_admin``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._app import App
-from ._cli_format import clip, echo, emit_json, table, when
+from ._cli_format import clip, echo, emit_json, plain, table, when
 from ._queue import Queue
 from ._queuereg import known_queues
 from ._safetext import escape
@@ -239,6 +239,19 @@ async def job(app: App, args: argparse.Namespace) -> int:
     if i.error and i.error.traceback:
         echo("traceback:")
         echo(i.error.traceback.rstrip())
+    return EXIT_OK
+
+
+async def why(app: App, args: argparse.Namespace) -> int:
+    """Why a job is not running: its reasons, the deciding one first (exit 0 even for a job
+    not found: that is an answer)."""
+    w = await queue_of(app, args).why(args.id)
+    if args.json:
+        emit_json({**plain(w), "reason": w.reason, "sentence": w.sentence()})
+        return EXIT_OK
+    echo(f"{escape(w.job_id)}  {w.state.value if w.state else '-'}")
+    for row in w.rows:
+        echo(f"  {row.reason.value.ljust(12)}  {row.sentence(w.now_ms)}")
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from ._exceptions import (
 
 if TYPE_CHECKING:
     from ._queue import Queue
+    from ._why import JobWhy
 
 R = TypeVar("R")
 
@@ -149,6 +150,11 @@ class Job(Generic[R]):
             CorruptRecord: the record's state cannot be read.
         """
         return await self._queue.job_info(self.id)
+
+    async def why(self) -> JobWhy:
+        """Why the job is (not) running, from the server's state in one atomic read (see
+        ``JobWhy``; in words: ``.sentence()``)."""
+        return await self._queue.why(self.id)
 
     async def result(self, timeout: float | timedelta | None = None) -> R:
         """Wait for the job to finish and return its result, without polling.

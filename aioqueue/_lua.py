@@ -230,6 +230,7 @@ SCRIPTS: Final = {
         ("progress", "core events"),
         ("rekey", "core"),
         ("tasks", "core"),
+        ("why", "core events lanes"),
     )
 }
 

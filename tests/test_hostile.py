@@ -1160,3 +1160,33 @@ def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None
             and "return redis.call(cmd, key, ...)" not in line
         ]
         assert not direct, f"{name} calls Redis on a key directly: {direct}"
+
+
+# ---------------------------------------------------------------------- why (issue 28, point 6)
+WHY_GARBAGE: list[tuple[str, Callable[[Any, str], Any]]] = [
+    ("gactive-not-a-count", lambda k, g: ("hset", k.gactive, g, "lots")),
+    ("group-limit-not-a-count", lambda k, g: ("hset", k.gconf, f"limit:{g}", "1e400")),
+    ("group-rate-garbage", lambda k, g: ("hset", k.gconf, f"rate_n:{g}", "x")),
+    ("queue-rate-garbage", lambda k, g: ("hset", k.qconf, "rate_ms", "nan")),
+    ("tasks-wrong-type", lambda k, g: ("set", k.base + "tasks", "x")),
+    ("workers-wrong-type", lambda k, g: ("set", k.workers, "x")),
+    ("tasks-entry-garbage", lambda k, g: ("hset", k.base + "tasks", "echo", "\x00\xff no newline")),
+    ("due-not-a-number", lambda k, g: ("hset", k.job("j"), "due", "nan")),
+]
+
+
+@pytest.mark.parametrize(("label", "plant"), WHY_GARBAGE, ids=[label for label, _ in WHY_GARBAGE])
+async def test_garbage_in_what_why_reads_still_gives_an_answer(
+    redis_url: str, redis: Redis, label: str, plant: Callable[[Any, str], Any]
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j", group="g")
+        command, *args = plant(q._keys, "g")
+        await getattr(redis, command)(*args)
+        w = await q.job("j").why()
+        assert w.rows[-1].reason.value == "position"
+        assert w.sentence()
+        # and the queue goes on
+        assert [r.id for r in await q.reserve(1)] == ["j"]
