@@ -13,6 +13,8 @@ Usage: python3 dev.py {setup,test,lint,check,docs,demo,bench} [args...]
             go to mkdocs build
     demo    run examples/demo.py
     bench   run benchmarks/run.py; extra arguments are passed to it
+    map     write docs/development.md's package map from the tree (folders' and modules'
+            docstrings, in tests/test_layers.py's order)
     package build the wheel and the sdist, check them (twine, their contents), install the
             wheel (not editable) in a fresh virtualenv and run `aioqueue --version`, the demo
             and its worker from it
@@ -125,6 +127,12 @@ def test(args: list[str]) -> int:
     return run(PYTHON, "-m", "pytest", *pytest_args(args), check=False)
 
 
+def package_map(_: list[str]) -> int:
+    """Write docs/development.md's package map from the tree (tests/support/layermap.py)."""
+    setup([])
+    return run(PYTHON, str(ROOT / "tests" / "support" / "layermap.py"), check=False)
+
+
 def lint(_: list[str]) -> int:
     """Run every linter, even after one fails; fail if any failed."""
     setup([])
@@ -170,8 +178,8 @@ def bench(args: list[str]) -> int:
 # dashboard's templates and static files (each pattern relative to the repository's root)
 PACKAGE_DATA = (
     "aioqueue/py.typed",
-    "aioqueue/lua/*.lua",
-    "aioqueue/lua/lib/*.lua",
+    "aioqueue/_store/lua/*.lua",
+    "aioqueue/_store/lua/lib/*.lua",
     "aioqueue/dashboard/templates/*.html",
     "aioqueue/dashboard/static/*",
 )
@@ -233,6 +241,7 @@ COMMANDS = {
     "demo": demo,
     "bench": bench,
     "package": package,
+    "map": package_map,
 }
 
 

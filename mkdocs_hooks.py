@@ -18,24 +18,24 @@ MARKER = "<!-- api-reference -->"
 #: section titles for the modules that define public names, in page order; a module missing
 #: here gets a section after these, titled by its name
 SECTIONS = {
-    "aioqueue._app": "The App",
-    "aioqueue._task": "Tasks",
-    "aioqueue._job": "Jobs",
-    "aioqueue._context": "The running job",
-    "aioqueue._queue": "Queues and the pull API",
-    "aioqueue._sharded": "Sharded queues",
-    "aioqueue._batch": "Batches and chains",
-    "aioqueue._schedules": "Schedules",
-    "aioqueue._worker": "Workers",
-    "aioqueue._registry": "The worker registry",
-    "aioqueue._hooks": "Hooks and middleware",
-    "aioqueue._logs": "Logs",
-    "aioqueue._sync": "The blocking producer",
-    "aioqueue._inspect": "Inspection",
-    "aioqueue._events": "Job events",
-    "aioqueue._serialize": "Serializers",
-    "aioqueue._embedded": "The embedded server",
-    "aioqueue._exceptions": "Exceptions",
+    "aioqueue._app.app": "The App",
+    "aioqueue._app.task": "Tasks",
+    "aioqueue._model.job": "Jobs",
+    "aioqueue._app.context": "The running job",
+    "aioqueue._queue.queue": "Queues and the pull API",
+    "aioqueue._queue.sharded": "Sharded queues",
+    "aioqueue._app.batch": "Batches and chains",
+    "aioqueue._app.schedules": "Schedules",
+    "aioqueue._worker.worker": "Workers",
+    "aioqueue._queue.registry": "The worker registry",
+    "aioqueue._model.hooks": "Hooks and middleware",
+    "aioqueue._app.logs": "Logs",
+    "aioqueue._app.sync": "The blocking producer",
+    "aioqueue._queue.inspect": "Inspection",
+    "aioqueue._queue.events": "Job events",
+    "aioqueue._model.serialize": "Serializers",
+    "aioqueue._store.embedded": "The embedded server",
+    "aioqueue._model.exceptions": "Exceptions",
     "aioqueue.testing": "The testing kit: aioqueue.testing",
     "aioqueue.metrics": "Prometheus metrics: aioqueue.metrics",
     "aioqueue.otel": "OpenTelemetry traces: aioqueue.otel",
@@ -87,7 +87,7 @@ def api_reference() -> str:
     lines: list[str] = []
     for home, names in public_names().items():
         lines += [f"## {SECTIONS.get(home, home)}", ""]
-        if home == "aioqueue._exceptions":  # the tree of the families, from its docstring
+        if home == "aioqueue._model.exceptions":  # the tree of the families, from its docstring
             lines += [_exception_tree(), ""]
         for name in names:
             lines += [f"::: {name}", "    options:", "      heading_level: 3", ""]
@@ -95,10 +95,10 @@ def api_reference() -> str:
 
 
 def _exception_tree() -> str:
-    """The exception tree drawn in ``aioqueue._exceptions``'s docstring, as a code block."""
-    import aioqueue._exceptions
+    """The exception tree drawn in ``aioqueue._model.exceptions``'s docstring, as a code block."""
+    import aioqueue._model.exceptions
 
-    doc = inspect.getdoc(aioqueue._exceptions) or ""
+    doc = inspect.getdoc(aioqueue._model.exceptions) or ""
     intro, _, rest = doc.partition("::\n\n")
     tree = rest.split("\n\n")[0]
     return f"{intro.strip()}:\n\n```\n{inspect.cleandoc(tree)}\n```"

@@ -1,3 +1,3 @@
-from aioqueue._cli import main
+from aioqueue._cli.main import main
 
 raise SystemExit(main())

@@ -31,13 +31,13 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._queuereg import declared_queues, known_queues
-from ._runner import Failure
+from ._queue.queuereg import declared_queues, known_queues
+from ._worker.runner import Failure
 
 if TYPE_CHECKING:
-    from ._app import App
-    from ._record import Claimed
-    from ._worker import Worker
+    from ._app.app import App
+    from ._model.record import Claimed
+    from ._worker.worker import Worker
 
 __all__ = ["QueueCollector", "WorkerMetrics", "serve"]
 

@@ -28,15 +28,15 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ._codec import carried_trace
-from ._exceptions import Retry
-from ._hooks import CallNext, EnqueueEvent
-from ._queue import Queue
+from ._model.codec import carried_trace
+from ._model.exceptions import Retry
+from ._model.hooks import CallNext, EnqueueEvent
+from ._queue.queue import Queue
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._app import App
-    from ._context import JobContext
+    from ._app.app import App
+    from ._app.context import JobContext
 
 __all__ = ["ADMIN_OPERATIONS", "instrument"]
 

@@ -24,8 +24,8 @@ import timeit
 import uuid
 
 from aioqueue import App, EmbeddedServer, JobContext, JobContextFilter, JsonLogFormatter, Worker
-from aioqueue._context import _current
-from aioqueue._logs import TEXT_FORMAT
+from aioqueue._app.context import _current
+from aioqueue._app.logs import TEXT_FORMAT
 from aioqueue.metrics import WorkerMetrics
 
 

@@ -27,7 +27,7 @@ import uvicorn
 from playwright.async_api import async_playwright
 
 from aioqueue import App, JobState
-from aioqueue._embedded import EmbeddedServer
+from aioqueue._store.embedded import EmbeddedServer
 from aioqueue.dashboard import basic_auth, create_app
 
 ROOT = Path(__file__).resolve().parents[1]

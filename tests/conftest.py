@@ -21,7 +21,7 @@ import pytest
 from redis.asyncio import Redis, RedisCluster
 
 from aioqueue import App
-from aioqueue._embedded import EmbeddedServer
+from aioqueue._store.embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster

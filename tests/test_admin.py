@@ -23,8 +23,8 @@ from aioqueue import (
     Throughput,
     Worker,
 )
-from aioqueue._lister import Lister
-from aioqueue._scripts import QueueScripts
+from aioqueue._queue.lister import Lister
+from aioqueue._store.scripts import QueueScripts
 
 from .support.invariants import check_invariants
 from .support.server import text

@@ -21,7 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobFailed, SerializationError, Task, Worker
-from aioqueue._serialize import JsonSerializer, _encode_stdlib
+from aioqueue._model.serialize import JsonSerializer, _encode_stdlib
 
 from .support.apps import open_app
 
@@ -326,7 +326,7 @@ async def test_unresolvable_hints_warn_and_pass_json(
         seen.append(value)
 
     task = app.task(name="ghost")(ghost)
-    with caplog.at_level(logging.WARNING, logger="aioqueue._convert"):
+    with caplog.at_level(logging.WARNING, logger="aioqueue._model.convert"):
         assert task.args_decoder is None
     assert "NoSuchType" in caplog.text
     assert "'ghost'" in caplog.text
@@ -336,7 +336,7 @@ async def test_unresolvable_hints_warn_and_pass_json(
 
 
 def converter_of(tp: Any) -> Callable[[Any], Any]:
-    from aioqueue._convert import converter
+    from aioqueue._model.convert import converter
 
     c = converter(tp)
     assert c is not None

@@ -22,8 +22,8 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
-import aioqueue._scriptreads as scriptreads_module
-import aioqueue._scripts as scripts_module
+import aioqueue._store.scriptreads as scriptreads_module
+import aioqueue._store.scripts as scripts_module
 from aioqueue import (
     App,
     Batch,
@@ -40,10 +40,10 @@ from aioqueue import (
     ResultTimeout,
     Worker,
 )
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._leases import forward_outbox
-from aioqueue._scripts import SCRIPTS, FailMode, Outcome
-from aioqueue._wire import use_functions
+from aioqueue._queue.leases import forward_outbox
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.scripts import SCRIPTS, FailMode, Outcome
+from aioqueue._store.wire import use_functions
 
 from .batchapp import BatchTasks, Keys, register
 from .support.apps import open_app, unique_prefix

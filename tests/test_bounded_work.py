@@ -23,11 +23,11 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._exceptions import ServerRefused
-from aioqueue._limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
-from aioqueue._lua import SCRIPTS
-from aioqueue._scripts import Outcome, QueueScripts
+from aioqueue._model.exceptions import ServerRefused
+from aioqueue._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.scripts import Outcome, QueueScripts
 
 from .support.server import text
 

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, EmbeddedServer, Queue, Reservation, Task
-from aioqueue._checks import _Ids, new_job_id
+from aioqueue._model.checks import _Ids, new_job_id
 
 Work = Task[[str, int], None]
 

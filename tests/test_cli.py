@@ -21,7 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, EmbeddedServer, __version__
-from aioqueue._embedded import _free_port
+from aioqueue._store.embedded import _free_port
 
 from .support.waiting import wait_until
 

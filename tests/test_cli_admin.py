@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aioqueue import App, JobNotFound, JobState, Worker
-from aioqueue._embedded import attach_or_start
+from aioqueue._store.embedded import attach_or_start
 
 from .support.apps import unique_prefix
 from .support.waiting import wait_until

@@ -27,11 +27,11 @@ from aioqueue import (
     ServerUnavailable,
     Worker,
 )
-from aioqueue._cluster import parse_cluster_url, slot_runs
-from aioqueue._connect import resolve_url
-from aioqueue._lua import SCRIPTS
-from aioqueue._safetext import redact_url as redact
-from aioqueue._scripts import queue_names
+from aioqueue._model.safetext import redact_url as redact
+from aioqueue._store.cluster import parse_cluster_url, slot_runs
+from aioqueue._store.connect import resolve_url
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.scripts import queue_names
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster, Node

@@ -14,12 +14,12 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Job, PayloadTooLarge, SerializationError, ServerUnavailable
-from aioqueue._coalesce import MAX_JOBS, Coalescer
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._exceptions import ServerRefused
-from aioqueue._queue import Queue
-from aioqueue._record import JobRecord
-from aioqueue._scripts import QueueScripts
+from aioqueue._model.exceptions import ServerRefused
+from aioqueue._model.record import JobRecord
+from aioqueue._queue.coalesce import MAX_JOBS, Coalescer
+from aioqueue._queue.queue import Queue
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.scripts import QueueScripts
 
 from .support.apps import open_app
 from .support.server import text

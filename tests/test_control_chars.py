@@ -16,8 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, Worker
-from aioqueue._keys import QueueKeys
-from aioqueue._safetext import EscapingFormatter, escape
+from aioqueue._model.keys import QueueKeys
+from aioqueue._model.safetext import EscapingFormatter, escape
 from aioqueue.testing import unique_prefix
 
 from .support.waiting import wait_until

@@ -1,4 +1,4 @@
-"""The next-tick logic of schedules (aioqueue/_cron.py): pure functions on a fixed clock."""
+"""The next-tick logic of schedules (aioqueue/_model/cron.py): pure functions on a fixed clock."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from aioqueue._cron import Spec, interval_ms, job_id_for
-from aioqueue._exceptions import ConfigurationError
+from aioqueue._model.cron import Spec, interval_ms, job_id_for
+from aioqueue._model.exceptions import ConfigurationError
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

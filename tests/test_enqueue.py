@@ -23,8 +23,8 @@ from aioqueue import (
     PayloadTooLarge,
     SerializationError,
 )
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._task import _Signature
+from aioqueue._app.task import _Signature
+from aioqueue._store.embedded import EmbeddedServer
 
 from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants

@@ -21,8 +21,8 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Job, JobState, Worker
-from aioqueue._checks import new_job_id
-from aioqueue._exceptions import ServerRefused
+from aioqueue._model.checks import new_job_id
+from aioqueue._model.exceptions import ServerRefused
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from aioqueue._embedded import _free_port
+from aioqueue._store.embedded import _free_port
 
 from .support.processes import REPO_ROOT
 from .support.waiting import wait_until

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, Queue, Worker
-from aioqueue._limits import FINISHED_INDEX_MAX
+from aioqueue._model.limits import FINISHED_INDEX_MAX
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._embedded import EmbeddedServer
+from aioqueue._store.embedded import EmbeddedServer
 
 from .support.waiting import wait_until
 

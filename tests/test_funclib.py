@@ -13,10 +13,10 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._funclib import FunctionLibrary
-from aioqueue._lua import _LIB, LIB, LIBRARY, SCRIPTS, _lua
-from aioqueue._wire import functions_on
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.funclib import FunctionLibrary
+from aioqueue._store.loader import _LIB, LIB, LIBRARY, SCRIPTS, _lua
+from aioqueue._store.wire import functions_on
 
 from .support.apps import open_app
 from .support.server import text
@@ -149,7 +149,7 @@ def test_every_top_level_local_a_function_assigns_is_reset_per_call() -> None:
     cache, a buffer) must be marked ``-- per call`` (or depend on the call) so that the
     library resets it at the start of every call, or one call's state leaks into the next
     (a queue's events switch read by a call on another queue, say)."""
-    from aioqueue._funclib import _PER_CALL, PER_CALL_MARK
+    from aioqueue._store.funclib import _PER_CALL, PER_CALL_MARK
 
     unmarked = []
     for part in LIB:

@@ -15,7 +15,7 @@ import time
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._scripts import Outcome, QueueScripts
+from aioqueue._store.scripts import Outcome, QueueScripts
 
 from .support.apps import open_app
 from .support.instrumented import instrument

@@ -22,10 +22,10 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Job, JobState
-from aioqueue._exceptions import ServerRefused
-from aioqueue._lua import SCRIPTS
-from aioqueue._record import parse_claim
-from aioqueue._wire import evalsha_command
+from aioqueue._model.exceptions import ServerRefused
+from aioqueue._model.record import parse_claim
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.wire import evalsha_command
 
 from .support.apps import unique_prefix
 from .support.cluster import LocalCluster

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import Worker
-from aioqueue._health import start_health_server
+from aioqueue._worker.health import start_health_server
 
 from .support.apps import open_app
 from .support.processes import REPO_ROOT, WorkerProcesses

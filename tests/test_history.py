@@ -12,7 +12,7 @@ import subprocess
 from redis.asyncio import Redis
 
 from aioqueue import App, AttemptInfo, Backoff, JobState, Worker
-from aioqueue._inspect import HISTORY_MAX
+from aioqueue._queue.inspect import HISTORY_MAX
 
 from .support.apps import unique_prefix
 from .support.clirun import aioqueue_cli

@@ -38,7 +38,7 @@ from aioqueue import (
     ServerRefused,
     Worker,
 )
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
@@ -1138,7 +1138,7 @@ def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None
     """The class, in the source: a script that ran ``redis.call`` on a key directly would stop
     midway on garbage (after a destructive move, which Redis does not undo). Only core's own
     repair machinery (and ``TIME``, which names no key) may call Redis directly."""
-    lua = REPO_ROOT / "aioqueue" / "lua"
+    lua = REPO_ROOT / "aioqueue" / "_store" / "lua"
     core = (lua / "lib" / "core.lua").read_text()
     start = core.index(
         "-- ---------------------------------------------------------------- garbage"

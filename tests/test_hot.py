@@ -8,8 +8,8 @@ import asyncio
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._hot import hot_connection
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.hot import hot_connection
 
 from .support.apps import open_app
 from .support.server import text

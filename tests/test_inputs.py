@@ -23,9 +23,9 @@ from aioqueue import (
     ResultTimeout,
     Worker,
 )
-from aioqueue._checks import MAX_ATTEMPTS, MAX_SECONDS
-from aioqueue._queue import CANCEL_CHUNK
-from aioqueue._scripts import QueueScripts
+from aioqueue._model.checks import MAX_ATTEMPTS, MAX_SECONDS
+from aioqueue._queue.queue import CANCEL_CHUNK
+from aioqueue._store.scripts import QueueScripts
 
 from .support.apps import unique_prefix
 

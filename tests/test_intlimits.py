@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Reservation
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
 
 from .support.invariants import check_invariants
 from .support.server import server_ms

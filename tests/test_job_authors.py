@@ -32,7 +32,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker
-from aioqueue._leases import forward_outbox
+from aioqueue._queue.leases import forward_outbox
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._data import job_page
 
@@ -42,7 +42,7 @@ from .support.waiting import wait_until
 
 KEY = "author-signing-key-0123456789abcdef"
 OTHER_KEY = "someone-elses-key-0123456789abcdef"
-LUA = Path(__file__).resolve().parent.parent / "aioqueue" / "lua"
+LUA = Path(__file__).resolve().parent.parent / "aioqueue" / "_store" / "lua"
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def test_every_script_that_writes_a_job_record_has_a_row() -> None:
 
 def test_no_python_code_writes_a_job_record_directly() -> None:
     # every job write goes through a script listed above: Python only reads job records
-    pkg = LUA.parent
+    pkg = LUA.parent.parent
     hits = [
         f"{p.relative_to(pkg)}: {line.strip()}"
         for p in pkg.rglob("*.py")
@@ -207,7 +207,7 @@ def test_no_python_code_writes_a_job_record_directly() -> None:
 
 
 def test_security_md_shows_the_inventory() -> None:
-    doc = (LUA.parent.parent / "docs" / "security.md").read_text()
+    doc = (LUA.parent.parent.parent / "docs" / "security.md").read_text()
     for row in INVENTORY:
         assert row.test in doc, f"docs/security.md lacks the row tested by {row.test}"
 

@@ -1,101 +1,58 @@
-"""The modules of aioqueue form layers that point one way: a module imports (at run time)
-only modules of lower layers. Imports under ``if TYPE_CHECKING:`` are type hints, not
-dependencies, and are allowed in any direction."""
+"""The package's folders form layers that point one way: a module imports only modules of its
+own folder or of lower folders, at run time and under ``if TYPE_CHECKING:`` alike. The rule is
+one line per folder (``FOLDERS``); each folder's ``__init__`` docstring says the same in words, and
+docs/development.md's map is generated from both (``python3 dev.py map``)."""
 
 from __future__ import annotations
 
 import ast
-from importlib import resources
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-# lowest first; a module may import at run time only modules of strictly lower layers, or of
-# its own layer where it is listed after them
-LAYERS: list[list[str]] = [
-    ["_version", "_exceptions", "_safetext"],
-    ["_hooks", "_observe"],
-    [
-        "_limits",
-        "_timeutil",
-        "_keys",
-        "_serialize",
-        "_convert",
-        "_signing",
-        "_encryption",
-        "_checks",
-        "_compress",
-        "_claimcheck",
-        "_record",
-        "_wire",
-        "_funclib",
-        "_hot",
-        "_cron",
-        "_schedauth",
-        "_sentinel",
-        "_cluster",
-    ],
-    ["_job"],
-    ["_batchinfo"],
-    ["_codec", "_handle"],
-    ["_lua", "_durable"],
-    ["_scriptreads"],
-    ["_scripts", "_syncdoor"],
-    ["_leases", "_registry", "_queuereg", "_tasktable", "_connect", "_coalesce"],
-    ["_lister", "_inspect", "_admin", "_pull", "_events", "_rekey"],
-    ["_unique", "_queue"],
-    ["_results", "_context", "_logs", "_sharded"],
-    ["_batch"],
-    ["_task"],
-    ["_schedules", "_scheddecl", "_sync"],
-    ["_app"],
-    ["_runner"],
-    ["_fetch", "_loops", "_worker"],
-    ["_embedded", "_health", "metrics", "otel"],
-    ["_embedded", "_health"],
-    # the dashboard and contrib subpackages (each one's modules' sources read as one)
-    ["dashboard", "contrib"],
-    [
-        "_cli_format",
-        "_schedules_cli",
-        "_cli_show",
-        "_cli_admin",
-        "_cli_health",
-        "_cli_metrics",
-        "_cli_dashboard",
-        "_cli_events",
-        "_cli_load",
-        "_cli_rekey",
-        "_supervisor",
-        "_cli",
-    ],
-    ["__init__", "__main__"],
+import aioqueue
+
+from .support import layermap
+
+PKG = Path(aioqueue.__file__).resolve().parent
+
+# lowest first: a unit may import units listed before it, and itself
+FOLDERS: list[str] = [
+    "_version",  # the version string
+    "_model",  # values and their encodings: no Redis I/O
+    "_store",  # the one door to Redis/Valkey
+    "_queue",  # a queue and its faces
+    "_app",  # the App, tasks, batches, schedules
+    "_worker",  # the consumer pool
+    "metrics",  # public extras over the worker
+    "otel",
+    "testing",
+    "contrib",
+    "dashboard",
+    "_cli",  # the command line
+    "__init__",  # the public names
+    "__main__",
 ]
-RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-# the lower layers that issue 12 names: none of them may reach the App, batches or the worker
-LOWER = {
-    "_record",
-    "_codec",
-    "_scripts",
-    "_wire",
-    "_keys",
-    "_queue",
-    "_pull",
-    "_job",
-    "_leases",
-    "_admin",
-    "_inspect",
+RANK = {name: i for i, name in enumerate(FOLDERS)}
+# type-only imports that still point up (to be typed against Protocols from below: issue 25);
+# this list may only shrink
+TYPE_ONLY_UP: set[tuple[str, str]] = {
+    ("_model", "_store"),
+    ("_model", "_queue"),
+    ("_model", "_app"),
+    ("_model", "_worker"),
+    ("_queue", "_app"),
 }
-HIGHER = {"_app", "_batch", "_fetch", "_loops", "_runner", "_worker"}
 
 
-def modules() -> dict[str, str]:
-    pkg = resources.files("aioqueue")
-    found = {p.name[:-3]: p.read_text("utf-8") for p in pkg.iterdir() if p.name.endswith(".py")}
-    for sub in ("dashboard", "contrib"):
-        found[sub] = "\n".join(
-            p.read_text("utf-8") for p in (pkg / sub).iterdir() if p.name.endswith(".py")
-        )
-    return found
+def unit_of(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def sources() -> Iterator[Path]:
+    yield from sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -105,55 +62,184 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def runtime_imports(source: str) -> set[str]:
-    """The aioqueue modules a module imports when it runs (at any depth of its code)."""
-    found: set[str] = set()
+def imports(path: Path, source: str | None = None) -> tuple[set[str], set[str]]:
+    """The aioqueue modules (dotted, from the package) a module imports: (at run time, only
+    for type checking)."""
+    package = list(path.relative_to(PKG).with_suffix("").parts)[:-1]
+    if path.name == "__init__.py":
+        package = list(path.relative_to(PKG).parent.parts)
+    runtime: set[str] = set()
+    typing: set[str] = set()
 
-    def visit(node: ast.AST) -> None:
+    def resolve(node: ast.ImportFrom) -> list[str]:
+        if node.level == 0:
+            mod = node.module or ""
+            if not (mod == "aioqueue" or mod.startswith("aioqueue.")):
+                return []
+            base = mod.split(".")[1:]
+        else:
+            base = package[: len(package) - node.level + 1] + (
+                node.module.split(".") if node.module else []
+            )
+        if base:
+            return [".".join(base)]
+        return [alias.name for alias in node.names]  # from aioqueue import x (a module or a name)
+
+    def visit(node: ast.AST, found: set[str]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child):
+                for inner in child.body:
+                    visit_one(inner, typing)
                 for other in child.orelse:
-                    visit(other)
+                    visit_one(other, found)
                 continue
-            if isinstance(child, ast.ImportFrom):
-                if child.level == 1 and child.module:
-                    found.add(child.module.split(".")[0])
-                elif child.level == 0 and child.module and child.module.startswith("aioqueue."):
-                    found.add(child.module.split(".")[1])
-            elif isinstance(child, ast.Import):
-                for alias in child.names:
-                    if alias.name.startswith("aioqueue."):
-                        found.add(alias.name.split(".")[1])
-            visit(child)
+            visit_one(child, found)
 
-    visit(ast.parse(source))
+    def visit_one(child: ast.AST, found: set[str]) -> None:
+        if isinstance(child, ast.ImportFrom):
+            found.update(resolve(child))
+        elif isinstance(child, ast.Import):
+            for alias in child.names:
+                if alias.name.startswith("aioqueue."):
+                    found.add(alias.name.split(".", 1)[1])
+        visit(child, found)
+
+    visit(ast.parse(path.read_text("utf-8") if source is None else source), runtime)
+    return runtime, typing - runtime
+
+
+def unit_of_dotted(dotted: str) -> str | None:
+    head = dotted.split(".")[0]
+    return head if head in RANK else None
+
+
+def test_the_docs_map_is_the_tree() -> None:
+    page = layermap.PAGE.read_text("utf-8")
+    assert layermap.current(page) == layermap.render(FOLDERS), "run: python3 dev.py map"
+
+
+def test_every_module_is_in_a_folder_of_the_map() -> None:
+    units = {unit_of(p) for p in sources()}
+    assert units == set(RANK), f"not in FOLDERS: {units - set(RANK)}; gone: {set(RANK) - units}"
+
+
+def test_the_top_level_holds_only_public_modules_and_folders() -> None:
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "_version.py", "metrics.py", "otel.py"]
+
+
+@pytest.mark.parametrize("path", list(sources()), ids=lambda p: str(p.relative_to(PKG)))
+def test_a_module_imports_only_its_own_folder_or_lower_ones(path: Path) -> None:
+    me = unit_of(path)
+    runtime, typing = imports(path)
+    for kind, found in (("at run time", runtime), ("for type checking", typing)):
+        for dotted in found:
+            other = unit_of_dotted(dotted)
+            if other is None or other == me:
+                continue
+            if kind != "at run time" and (me, other) in TYPE_ONLY_UP:
+                continue
+            assert RANK[other] < RANK[me], f"{path.relative_to(PKG)} imports {dotted} {kind}"
+
+
+def _graph(kind: int) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in sources():
+        rel = path.relative_to(PKG).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        found = imports(path)
+        deps = found[0] | (found[1] if kind else set())
+        graph[name] = {d for d in deps if d != name and not name.startswith(d + ".")}
+    return graph
+
+
+def knots(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if dep not in graph:
+                continue
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                top = stack.pop()
+                component.add(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
     return found
 
 
-def test_every_module_has_a_layer() -> None:
-    assert set(modules()) == set(RANK)
+# modules still in a cycle through type-only imports (to be cut with Protocols: issue 25);
+# this set may only shrink
+TYPE_KNOTS_LEFT: set[str] = {
+    "_app.app",
+    "_app.batch",
+    "_app.context",
+    "_app.results",
+    "_app.scheddecl",
+    "_app.schedules",
+    "_app.sync",
+    "_app.task",
+    "_model.batchinfo",
+    "_model.claimcheck",
+    "_model.codec",
+    "_model.hooks",
+    "_model.job",
+    "_model.observe",
+    "_queue.admin",
+    "_queue.events",
+    "_queue.inspect",
+    "_queue.leases",
+    "_queue.lister",
+    "_queue.pull",
+    "_queue.queue",
+    "_queue.rekey",
+    "_queue.sharded",
+    "_queue.tasktable",
+    "_queue.unique",
+    "_worker.fetch",
+    "_worker.loops",
+    "_worker.worker",
+}
 
 
-@pytest.mark.parametrize("name", sorted(RANK))
-def test_a_module_imports_only_lower_layers_at_run_time(name: str) -> None:
-    source = modules()[name]
-    for dep in runtime_imports(source) - {name}:
-        assert dep in RANK, f"{name} imports unknown module {dep}"
-        if RANK[dep] == RANK[name]:
-            layer = LAYERS[RANK[name]]
-            assert layer.index(dep) < layer.index(name), f"{name} imports {dep}, listed after it"
-        assert RANK[dep] <= RANK[name], f"{name} imports {dep}, a higher layer, at run time"
-    if name in LOWER:
-        assert not runtime_imports(source) & HIGHER
+def test_no_import_cycle_at_run_time() -> None:
+    assert knots(_graph(0)) == []
 
 
-def test_the_checker_sees_function_level_imports_and_ignores_type_checking_ones() -> None:
+def test_no_new_import_cycle_at_type_level() -> None:
+    tangled = set().union(*knots(_graph(1)))
+    assert tangled <= TYPE_KNOTS_LEFT, (
+        f"new modules in a type-level cycle: {tangled - TYPE_KNOTS_LEFT}"
+    )
+
+
+def test_the_checker_sees_function_level_imports_and_type_checking_ones() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
-        "from ._keys import check_name\n"
+        "from ..\x5fmodel.keys import check_name\n"
         "if TYPE_CHECKING:\n"
-        "    from ._app import App\n"
+        "    from ..\x5fapp.app import App\n"
         "def f() -> None:\n"
-        "    from ._worker import Worker\n"
+        "    from ..\x5fworker.worker import Worker\n"
     )
-    assert runtime_imports(source) == {"_keys", "_worker"}
+    sample = PKG / "_queue" / "sample.py"
+    assert imports(sample, source) == ({"_model.keys", "_worker.worker"}, {"_app.app"})

@@ -84,7 +84,11 @@ async def test_task_and_aioqueue_lines_carry_the_job(app: App, capture: Capture)
     failing = [fields(r) for r in capture.records if r.getMessage() == "failing"]
     assert failing == [(j3.id, "bad", q, 1), (j3.id, "bad", q, 2)]
     # aioqueue's own lines about the run: the retry, then the dead letter
-    pool = [r for r in capture.records if r.name == "aioqueue._worker" and j3.id in r.getMessage()]
+    pool = [
+        r
+        for r in capture.records
+        if r.name == "aioqueue._worker.worker" and j3.id in r.getMessage()
+    ]
     assert [fields(r) for r in pool] == [(j3.id, "bad", q, 1), (j3.id, "bad", q, 2)]
     assert all(f" [job {j3.id} task=bad queue={q} attempt=" in r.job_context for r in pool)  # type: ignore[attr-defined]
     # the worker's own lines, outside any job, carry none
@@ -151,7 +155,7 @@ async def test_a_worker_process_writes_json_lines_with_the_job(
         # by name, the job takes the producer's default of 3 attempts
         assert {(line["logger"], line["job_attempt"]) for line in about_boom} == {
             (logger, attempt)
-            for logger in ("obsapp.tasks", "aioqueue._worker")
+            for logger in ("obsapp.tasks", "aioqueue._worker.worker")
             for attempt in (1, 2, 3)
         }
         assert not any("job_id" in line for line in out if "consuming" in line["message"])
@@ -161,7 +165,7 @@ async def test_a_worker_process_writes_json_lines_with_the_job(
 
 
 async def test_text_lines_end_with_the_job(app: App) -> None:
-    from aioqueue._logs import TEXT_FORMAT
+    from aioqueue._app.logs import TEXT_FORMAT
 
     handler = Capture(logging.Formatter(TEXT_FORMAT))
     own = logging.getLogger("tasks.text")

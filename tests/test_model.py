@@ -52,8 +52,8 @@ from hypothesis.stateful import (
 from redis.asyncio import Redis
 
 from aioqueue import App, JobNotFound, LeaseLost, Reservation
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
+from aioqueue._store.embedded import EmbeddedServer
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

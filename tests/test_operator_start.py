@@ -24,7 +24,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, StartupFailed, UnknownTask, UsageError, Worker
-from aioqueue._tasktable import REFRESH, lookup, register
+from aioqueue._queue.tasktable import REFRESH, lookup, register
 
 from .support.apps import unique_prefix
 from .support.processes import WorkerProcess

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from aioqueue import App, Backoff, BadSignature, JobFailed, Retry, Worker, current_job
-from aioqueue._codec import carried_trace
+from aioqueue._model.codec import carried_trace
 from aioqueue.otel import instrument
 
 from .support.apps import open_app, unique_prefix
@@ -208,7 +208,7 @@ async def test_the_traceparent_is_signed_with_the_job(
 async def producer_payload(url: str, prefix: str, job_id: str) -> bytes:
     from redis.asyncio import Redis
 
-    from aioqueue._keys import QueueKeys
+    from aioqueue._model.keys import QueueKeys
 
     client = Redis.from_url(url)
     try:

@@ -29,10 +29,10 @@ from aioqueue import (
     PayloadTooLarge,
     sweep_payloads,
 )
-from aioqueue._claimcheck import MARKER as REF_MARKER
-from aioqueue._claimcheck import job_key
-from aioqueue._compress import MARKER as ZIP_MARKER
-from aioqueue._keys import QueueKeys
+from aioqueue._model.claimcheck import MARKER as REF_MARKER
+from aioqueue._model.claimcheck import job_key
+from aioqueue._model.compress import MARKER as ZIP_MARKER
+from aioqueue._model.keys import QueueKeys
 from examples.payload_stores import FileStore, MemoryStore
 
 from .support.apps import unique_prefix
@@ -360,7 +360,7 @@ async def test_a_worker_without_a_store_dead_letters_claim_checked_jobs(
 async def test_the_sweep_spares_a_blob_whose_record_arrives_within_the_grace(
     redis_url: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioqueue import _claimcheck
+    from aioqueue._model import claimcheck as _claimcheck
 
     prefix, keys, store = place()
     late, orphan = job_key(prefix, "default", "late"), job_key(prefix, "default", "orphan")

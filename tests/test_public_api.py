@@ -93,9 +93,9 @@ def test_every_error_but_the_startup_one_is_in_exactly_one_family() -> None:
 
 
 def test_the_drawn_exception_tree_is_the_real_one() -> None:
-    # aioqueue._exceptions draws the tree in its docstring (shown in the API reference): each
+    # aioqueue._model.exceptions draws the tree in its docstring (shown in the API reference): each
     # name's parent in the drawing is its direct aioqueue base, and every error is drawn
-    import aioqueue._exceptions as module
+    import aioqueue._model.exceptions as module
 
     doc = module.__doc__ or ""
     tree = doc.partition("::\n\n")[2].split("\n\n")[0].splitlines()

@@ -24,7 +24,7 @@ from aioqueue import (
     ResultTimeout,
     SerializationError,
 )
-from aioqueue._embedded import EmbeddedServer
+from aioqueue._store.embedded import EmbeddedServer
 
 from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants

@@ -6,7 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._limits import MAX_JOBS_PER_CALL
+from aioqueue._model.limits import MAX_JOBS_PER_CALL
 
 from .support.invariants import check_invariants
 

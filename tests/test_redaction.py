@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
-from aioqueue._safetext import HIDDEN, redact_url
+from aioqueue._model.safetext import HIDDEN, redact_url
 from aioqueue.testing import unique_prefix
 
 from .support.sentinel import free_port

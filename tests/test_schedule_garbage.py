@@ -14,8 +14,8 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._keys import QueueKeys
-from aioqueue._schedules import TICKS_PER_PASS
+from aioqueue._app.schedules import TICKS_PER_PASS
+from aioqueue._model.keys import QueueKeys
 
 from .support.apps import open_app
 from .support.waiting import wait_until

@@ -10,17 +10,18 @@ from importlib import resources
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobState, _limits
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._scripts import LIB, LIBRARY, SCRIPTS
-from aioqueue._wire import functions_on, use_functions
+from aioqueue import App, JobState
+from aioqueue._model import limits as _limits
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.scripts import LIB, LIBRARY, SCRIPTS
+from aioqueue._store.wire import functions_on, use_functions
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
 from .support.server import server_ms, text
 from .support.waiting import wait_until
 
-LUA = resources.files("aioqueue").joinpath("lua")
+LUA = resources.files("aioqueue._store").joinpath("lua")
 SCRIPT_FILES = sorted(
     p.name[: -len(".lua")] for p in LUA.iterdir() if p.name.endswith(".lua") and p.name[0] != "_"
 )
@@ -175,7 +176,7 @@ def test_each_script_gets_exactly_the_library_parts_it_uses(name: str) -> None:
 
 
 def test_the_limits_shared_with_python_agree() -> None:
-    """lua/lib/core.lua's block of shared limits and aioqueue/_limits.py: the same names with
+    """lua/lib/core.lua's block of shared limits and aioqueue/_model/limits.py: the same names with
     the same values."""
     core = read_lua("lib/core")
     block = core[core.index("-- Limits shared with Python") :].split("\n\n", 1)[0]

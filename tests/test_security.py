@@ -34,7 +34,7 @@ from aioqueue import (
     ServerUnavailable,
     Worker,
 )
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

@@ -21,10 +21,10 @@ from aioqueue import (
     ServerUnavailable,
     Worker,
 )
-from aioqueue._connect import resolve_url
-from aioqueue._embedded import EmbeddedServer
-from aioqueue._safetext import redact_url as redact
-from aioqueue._sentinel import parse
+from aioqueue._model.safetext import redact_url as redact
+from aioqueue._store.connect import resolve_url
+from aioqueue._store.embedded import EmbeddedServer
+from aioqueue._store.sentinel import parse
 
 from .support.apps import unique_prefix
 from .support.processes import WorkerProcesses

@@ -20,7 +20,7 @@ from aioqueue import (
     Worker,
     current_job,
 )
-from aioqueue._sharded import ShardedQueue, shard_index, shard_name, shard_names
+from aioqueue._queue.sharded import ShardedQueue, shard_index, shard_name, shard_names
 
 from .shardapp import ran_key
 from .support.processes import WorkerProcesses

@@ -22,8 +22,8 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, BadSignature, Batch, ConfigurationError, JobState, Worker
-from aioqueue._keys import QueueKeys
-from aioqueue._signing import Signer, _Hmac
+from aioqueue._model.keys import QueueKeys
+from aioqueue._model.signing import Signer, _Hmac
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants

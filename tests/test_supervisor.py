@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, WorkerInfo
-from aioqueue._supervisor import MAX_START_FAILURES, SUPERVISOR_FD, Supervisor
+from aioqueue._cli.supervisor import MAX_START_FAILURES, SUPERVISOR_FD, Supervisor
 
 from .support.processes import REPO_ROOT, WorkerProcesses, run_records
 from .support.waiting import wait_until

@@ -30,7 +30,7 @@ from aioqueue import (
     SyncJob,
     Worker,
 )
-from aioqueue._embedded import _free_port
+from aioqueue._store.embedded import _free_port
 
 from .support.apps import unique_prefix
 from .support.processes import WorkerProcesses, run_records

@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Backoff, JobState, Retry, current_job
-from aioqueue._exceptions import ConfigurationError
+from aioqueue._model.exceptions import ConfigurationError
 from aioqueue.testing import (
     RunSummary,
     assert_enqueued,

@@ -22,7 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, SerializationError, Worker
-from aioqueue._cli_format import plain
+from aioqueue._cli.format import plain
 from aioqueue.dashboard import create_app
 from aioqueue.dashboard._security import local_hosts
 from aioqueue.metrics import EVENTS, QueueCollector

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, JobState, Worker
-from aioqueue._unique import derived_key
+from aioqueue._queue.unique import derived_key
 
 from .support.processes import WorkerProcesses, run_records
 from .support.server import text

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, JobWhy, WhyReason
-from aioqueue._tasktable import register
+from aioqueue._queue.tasktable import register
 from aioqueue.dashboard import basic_auth, create_app
 
 from .support.server import RoundTrips, server_ms

@@ -1,4 +1,4 @@
-"""The wire-level packing of script calls (aioqueue/_wire.py) depends on redis-py internals:
+"""The wire-level packing of script calls (aioqueue/_store/wire.py) depends on redis-py internals:
 these tests fail loudly when a redis-py release changes them."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
 from aioqueue import App
-from aioqueue._keys import QueueKeys
-from aioqueue._scripts import SCRIPTS, QueueScripts
-from aioqueue._wire import FastPack, evalsha_command, use_fast_packing, use_functions
+from aioqueue._model.keys import QueueKeys
+from aioqueue._store.scripts import SCRIPTS, QueueScripts
+from aioqueue._store.wire import FastPack, evalsha_command, use_fast_packing, use_functions
 
 
 def test_the_connection_hooks_we_rely_on_still_exist() -> None:

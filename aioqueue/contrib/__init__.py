@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ParamSpec, TypeVar
 
-from .._checks import new_job_id
-from .._task import BoundTask, Task
+from .._app.task import BoundTask, Task
+from .._model.checks import new_job_id
 
 __all__ = ["with_job_id"]
 

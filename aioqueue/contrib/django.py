@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 
 from django.db import transaction
 
-from .._task import BoundTask, Task
+from .._app.task import BoundTask, Task
 from . import with_job_id
 
 __all__ = ["enqueue_on_commit"]

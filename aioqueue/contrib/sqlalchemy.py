@@ -31,7 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from .._task import BoundTask, Task
+from .._app.task import BoundTask, Task
 from . import with_job_id
 
 __all__ = ["enqueue_after_commit", "enqueued"]

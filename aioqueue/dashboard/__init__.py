@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
-from aioqueue._app import App
-from aioqueue._exceptions import ConfigurationError
+from aioqueue._app.app import App
+from aioqueue._model.exceptions import ConfigurationError
 from aioqueue.dashboard._security import AuthHook, basic_auth
 from aioqueue.dashboard._web import Dashboard, build
 
@@ -80,7 +80,7 @@ def create_app(
         raise ConfigurationError(f"poll_seconds must be >= 0.5, got {poll_seconds!r}")
     names = None
     if queues is not None:
-        from aioqueue._checks import check_name
+        from aioqueue._model.checks import check_name
 
         names = tuple(check_name("queue name", q) for q in queues)
     d = Dashboard(

@@ -4,8 +4,8 @@ the listing's filters. Returns the line the page shows after it."""
 
 from __future__ import annotations
 
-from aioqueue._exceptions import ConfigurationError
-from aioqueue._queue import Queue
+from aioqueue._model.exceptions import ConfigurationError
+from aioqueue._queue.queue import Queue
 
 #: the actions each state's listing offers (a job page offers those of its state)
 OFFERED = {

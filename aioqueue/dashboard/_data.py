@@ -9,14 +9,14 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from aioqueue._app import App
-from aioqueue._batch import Batch
-from aioqueue._exceptions import AioQueueError
-from aioqueue._inspect import JobDetail, JobSummary, ResultState
-from aioqueue._job import JobState
-from aioqueue._queue import Queue
-from aioqueue._queuereg import declared_queues, known_queues
-from aioqueue._registry import WorkerInfo
+from aioqueue._app.app import App
+from aioqueue._app.batch import Batch
+from aioqueue._model.exceptions import AioQueueError
+from aioqueue._model.job import JobState
+from aioqueue._queue.inspect import JobDetail, JobSummary, ResultState
+from aioqueue._queue.queue import Queue
+from aioqueue._queue.queuereg import declared_queues, known_queues
+from aioqueue._queue.registry import WorkerInfo
 
 #: the states a queue page has a tab for, in the order of a job's life
 TABS = ("scheduled", "queued", "active", "failed", "completed", "cancelled")

@@ -20,9 +20,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from aioqueue._app import App
-from aioqueue._checks import check_job_id, check_name
-from aioqueue._exceptions import AioQueueError, ConfigurationError, JobNotFound
+from aioqueue._app.app import App
+from aioqueue._model.checks import check_job_id, check_name
+from aioqueue._model.exceptions import AioQueueError, ConfigurationError, JobNotFound
 from aioqueue.dashboard import _data
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._charts import bars

@@ -22,13 +22,13 @@ from datetime import timedelta
 from typing import Any, Literal, cast
 from uuid import uuid4
 
-from .._app import App
-from .._checks import to_seconds
-from .._exceptions import ConfigurationError, JobNotFound
-from .._job import JobInfo, JobState
-from .._leases import forward_outbox
-from .._task import BoundTask, Task
-from .._worker import Worker
+from .._app.app import App
+from .._app.task import BoundTask, Task
+from .._model.checks import to_seconds
+from .._model.exceptions import ConfigurationError, JobNotFound
+from .._model.job import JobInfo, JobState
+from .._queue.leases import forward_outbox
+from .._worker.worker import Worker
 
 __all__ = [
     "Delayed",

@@ -54,8 +54,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from aioqueue import AioQueueError, App, EmbeddedServer
-from aioqueue._keys import QueueKeys
-from aioqueue._scripts import SCRIPTS
+from aioqueue._model.keys import QueueKeys
+from aioqueue._store.scripts import SCRIPTS
 
 from ..support.invariants import check_invariants
 from ..support.server import text

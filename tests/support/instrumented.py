@@ -16,8 +16,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._keys import QueueKeys
-from aioqueue._scripts import QueueScripts
+from aioqueue._model.keys import QueueKeys
+from aioqueue._store.scripts import QueueScripts
 
 
 class Gate:

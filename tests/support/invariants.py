@@ -12,7 +12,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from aioqueue._keys import QueueKeys
+from aioqueue._model.keys import QueueKeys
 
 from .server import text
 

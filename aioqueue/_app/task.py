@@ -1,0 +1,492 @@
+"""Tasks: ``Task[P, R]`` made by ``@app.task``, the ``.options()`` builder, and retry backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .._model.checks import (
+    at_to_ms,
+    check_attempts,
+    check_group,
+    check_job_id,
+    check_name,
+    check_priority,
+    expiry_option,
+    new_job_id,
+    to_ms,
+    to_seconds,
+)
+from .._model.convert import ArgsDecoder, Convert, task_types
+from .._model.exceptions import ConfigurationError
+from .._model.job import Job
+from .._model.record import JobOptions, JobRecord, Template
+from .._queue.sharded import on_shard, spread
+from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
+from .batch import Call
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff between attempts: ``base * factor**(attempt-1)`` seconds, capped at
+    ``max``, then scaled by a random factor in ``[1 - jitter, 1]`` so retries spread out.
+    ``base`` and ``max`` are seconds or timedeltas (stored as seconds)."""
+
+    base: float | timedelta = 1.0
+    factor: float = 2.0
+    max: float | timedelta = 300.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("base", "max"):  # durations: finite, >= 0, at most 100 years
+            object.__setattr__(self, name, to_seconds(getattr(self, name), f"Backoff {name}"))
+        values = (self.factor, self.jitter)
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise ConfigurationError(f"invalid {self!r}: every value must be a finite number")
+        if self.factor < 1 or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"invalid {self!r}: factor>=1, 0<=jitter<=1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        d = min(_secs(self.max), _secs(self.base) * self.factor ** max(attempt - 1, 0))
+        return d * (1.0 - self.jitter * random.random())
+
+
+def _secs(value: float | timedelta) -> float:
+    """Seconds of a Backoff field (a timedelta is converted when the Backoff is made)."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class _Signature:
+    """A fast check that call arguments fit a function, so a misuse fails at enqueue."""
+
+    __slots__ = (
+        "allowed",
+        "name",
+        "npos",
+        "positional",
+        "posonly",
+        "required",
+        "var_kw",
+        "var_pos",
+    )
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        params = list(inspect.signature(fn).parameters.values())
+        kinds = inspect.Parameter
+        self.name = name
+        self.positional = [
+            p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        self.npos = len(self.positional)
+        self.posonly = frozenset(p.name for p in params if p.kind is kinds.POSITIONAL_ONLY)
+        self.var_pos = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+        self.var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
+        self.allowed = frozenset(
+            p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        )
+        self.required = [
+            (p.name, p.kind is kinds.KEYWORD_ONLY)
+            for p in params
+            if p.default is p.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+        ]
+
+    def check(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        if len(args) > self.npos and not self.var_pos:
+            raise TypeError(
+                f"{self.name}() takes {self.npos} positional arguments, got {len(args)}"
+            )
+        given = self.positional[: len(args)]
+        for key in kwargs:
+            if key in given and key not in self.posonly:
+                raise TypeError(f"{self.name}() got multiple values for argument {key!r}")
+            if key not in self.allowed and not self.var_kw:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r}")
+        for name, kwonly in self.required:
+            by_keyword = name in kwargs and name not in self.posonly
+            if not by_keyword and (kwonly or name not in given):
+                raise TypeError(f"{self.name}() missing required argument {name!r}")
+
+
+class Task(Generic[P, R]):
+    """A registered job function. ``await task.enqueue(...)`` is checked against its signature.
+
+    Calling the task object itself (``task(...)``) runs the function directly, in-process.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        timeout: float | timedelta | None,
+        backoff: Backoff,
+        result_ttl: float | timedelta | None,
+        priority: int,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = check_attempts(max_attempts)
+        self.timeout = to_seconds(timeout, "timeout")
+        self.backoff = backoff
+        #: seconds its results are kept (-1.0: for good; None: the App's default)
+        self.result_ttl = -1.0 if result_ttl == -1.0 else to_seconds(result_ttl, "result_ttl")
+        self.priority = check_priority(priority)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._sig = _Signature(fn, name)
+        # the decoders of its typed arguments and result (_convert.py), found on first use so
+        # a hint may name a class defined after the task; None: JSON gives the right values
+        self._types: tuple[ArgsDecoder | None, Convert | None] | None = None
+        self._defaults = JobOptions()
+        self._templates: dict[JobOptions, Template] = {}
+        self._default_template: Template | None = None
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        return self.fn(*args, **kwargs)
+
+    def _resolve_types(self) -> tuple[ArgsDecoder | None, Convert | None]:
+        types = self._types
+        if types is None:
+            if self.app.serializer.name != "json":  # pickle and custom serializers keep types
+                types = (None, None)
+            else:
+                types = task_types(self.fn, f"task {self.name!r}")
+            self._types = types
+        return types
+
+    @property
+    def args_decoder(self) -> ArgsDecoder | None:
+        """Turns a job's JSON arguments into the types its parameters' annotations ask for
+        (None: JSON already gives them, or the serializer is not JSON)."""
+        return (self._types or self._resolve_types())[0]
+
+    @property
+    def result_converter(self) -> Convert | None:
+        """Turns a job's JSON result into its return annotation's type (None: nothing to do)."""
+        return (self._types or self._resolve_types())[1]
+
+    def options(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        job_id: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        result_ttl: float | timedelta | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        expires: datetime | float | timedelta | None = None,
+        unique: bool = False,
+        unique_key: str | None = None,
+        unique_for: float | timedelta | None = None,
+        unique_scope: UniqueScope | None = None,
+        on_conflict: OnConflict | None = None,
+    ) -> BoundTask[P, R]:
+        """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
+
+        Args:
+            delay: run no earlier than this many seconds from now (by the server's clock).
+            at: run no earlier than this absolute time (aware datetime or POSIX seconds).
+            job_id: an explicit id; enqueueing an id that exists does nothing (idempotent).
+            priority: -100..100, higher first (default: the task's, normally 0).
+            group: the fairness group (a tenant, a customer, a request): groups are served
+                round-robin and can have concurrency and rate limits.
+            max_attempts: overrides the task's default.
+            timeout: overrides the task's default.
+            result_ttl: overrides the task's default.
+            queue: overrides the task's default.
+            expires: discard the job, recorded as cancelled with the reason ``Expired``, if
+                no run of it has started by then: seconds (or a timedelta) from its enqueue,
+                by the server's clock, or an aware datetime. A retry due after it is
+                discarded too.
+            unique: at most one job of this task with these arguments at a time (its key: the
+                task name and a hash of the arguments' canonical JSON); see docs/unique.md.
+            unique_key: at most one job with this key at a time (implies ``unique``).
+            unique_for: the lock's TTL (default one hour), independent of result retention.
+            unique_scope: how long the lock is held: ``"queued"`` while the job waits,
+                ``"running"`` (default) while it waits or runs, ``"ttl"`` until the TTL ends.
+            on_conflict: when the key is held by another job: ``"existing"`` (default)
+                returns that job; ``"replace"`` gives it this call's arguments while it
+                still waits; ``"debounce"`` also pushes its due time to this call's delay
+                from now (needs ``delay=`` or ``at=``).
+        """
+        opts = JobOptions(
+            delay=to_seconds(delay, "delay"),
+            at=at,
+            job_id=None if job_id is None else check_job_id(job_id),
+            priority=None if priority is None else check_priority(priority),
+            max_attempts=None if max_attempts is None else check_attempts(max_attempts),
+            timeout=to_seconds(timeout, "timeout"),
+            result_ttl=to_seconds(result_ttl, "result_ttl"),
+            queue=None if queue is None else check_name("queue name", queue),
+            group=None if group is None else check_group(group),
+            expires=_expires(expires),
+            unique=unique_options(
+                unique,
+                unique_key,
+                unique_for,
+                unique_scope,
+                on_conflict,
+                delay is not None or at is not None,
+            ),
+        )
+        if opts.delay is not None and opts.at is not None:
+            raise ConfigurationError("give delay= or at=, not both")
+        exp, delay_s = opts.expires, opts.delay
+        if isinstance(exp, float) and delay_s is not None and exp <= delay_s:
+            raise ConfigurationError("expires= must be later than delay=: the job could never run")
+        if opts.at is not None:
+            at_to_ms(opts.at)
+        return BoundTask(self, opts)
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """This task with its arguments bound, for batches and chains (checked like enqueue)."""
+        return Call(self, args, dict(kwargs), self._defaults)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue one job; returns once it is stored.
+
+        Raises:
+            TypeError: the arguments do not fit the function's signature.
+            SerializationError / PayloadTooLarge: the arguments cannot be stored.
+            ServerUnavailable: Redis could not be reached.
+        """
+        return await self._enqueue(self._defaults, args, kwargs)
+
+    async def enqueue_many(
+        self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[Job[R]]:
+        """Enqueue many jobs of this task in one round trip.
+
+        Args:
+            calls: for each job, a mapping of keyword arguments, or an ``(args, kwargs)`` pair.
+        """
+        return await self._enqueue_many(self._defaults, calls)
+
+    async def _enqueue(
+        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Job[R]:
+        self._sig.check(args, kwargs)
+        sharded = self.app._sharded.get(opts.queue or self.queue)
+        if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
+            opts = on_shard(sharded, opts, self.name, args, kwargs)
+        queue = self.app.queue(opts.queue or self.queue)
+        if opts.unique is not None:
+            return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
+        record = self._record(opts, args, kwargs, queue.name)
+        jobs = await queue._enqueue([record], self.result_converter)
+        return jobs[0]
+
+    async def _enqueue_unique(
+        self,
+        opts: JobOptions,
+        calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
+        queue_name: str,
+    ) -> list[Job[R]]:
+        """Enqueue unique jobs in order (see ``_unique.enqueue_unique``)."""
+        spec = opts.unique
+        assert spec is not None
+        keys = [spec.key or derived_key(self.name, a, kw) for a, kw in calls]
+
+        def record(i: int, job_id: str | None = None) -> JobRecord:
+            args, kwargs = calls[i]
+            r = self._record(opts, args, kwargs, queue_name, job_id=job_id)
+            return JobRecord(r.id, r.payload, r.template, keys[i])
+
+        records = [record(i) for i in range(len(calls))]
+        return await enqueue_unique(
+            self.app.queue(queue_name), records, spec, record, self.result_converter
+        )
+
+    async def _enqueue_many(
+        self,
+        opts: JobOptions,
+        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
+    ) -> list[Job[R]]:
+        sharded = self.app._sharded.get(opts.queue or self.queue)
+        if sharded is not None:  # each shard's calls in one round trip of their own
+            split = [_split(call) for call in calls]
+            parts = spread(sharded, opts, self.name, split)
+            done = await asyncio.gather(
+                *(self._enqueue_many(o, [split[i] for i in idx]) for o, idx in parts)
+            )
+            jobs: list[Job[R]] = [None] * len(split)  # type: ignore[list-item]
+            for (_, idx), part in zip(parts, done, strict=True):
+                for i, job in zip(idx, part, strict=True):
+                    jobs[i] = job
+            return jobs
+        queue = self.app.queue(opts.queue or self.queue)
+        if opts.unique is not None:
+            pairs = [_split(call) for call in calls]
+            for args, kwargs in pairs:
+                self._sig.check(args, kwargs)
+            return await self._enqueue_unique(opts, pairs, queue.name)
+        template = self._template(opts)
+        pairs = self._pairs(queue.name, template.options, calls)
+        return await queue._enqueue_run(template, pairs, self.result_converter)
+
+    def _pairs(
+        self,
+        queue: str,
+        options: bytes,
+        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
+    ) -> list[Any]:
+        """New ids and the payloads of ``calls`` on ``queue``: id, payload, id, payload, ...
+        (every job of an ``enqueue_many`` shares one template, whose ``options`` each payload
+        is signed with: only ids and payloads vary)."""
+        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
+        pairs: list[Any] = []
+        for call in calls:
+            if isinstance(call, tuple):  # inline (the hot path of enqueue_many), as _split
+                args, kwargs = call
+            else:
+                args, kwargs = (), call
+            check(args, kwargs)
+            job_id = new_job_id()
+            pairs.append(job_id)
+            pairs.append(dump(queue, job_id, name, args, kwargs, options))
+        return pairs
+
+    def _record(
+        self,
+        opts: JobOptions,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        queue: str,
+        template: Template | None = None,
+        job_id: str | None = None,
+    ) -> JobRecord:
+        """The record of one job of this task on ``queue`` with these options and arguments
+        (and ``template``, when the caller changed the one ``opts`` give: the payload is
+        signed together with the template's options); ``job_id`` when the caller chose it."""
+        job_id = job_id or opts.job_id or new_job_id()
+        template = template or self._template(opts)
+        payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
+        return JobRecord(job_id, payload, template)
+
+    def _template(self, opts: JobOptions) -> Template:
+        """The template (everything but id and payload) of this task's jobs with ``opts``;
+        it only depends on them, so it is made once per options object."""
+        if opts is self._defaults:  # the common case, without hashing the options
+            template = self._default_template
+            if template is None:
+                template = self._default_template = self._make_template(opts)
+            return template
+        template = self._templates.get(opts)
+        if template is None:
+            if len(self._templates) > 1000:  # many one-off options: do not grow without bound
+                self._templates.clear()
+            template = self._templates[opts] = self._make_template(opts)
+        return template
+
+    def _make_template(self, opts: JobOptions) -> Template:
+        extra: dict[str, float] = {}
+        if opts.timeout is not None:
+            extra["timeout"] = opts.timeout
+        if opts.result_ttl is not None:
+            extra["result_ttl"] = opts.result_ttl
+        if opts.expires is not None:
+            key, value = expiry_option(opts.expires)
+            extra[key] = value
+        return Template(
+            self.name,
+            opts.max_attempts or self.max_attempts,
+            -1 if opts.delay is None else to_ms(opts.delay, "delay"),
+            -1 if opts.at is None else at_to_ms(opts.at),
+            self.priority if opts.priority is None else opts.priority,
+            opts.group or "",
+            options=self.app.codec.dump_options(extra) if extra else b"",
+            unique="" if opts.unique is None else opts.unique.template_value,
+        )
+
+
+def _split(
+    call: Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]],
+) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
+    """One call of ``enqueue_many``: its positional and keyword arguments."""
+    if isinstance(call, tuple):
+        return call
+    return (), call
+
+
+def _expires(value: datetime | float | timedelta | None) -> datetime | float | None:
+    """``expires=`` as stored in JobOptions (hashable): seconds, or an aware datetime."""
+    if value is None or isinstance(value, datetime):
+        if value is not None:
+            expiry_option(value)  # checks it is aware
+        return value
+    return to_seconds(value, "expires")
+
+
+class BoundTask(Generic[P, R]):
+    """A task with enqueue options bound, from ``task.options(...)``."""
+
+    __slots__ = ("opts", "task")
+
+    def __init__(self, task: Task[P, R], opts: JobOptions) -> None:
+        self.task = task
+        self.opts = opts
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """The task with these options and arguments bound, for batches and chains."""
+        return Call(self.task, args, dict(kwargs), self.opts)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue one job with the bound options (see ``Task.enqueue``)."""
+        return await self.task._enqueue(self.opts, args, kwargs)
+
+    async def enqueue_many(
+        self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[Job[R]]:
+        """Enqueue many jobs with the bound options in one round trip (``job_id`` is not
+        allowed here: each job gets its own id)."""
+        if self.opts.job_id is not None:
+            raise ConfigurationError("job_id= names one job; it cannot be used with enqueue_many")
+        return await self.task._enqueue_many(self.opts, calls)
+
+
+def retention_seconds(
+    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
+) -> float | None:
+    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
+    if keep_result is None:
+        return to_seconds(result_ttl, "result_ttl")
+    if result_ttl is not None:
+        raise ConfigurationError("give keep_result= or result_ttl=, not both")
+    if keep_result is True:
+        return -1.0
+    if keep_result is False:
+        return 0.0
+    return to_seconds(keep_result, "keep_result")
+
+
+def check_backoff(backoff: object) -> Backoff | None:
+    """A ``backoff=`` option: a ``Backoff`` or None (a bare number would crash the job
+    wrapper at the first failure, long after the mistake)."""
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise ConfigurationError(
+            f"backoff must be a Backoff(base=..., factor=..., max=...), not {backoff!r}"
+        )
+    return backoff

@@ -1,0 +1,322 @@
+"""The operator's side of ``Queue`` (``QueueAdmin``, which it inherits): listings, job detail,
+throughput and groups (read in ``_inspect``), and the bulk actions on dead letters, scheduled and
+queued jobs, done in bounded chunks of one atomic script each (``requeue.lua``, ``promote.lua``,
+``purge.lua``, ``cancel.lua``). Nothing here holds state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._model.checks import at_to_ms, check_group, check_int, check_job_id
+from .._model.exceptions import ConfigurationError
+from .._model.job import JobInfo, JobState, JobWhy
+from .._model.limits import MAX_JOBS_PER_CALL
+from .._store.scripts import QueueScripts
+from .inspect import (
+    GroupInfo,
+    JobDetail,
+    JobPage,
+    Throughput,
+    detail,
+    groups,
+    summaries,
+    throughput,
+)
+from .lister import Lister, check_state
+
+if TYPE_CHECKING:
+    from .._app.app import App
+
+
+# --------------------------------------------------------------------- the Queue's admin side
+class QueueAdmin:
+    """The operator's methods of ``Queue`` (it inherits them): listings, detail, throughput,
+    groups, and the bulk actions. Each action runs one atomic script per chunk of at most
+    1,000 jobs and is safe while workers run; it returns how many jobs it changed."""
+
+    name: str
+    app: App
+
+    @property
+    def _scripts(self) -> QueueScripts:
+        raise NotImplementedError
+
+    async def job_info(self, job_id: str) -> JobInfo:
+        raise NotImplementedError
+
+    def _lister(
+        self,
+        state: str | JobState,
+        task: str | None,
+        group: str | None,
+        newest_first: bool = False,
+        since: datetime | float | None = None,
+    ) -> Lister:
+        st = check_state(state)
+        since_ms = None
+        if since is not None:
+            if st is not JobState.FAILED:
+                raise ConfigurationError("since= applies to dead letters (state 'failed') only")
+            since_ms = at_to_ms(since)
+        return Lister(
+            self._scripts,
+            st,
+            task=task,
+            group=None if group is None else check_group(group),
+            newest_first=newest_first,
+            since_ms=since_ms,
+        )
+
+    async def jobs(
+        self,
+        state: str | JobState,
+        *,
+        task: str | None = None,
+        group: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        newest_first: bool = False,
+    ) -> JobPage:
+        """A page of the jobs in ``state`` (scheduled, queued, active, failed, completed or
+        cancelled).
+
+        Args:
+            state: the state to list. Completed and cancelled jobs are listed from an index
+                that keeps the most recent 100,000 of each whose records are still kept (a
+                completed job whose result is not kept is not listed; look others up by id
+                with ``job_detail``).
+            task: only jobs of this task name.
+            group: only jobs of this fairness group.
+            limit: jobs per page at most (1-1,000); a filtered page may hold fewer while its
+                cursor goes on.
+            cursor: the previous page's ``cursor``; ``None`` starts a listing.
+            newest_first: scheduled by due time, active by lease deadline, failed, completed
+                and cancelled by the time they ended, queued lane by lane in the order they
+                are served; this reverses it.
+
+        Returns:
+            The page. A job that stays in the state is listed exactly once per listing, one
+            that enters or leaves it meanwhile at most once.
+        """
+        check_int(limit, 1, "limit")
+        lister = self._lister(state, task, group, newest_first)
+        ids, nxt = await lister.page(min(limit, MAX_JOBS_PER_CALL), cursor)
+        items = await summaries(self._scripts, self.app.codec, self.name, lister.state, ids)
+        return JobPage(tuple(items), nxt)
+
+    async def job_detail(self, job_id: str) -> JobDetail:
+        """Everything stored about a job, in any state. Raises JobNotFound without a record."""
+        return await detail(self._scripts, self.app.codec, await self.job_info(job_id))
+
+    async def why(self, job_id: str) -> JobWhy:
+        """Why the job is (not) running, from the server's state in one atomic read: every
+        block a claim would meet (pause, group limit or rate, queue rate, no live worker, no
+        worker declaring its task) and its place in its lane; or that it is scheduled,
+        waiting, running (on whom, until when), finished or not found. See ``JobWhy``."""
+        raw = await self._scripts.why(check_job_id(job_id))
+        return JobWhy.read(self.name, job_id, raw)
+
+    async def throughput(self, minutes: int = 60) -> Throughput:
+        """Jobs completed and dead-lettered per minute over the last ``minutes`` (1-120)."""
+        check_int(minutes, 1, "minutes")
+        return await throughput(self._scripts, min(minutes, 120))
+
+    async def wait_time(self) -> float | None:
+        """Seconds the longest-waiting runnable job has waited since it became due (its enqueue,
+        or its due time if it was delayed), by the server's clock: the autoscaling signal
+        beside the backlog (``counts()["queued"]``). Read from the heads of the queue's lanes
+        (the first 100 jobs in serving order), so the work is bounded; None when nothing is
+        queued."""
+        page = await self.jobs("queued", limit=100)
+        if not page.items:
+            return None
+        now_ms = await self._scripts.server_ms()
+        since = min(max(j.created_ms, j.due_ms or 0) for j in page.items)
+        return max(now_ms - since, 0) / 1000
+
+    async def is_paused(self) -> bool:
+        """Whether the queue is paused (``pause()`` without a group)."""
+        return b"paused" in await self._scripts.queue_settings()
+
+    async def groups(self, limit: int = 100) -> list[GroupInfo]:
+        """The queue's groups with queued or active jobs or settings of their own, by name."""
+        check_int(limit, 1, "limit")
+        return await groups(self._scripts, limit)
+
+    async def requeue(
+        self,
+        job_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+        group: str | None = None,
+        since: datetime | float | None = None,
+        all: bool = False,
+    ) -> int:
+        """Put dead letters back in the queue with their attempts reset: these ids, or every
+        dead letter matching the filters (task, group, died at or after ``since``: an aware
+        datetime or POSIX seconds), or with ``all=True`` every one. Only those dead when the
+        call starts are requeued (a job that dies again meanwhile stays dead). Returns how many."""
+        if job_ids is not None:
+            return await _chunked(self._scripts.requeue, job_ids)
+        _need_selector(all, task, group, since)
+        lister = self._lister(JobState.FAILED, task, group, since=since)
+        lister.until_ms = await self._scripts.server_ms()
+        total = 0
+        async for ids in lister.pages():
+            total += (await self._scripts.requeue(ids))[0]
+        return total
+
+    async def promote(
+        self,
+        job_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+        group: str | None = None,
+        all: bool = False,
+    ) -> int:
+        """Make scheduled jobs runnable now: these ids, or every one matching the filters, or
+        ``all=True``. Returns how many."""
+        if job_ids is not None:
+            return await _chunked(self._scripts.promote, job_ids)
+        _need_selector(all, task, group, None)
+        total = 0
+        async for ids in self._lister(JobState.SCHEDULED, task, group).pages():
+            total += (await self._scripts.promote(ids))[0]
+        return total
+
+    async def purge(
+        self,
+        state: str | JobState | None = None,
+        job_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+        group: str | None = None,
+        since: datetime | float | None = None,
+    ) -> int:
+        """Delete jobs that are not running, records and all: these ids (in any state but
+        active and waiting), or every job in ``state`` (queued, scheduled or failed) that
+        matches the filters (queued, scheduled, failed, or completed and cancelled: those
+        their index lists). Purged members of a batch count as cancelled in it. Returns how
+        many were deleted."""
+        scripts = self._scripts
+        if job_ids is not None:
+            states: tuple[str, ...] = ("queued", "scheduled", "failed", "completed", "cancelled")
+            if state is not None:
+                states = (JobState(state).value,)
+            return await _chunked(lambda ids: self._purge_ids(ids, states), job_ids)
+        if state is None:
+            raise ConfigurationError(
+                "purge needs job ids or a state (queued, scheduled, failed, completed, cancelled)"
+            )
+        st = check_state(state)
+        if st is JobState.ACTIVE:
+            raise ConfigurationError("running jobs are not purged: cancel them instead")
+        if task is None and since is None:
+            if st is JobState.QUEUED:
+                if group is not None:
+                    return await _drain(scripts, "lane", check_group(group))
+                total = await _drain(scripts, "prio") + await _drain(scripts, "ready")
+                for g in sorted(await scripts.group_counts()):
+                    total += await _drain(scripts, "lane", g)
+                return total
+            if group is None:
+                source = {JobState.SCHEDULED: "scheduled", JobState.FAILED: "dead"}
+                return await _drain(scripts, source.get(st, st.value))
+        total = 0
+        async for ids in self._lister(st, task, group, since=since).pages():
+            total += (await self._purge_ids(ids, (st.value,)))[0]
+        return total
+
+    async def _purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
+        """purge.lua on these ids, then the payload-store blobs of those deleted."""
+        res = await self._scripts.purge_ids(ids, states)
+        claim = self.app.codec.claim
+        if claim is not None:
+            await claim.drop_orphans(self._scripts, self.name, ids)
+        return res
+
+    async def purge_queue(self) -> dict[str, int]:
+        """Delete every job of the queue that is not running (queued, scheduled, dead
+        letters, and the completed and cancelled ones their indexes list); running jobs
+        finish. Returns how many of each were deleted."""
+        return {
+            st.value: await self.purge(st)
+            for st in (
+                JobState.QUEUED,
+                JobState.SCHEDULED,
+                JobState.FAILED,
+                JobState.COMPLETED,
+                JobState.CANCELLED,
+            )
+        }
+
+    async def cancel(
+        self,
+        job_ids: Sequence[str] | None = None,
+        *,
+        state: str | JobState | None = None,
+        task: str | None = None,
+        group: str | None = None,
+        all: bool = False,
+    ) -> int:
+        """Cancel these jobs, or every queued, scheduled and active job (or those in
+        ``state``) matching the filters (``all=True``: every one). Queued and scheduled ones
+        are cancelled at once; running ones are stopped by their worker. Returns how many
+        were cancelled or asked to stop."""
+        dead_ttl = self.app.dead_ttl_ms
+        if job_ids is not None:
+            now, flagged = await _cancel_chunks(self._scripts, job_ids, dead_ttl)
+            return now + flagged
+        _need_selector(all, task, group, None)
+        states = (
+            [check_state(state)]
+            if state is not None
+            else [JobState.QUEUED, JobState.SCHEDULED, JobState.ACTIVE]
+        )
+        total = 0
+        for st in states:
+            async for ids in self._lister(st, task, group).pages():
+                now, flagged = await self._scripts.cancel(ids, dead_ttl)
+                total += now + flagged
+        return total
+
+
+def _need_selector(
+    all: bool, task: str | None, group: str | None, since: datetime | float | None
+) -> None:
+    if not all and task is None and group is None and since is None:
+        raise ConfigurationError("give job ids, a filter (task, group, since) or all=True")
+
+
+async def _chunked(call: Any, job_ids: Sequence[str]) -> int:
+    ids = [check_job_id(i) for i in job_ids]
+    total = 0
+    for i in range(0, len(ids), MAX_JOBS_PER_CALL):
+        total += (await call(ids[i : i + MAX_JOBS_PER_CALL]))[0]
+    return int(total)
+
+
+async def _cancel_chunks(
+    scripts: QueueScripts, job_ids: Sequence[str], dead_ttl: int
+) -> tuple[int, int]:
+    ids = [check_job_id(i) for i in job_ids]
+    now = flagged = 0
+    for i in range(0, len(ids), MAX_JOBS_PER_CALL):
+        a, b = await scripts.cancel(ids[i : i + MAX_JOBS_PER_CALL], dead_ttl)
+        now, flagged = now + a, flagged + b
+    return now, flagged
+
+
+async def _drain(scripts: QueueScripts, source: str, group: str = "") -> int:
+    """Purge a structure from its head, a chunk per call, until a call purges nothing."""
+    total = 0
+    # an index of finished jobs drops the stale entries it skips, so a chunk of them goes on
+    indexed = source in ("completed", "cancelled")
+    while True:
+        done, skipped = await scripts.purge_head(source, MAX_JOBS_PER_CALL, group)
+        total += done
+        if done == 0 and not (indexed and skipped):
+            return total

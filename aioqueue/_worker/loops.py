@@ -1,0 +1,271 @@
+"""The background loops of a worker (``WorkerLoops``, which ``Worker`` inherits), each a task
+of its own while the worker runs:
+
+- the heartbeat: every ``App.heartbeat`` seconds, on each queue, renews the worker's entry in
+  the worker registry and every lease it holds there (running jobs, prefetched ones and
+  finished ones whose ack is not sent yet), and buries a worker that missed its deadline (so
+  a dead worker's jobs come back within a heartbeat of it, even while every worker idles); a
+  job whose lease was lost or that was cancelled meanwhile is stopped;
+- the acker: sends completions in batches, one script call per queue, fenced by lease tokens;
+- the forwarder: hands batch outcomes that an ack put in an outbox to their batch's queue;
+- the reaper: queue maintenance once per period across all workers (lock in Redis).
+
+Each loop stops once the worker sets ``_finished``, and survives a server that is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .._model.codec import Unrunnable
+from .._model.limits import MAX_JOBS_PER_CALL
+from .._model.record import Claimed
+from .._queue.leases import forward_outbox
+from .._queue.queuereg import declare_queues
+from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
+from .._store.scripts import FailMode, Outcome
+from .._version import __version__
+from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
+
+if TYPE_CHECKING:
+    from .._app.app import App
+    from .._app.schedules import Scheduler
+    from .._model.observe import WorkerObserver
+    from .runner import Ack, Failure
+    from .worker import _Running
+
+# the worker's logger: what its loops log is the worker's, for those who filter on it
+logger = logging.getLogger("aioqueue._worker.worker")
+
+
+class WorkerLoops:
+    """The heartbeat, acker, forwarder and reaper of ``Worker`` (it inherits them), with the
+    state of the worker they read and change."""
+
+    app: App
+    id: str
+    queue_names: list[str]
+    concurrency: int
+    completed: int
+    failed: int
+    _queues: list[Fetcher]
+    _running: dict[asyncio.Task[Ack | Failure], _Running]
+    _buffer: deque[tuple[Fetcher, Claimed]]
+    _ack_event: asyncio.Event
+    _forward: asyncio.Event
+    _finished: bool
+    _beat_s: float
+    _period_ms: int
+    _lease_ms: int
+    _beat_ok: dict[str, float]
+    _started_ms: int
+    metrics: WorkerObserver | None
+    scheduler: Scheduler | None
+    #: when (loop time) this worker last wrote its task table on its queues
+    _tables_at: float = 0.0
+
+    def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
+        raise NotImplementedError
+
+    async def _ack_loop(self) -> None:
+        while not self._finished:
+            await self._ack_event.wait()
+            # let a fetch loop that is about to claim take these acks along first
+            await asyncio.sleep(0)
+            self._ack_event.clear()
+            if not await self._flush_acks():
+                await asyncio.sleep(0.1)
+                self._ack_event.set()
+
+    async def _flush_acks(self) -> bool:
+        """Send the completions gathered so far, one script call per queue (shielded: once
+        sent, an ack finishes even if the acker is cancelled). False if some could not be
+        sent; they stay queued and are covered by the heartbeat meanwhile."""
+        ok = True
+        for qs in self._queues:
+            if not qs.acks:
+                continue
+            while qs.acks:
+                batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
+                try:
+                    outcomes = await self._shield(qs.leases.complete(batch))
+                except TRANSIENT as exc:
+                    logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
+                    qs.acks[:0] = batch
+                    ok = False
+                    break
+                self._check_acks(outcomes)
+        return ok
+
+    def _check_acks(self, outcomes: list[Outcome]) -> None:
+        lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
+        if lost:
+            logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
+        if Outcome.FORWARD in outcomes:
+            self._forward.set()
+
+    async def _forward_loop(self) -> None:
+        """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
+        an ack reports one (failures and cancellations are caught by the reap loop)."""
+        while not self._finished:
+            await self._forward.wait()
+            self._forward.clear()
+            for qs in self._queues:
+                try:
+                    await forward_outbox(qs.queue)
+                except TRANSIENT as exc:
+                    logger.debug("forwarding batch outcomes failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop forwarding
+                    logger.exception("forwarding batch outcomes failed; going on")
+
+    async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._finished:
+            await asyncio.sleep(self._beat_s)
+            for qs in self._queues:
+                before = self._beat_ok.get(qs.queue.name, 0.0)
+                await self._renew(qs)
+                if self._beat_ok.get(qs.queue.name, 0.0) - before > self._period_ms / 1000:
+                    self._tables_at = 0.0  # back after its deadline: maybe dropped meanwhile
+            await self._declare()
+            if loop.time() - self._tables_at > REFRESH:  # once a minute, not every beat
+                await self._declare_tasks()
+
+    async def _declare(self) -> None:
+        """Name this worker's queues in the registry of real queues (``_queuereg``)."""
+        try:
+            await declare_queues(self.app.redis, self.app.prefix, self.queue_names)
+        except TRANSIENT as exc:  # bookkeeping (an ACL without its commands too): go on
+            logger.warning("could not record the queues in the registry: %s", exc)
+
+    async def _register(self) -> None:
+        """Before the first claim: register on every queue (only a registered worker is handed
+        jobs it can get back if it dies), declare the tasks it serves, warn about jobs of
+        tasks it does not know, and store the schedules declared in code (so that even a
+        burst worker that finds nothing to do stores them before it exits)."""
+        for qs in self._queues:
+            await self._renew(qs)
+        await self._declare_tasks()
+        for qs in self._queues:
+            try:
+                found = await strangers(qs.queue._scripts, set(self.app.tasks))
+            except TRANSIENT as exc:
+                logger.debug("queue %s: could not sample its jobs: %r", qs.queue.name, exc)
+                continue
+            warn_strangers(qs.queue.name, found, self.app.prefix)
+        if self.scheduler is not None:
+            try:
+                await self.scheduler.sync()
+            except Exception as exc:  # the scheduler's loop tries again (and logs it)
+                logger.warning("could not store the declared schedules yet: %r", exc)
+
+    async def _declare_tasks(self) -> None:
+        """Write the tasks this worker serves, with their declared defaults, in each queue's
+        task table (``_tasktable.py``)."""
+        self._tables_at = asyncio.get_running_loop().time()
+        table = declared_table(self.app)
+        for qs in self._queues:
+            try:
+                await register(qs.queue._scripts, self.id, table)
+            except TRANSIENT as exc:
+                logger.warning("queue %s: could not declare its tasks: %r", qs.queue.name, exc)
+                self._tables_at = 0.0  # again at the next heartbeat
+
+    async def _leave_registry(self) -> None:
+        """Leave each queue's worker registry (a worker that cannot is buried later)."""
+        for qs in self._queues:
+            try:
+                async with asyncio.timeout(5.0):
+                    await qs.leases.beat(self.id, 0, self._lease_ms, qs.started, self._info(), [])
+            except (TimeoutError, *TRANSIENT) as exc:
+                logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
+
+    async def _renew(self, qs: Fetcher) -> None:
+        """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
+        there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
+        then act on what the renewal found."""
+        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
+        held = [c for q, c in self._buffer if q is qs]
+        pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
+        pairs += [(c.id, c.token) for c in held]
+        pairs += [(a[0], a[1]) for a in qs.acks]
+        try:
+            outcomes = await qs.leases.beat(
+                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs
+            )
+        except TRANSIENT as exc:
+            logger.warning("heartbeat failed (%s); will retry", exc)
+            return
+        self._beat_ok[qs.queue.name] = time.monotonic()
+        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
+        for (task, entry), outcome in zip(running, outcomes, strict=False):
+            if task.done() or outcome is Outcome.OK:
+                continue
+            if outcome is Outcome.CANCEL_REQUESTED:
+                logger.info("job %s was cancelled; stopping it", entry.claimed.id)
+                entry.cancelled = True
+            else:  # the job was handed to someone else: stop working on it here
+                logger.warning("lease on job %s lost; cancelling its run", entry.claimed.id)
+                entry.lost = True
+            task.cancel()
+        if self.metrics is not None:
+            gone = sum(o is not Outcome.OK and o is not Outcome.CANCEL_REQUESTED for o in outcomes)
+            self.metrics.leases_renewed(qs.queue.name, len(pairs), gone)
+
+    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
+        """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
+        gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
+        if not gone:
+            return
+        qs.started += len(gone)
+        for c, outcome in zip(held, outcomes, strict=True):
+            if outcome is Outcome.CANCEL_REQUESTED:
+                why = Unrunnable("Cancelled", "cancelled before it ran")
+                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
+        self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
+
+    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
+        # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
+        # can, on Python 3.11) must not keep the worker from stopping
+        self._finished = True
+        for t in helpers:
+            t.cancel()
+        _, pending = await asyncio.wait(helpers, timeout=1.0)
+        for t in pending:
+            t.cancel()
+        if pending:
+            logger.debug("%d background loops did not stop in time; leaving them", len(pending))
+
+    async def _reap_loop(self) -> None:
+        interval = max(self.app.lease / 2, 0.05)
+        lock_ms = max(int(interval * 1000) - 10, 1)
+        while not self._finished:
+            for qs in self._queues:
+                try:
+                    await qs.leases.reap(MAX_JOBS_PER_CALL, lock_ms)
+                    await forward_outbox(qs.queue)
+                except TRANSIENT as exc:
+                    logger.debug("maintenance failed: %s", exc)
+                except Exception:  # a bug, or garbage nobody expected: never stop maintenance
+                    logger.exception("maintenance failed; going on")
+            await asyncio.sleep(interval)
+
+    def _info(self) -> tuple[object, ...]:
+        """What the registry shows of this worker (see beat.lua)."""
+        return (
+            socket.gethostname(),
+            os.getpid(),
+            __version__,
+            ",".join(self.queue_names),
+            self.concurrency,
+            self._started_ms,
+            self.completed,
+            self.failed,
+            1 if self.app.codec.signer is not None else 0,
+        )

@@ -1,0 +1,179 @@
+"""The run of one leased job: decode it, call its task (with its timeout, its context, in a
+thread for a sync task) and say how it went. Knows nothing of the pool that runs it; the pool
+(``_worker.py``) records the outcome, renews the lease meanwhile and decides about shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._app.batch import Batch
+from .._app.context import JobContext, _current
+from .._model.checks import MAX_SECONDS, to_seconds
+from .._model.codec import Unrunnable, corrupt
+from .._model.exceptions import AioQueueError, BadSignature, Retry
+from .._model.hooks import run_through
+
+if TYPE_CHECKING:
+    from .._app.app import App
+    from .._app.task import Task
+    from .._model.record import Claimed
+    from .._queue.leases import Leases
+
+#: a run that succeeded: the ack to send (id, lease token, result, result_ttl_ms)
+Ack = tuple[str, str, bytes, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A run that failed: the error to record; retried after ``retry_ms`` while attempts are
+    left, or (None) dead-lettered at once."""
+
+    error: BaseException
+    retry_ms: int | None = None
+    #: no task of that name here (the pool may hand the job back for a worker that has it)
+    unknown_task: bool = False
+
+
+class Runner:
+    """Runs jobs of an App's tasks, one call of ``run`` per leased job.
+
+    Args:
+        app: whose tasks run.
+        threads: size of the thread pool for sync tasks (made on first use).
+    """
+
+    def __init__(self, app: App, threads: int) -> None:
+        self.app = app
+        self.threads = threads
+        # the App's middleware (_hooks.py), as registered when the worker was made
+        self._middleware = tuple(app.hooks.middleware)
+        self._executor: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the thread pool (threads still running a job are left to finish)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, leases: Leases, c: Claimed) -> Ack | Failure:
+        """Run the leased job ``c`` of ``leases``' queue to its outcome. Cancelling it
+        cancels the job's body; the caller decides what the cancellation means."""
+        app = self.app
+        task = app.tasks.get(c.task)
+        if task is None:
+            known = ", ".join(sorted(app.tasks)) or "none"
+            msg = f"no task named {c.task!r} in this worker (known: {known})"
+            # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
+            named = bool(c.task) and "\ufffd" not in c.task
+            return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
+        batch: Batch[Any] | None = None
+        try:  # a claim-checked payload's blob (_claimcheck.py); the store's trouble: a retry
+            blob = await app.codec.fetch_blob(leases.name, c.id, c.payload)
+        except Exception as exc:
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
+        try:
+            # everything read from the record is checked here: garbage dead-letters the job
+            # with signing on, payload and options are verified together before either is used
+            args, kwargs, opts = app.codec.load_job(
+                leases.name, c.id, c.task, c.payload, c.options, blob
+            )
+            timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
+            ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
+            if "batch" in opts:  # a batch's callback (or a chain's second step)
+                batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
+        except (BadSignature, Unrunnable) as exc:
+            return Failure(exc)
+        except Exception as exc:
+            return Failure(corrupt(exc))
+        # each job runs in its own asyncio task, hence its own context: no reset needed
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
+        _current.set(job)
+        try:
+            if batch is not None and opts.get("chain"):
+                # verified (with signing on) as made by a member for this very batch
+                items = await batch.results()
+                if not items or not items[0].ok:
+                    # released only once the first step succeeded: its result was removed
+                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
+                    return Failure(Unrunnable("MissingInput", why))
+                args = (items[0].result, *args[1:])
+            decode = task.args_decoder  # None for tasks whose hints JSON already answers
+            if decode is not None:
+                try:
+                    args, kwargs = decode(args, kwargs)
+                except Exception as exc:  # arguments that cannot fit do not fit on retry
+                    return Failure(Unrunnable("InvalidArguments", str(exc)))
+            if self._middleware:  # around the body, within the run's timeout (_hooks.py)
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    body = functools.partial(self._body, task, args, kwargs)
+                    result = await run_through(self._middleware, job, body)
+            # without middleware the body is awaited here, not in a helper: no extra
+            # coroutine per job
+            elif task.is_async:
+                if timeout is None:
+                    result = await task.fn(*args, **kwargs)
+                else:
+                    async with asyncio.timeout(timeout) as scope:
+                        result = await task.fn(*args, **kwargs)
+            else:
+                scope = asyncio.timeout(timeout)
+                async with scope:
+                    result = await self._run_sync(task.fn, args, kwargs)
+        except Retry as r:
+            return _retry(task, c, r)
+        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
+            return Failure(exc)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
+                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
+        try:
+            data = app.codec.dump_result(
+                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """The task's body, as the innermost middleware calls it."""
+        if task.is_async:
+            return await task.fn(*args, **kwargs)
+        return await self._run_sync(task.fn, args, kwargs)
+
+    async def _run_sync(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a blocking task in the thread pool (a thread cannot be stopped: on a timeout
+        the job fails and its thread is left to finish)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="aioqueue")
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:
+    """The outcome of a job that raised ``Retry``: run again after its delay (a negative one
+    means now), unless this was its last attempt; a non-finite delay, or one over 100 years,
+    fails the attempt."""
+    backoff = task.backoff.delay(c.attempt)
+    if r.delay is not None and not (math.isfinite(r.delay) and r.delay <= MAX_SECONDS):
+        why = (
+            f"Retry(delay={r.delay!r}): the delay must be a finite number of seconds, "
+            f"at most {MAX_SECONDS} (100 years)"
+        )
+        return Failure(Unrunnable("InvalidRetry", why), int(backoff * 1000))
+    if c.attempt >= c.max_attempts:
+        why = f"retry requested on the last attempt ({c.attempt} of {c.max_attempts})"
+        if r.args:
+            why += f": {r}"
+        return Failure(Unrunnable("Retry", why))
+    if r.delay is None:
+        return Failure(r, int(backoff * 1000))
+    return Failure(r, int(max(r.delay, 0.0) * 1000))
