@@ -53,6 +53,7 @@ from ._model.exceptions import ServerError as ServerError
 from ._model.exceptions import ServerRefused as ServerRefused
 from ._model.exceptions import ServerUnavailable as ServerUnavailable
 from ._model.exceptions import StartupFailed as StartupFailed
+from ._model.exceptions import SyncTimeoutWarning as SyncTimeoutWarning
 from ._model.exceptions import UnknownTask as UnknownTask
 from ._model.exceptions import UsageError as UsageError
 from ._model.hooks import CallNext as CallNext
@@ -85,6 +86,7 @@ from ._queue.rekey import RekeyReport as RekeyReport
 from ._queue.sharded import ShardedQueue as ShardedQueue
 from ._store.embedded import EmbeddedServer as EmbeddedServer
 from ._version import __version__ as __version__
+from ._worker.isolation import ProcessIsolation as ProcessIsolation
 from ._worker.worker import Worker as Worker
 
 __all__ = [
@@ -138,6 +140,7 @@ __all__ = [
     "PayloadStore",
     "PayloadTooLarge",
     "PickleSerializer",
+    "ProcessIsolation",
     "Queue",
     "RekeyReport",
     "Reservation",
@@ -156,6 +159,7 @@ __all__ = [
     "State",
     "SyncClient",
     "SyncJob",
+    "SyncTimeoutWarning",
     "Task",
     "Throughput",
     "ThroughputMinute",

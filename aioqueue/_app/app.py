@@ -26,6 +26,7 @@ from .._model.codec import Codec
 from .._model.compress import Compression
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.hooks import HookDecorators, Hooks
+from .._model.isolation import Isolation
 from .._model.keys import QueueKeys
 from .._model.serialize import PickleSerializer, Serializer, get_serializer
 from .._queue.events import JobEvent, JobEventKind, iterate_events
@@ -39,7 +40,7 @@ from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators
 from .schedules import Schedules
 from .sync import SyncClient
-from .task import Backoff, Task, check_backoff, retention_seconds
+from .task import Backoff, Task, TaskDecorator, check_backoff, retention_seconds
 
 if TYPE_CHECKING:
     from .._model.batchinfo import FailurePolicy
@@ -306,7 +307,8 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> _TaskDecorator: ...
+        isolation: Isolation = None,
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -321,7 +323,8 @@ class App(HookDecorators, ScheduleDecorators):
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
-    ) -> Task[Any, Any] | _TaskDecorator:
+        isolation: Isolation = None,
+    ) -> Task[Any, Any] | TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
         Use bare (``@app.task``) or with options (``@app.task(max_attempts=5, timeout=30)``).
@@ -331,13 +334,16 @@ class App(HookDecorators, ScheduleDecorators):
                 unique within the App.
             queue: the queue its jobs go to (default: the App's).
             max_attempts: runs before a failing job is dead-lettered.
-            timeout: seconds one run may take before it is cancelled and counts as failed.
+            timeout: seconds one run may take before it is cancelled and counts as failed
+                (a sync task's thread runs on: see docs/workers.md, and ``isolation``).
             backoff: delay between failed attempts (default: the App's).
             result_ttl: seconds its results are kept (default: the App's).
             keep_result: the same setting, by the name other queues use: seconds (or a
                 timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
                 to keep them at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
+            isolation: ``"process"``: each run in a child process that a timeout kills and
+                whose crash fails only the job (docs/flow-control.md#isolation).
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
@@ -360,13 +366,14 @@ class App(HookDecorators, ScheduleDecorators):
                 backoff=check_backoff(backoff) or self.backoff,
                 result_ttl=retention_seconds(result_ttl, keep_result),
                 priority=priority,
+                isolation=isolation,
             )
             self.tasks[task_name] = t
             return t
 
         if fn is not None:
             return register(fn)
-        return _TaskDecorator(register)
+        return TaskDecorator(register)
 
     async def batch(
         self,
@@ -478,21 +485,3 @@ class App(HookDecorators, ScheduleDecorators):
         if not 0 < block < self.socket_timeout:
             raise ConfigurationError("block must be more than 0 and below the socket timeout")
         return iterate_events(self, name, since, kinds, block)
-
-
-class _TaskDecorator:
-    """What ``@app.task(...)`` returns: apply it to a function to register it."""
-
-    __slots__ = ("_register",)
-
-    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
-        self._register = register
-
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
-        return self._register(fn)

@@ -32,7 +32,9 @@ Each keeps the builtin base it had (``ServerUnavailable`` is an ``OSError``, ``J
 ``LookupError``, ``ConfigurationError`` a ``ValueError``, ...), so older ``except`` clauses go on
 working.
 
-``Retry`` is not an error: a job raises it to ask to run again later.
+``Retry`` is not an error: a job raises it to ask to run again later. ``SyncTimeoutWarning``
+(a ``UserWarning``) is the one warning of aioqueue's own: a sync task declared with a timeout
+that cannot stop it.
 """
 
 from __future__ import annotations
@@ -256,3 +258,8 @@ class Retry(Exception):
             )
         #: seconds before the next attempt (as given), or None for the task's backoff
         self.delay = None if delay is None else float(delay)
+
+
+class SyncTimeoutWarning(UserWarning):
+    """Warned when a sync task is declared with a timeout and no isolation: on timeout its job
+    fails, but its thread cannot be stopped and runs on (``isolation="process"`` kills it)."""

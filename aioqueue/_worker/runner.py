@@ -19,6 +19,7 @@ from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
 from .._model.hooks import run_through
+from .isolation import ChildPool, ProcessIsolation, default_processes
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -46,20 +47,39 @@ class Runner:
 
     Args:
         app: whose tasks run.
-        threads: size of the thread pool for sync tasks (made on first use).
+        threads: size of the thread pool for sync tasks (made on first use), and of the
+            pool of child processes for isolated tasks unless ``isolation`` says.
+        isolation: how isolated tasks run (None: the defaults of ``ProcessIsolation``).
     """
 
-    def __init__(self, app: App, threads: int) -> None:
+    def __init__(self, app: App, threads: int, isolation: ProcessIsolation | None = None) -> None:
         self.app = app
         self.threads = threads
         # the App's middleware (_hooks.py), as registered when the worker was made
         self._middleware = tuple(app.hooks.middleware)
         self._executor: ThreadPoolExecutor | None = None
+        self.isolation = isolation or ProcessIsolation()
+        self._children: ChildPool | None = None
 
     def close(self) -> None:
-        """Stop the thread pool (threads still running a job are left to finish)."""
+        """Stop the thread pool (threads still running a job are left to finish) and the
+        idle child processes."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._children is not None:
+            self._children.close()
+
+    def isolated(self, task: Task[Any, Any]) -> bool:
+        """Whether the task runs in a child process."""
+        return task.isolation == "process" or self.isolation.every_task
+
+    @property
+    def children(self) -> ChildPool:
+        """The pool of child processes (made on first use)."""
+        if self._children is None:
+            n = self.isolation.processes or default_processes(self.threads)
+            self._children = ChildPool(self.app.serializer, self.isolation, n)
+        return self._children
 
     async def run(self, leases: Leases, c: Claimed) -> Ack | Failure:
         """Run the leased job ``c`` of ``leases``' queue to its outcome. Cancelling it
@@ -73,6 +93,7 @@ class Runner:
             named = bool(c.task) and "\ufffd" not in c.task
             return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
         batch: Batch[Any] | None = None
+        isolated = self.isolated(task)
         try:  # a claim-checked payload's blob (_claimcheck.py); the store's trouble: a retry
             blob = await app.codec.fetch_blob(leases.name, c.id, c.payload)
         except Exception as exc:
@@ -103,17 +124,23 @@ class Runner:
                     why = f"chain step: batch {batch.id!r} holds no result of the first step"
                     return Failure(Unrunnable("MissingInput", why))
                 args = (items[0].result, *args[1:])
-            decode = task.args_decoder  # None for tasks whose hints JSON already answers
+            # None for tasks whose hints JSON already answers; an isolated task's child
+            # decodes its arguments itself (they cross as the serializer's bytes)
+            decode = None if isolated else task.args_decoder
             if decode is not None:
                 try:
                     args, kwargs = decode(args, kwargs)
                 except Exception as exc:  # arguments that cannot fit do not fit on retry
                     return Failure(Unrunnable("InvalidArguments", str(exc)))
+            # an isolated run's timeout is the child's (its start and a wait for a free
+            # child do not count), enforced by the pool, which kills it
+            scope = asyncio.timeout(None if isolated else timeout)
             if self._middleware:  # around the body, within the run's timeout (_hooks.py)
-                scope = asyncio.timeout(timeout)
                 async with scope:
-                    body = functools.partial(self._body, task, args, kwargs)
+                    body = functools.partial(self._body, task, args, kwargs, timeout, isolated)
                     result = await run_through(self._middleware, job, body)
+            elif isolated:
+                result = await self._run_isolated(task, args, kwargs, timeout)
             # without middleware the body is awaited here, not in a helper: no extra
             # coroutine per job
             elif task.is_async:
@@ -123,7 +150,6 @@ class Runner:
                     async with asyncio.timeout(timeout) as scope:
                         result = await task.fn(*args, **kwargs)
             else:
-                scope = asyncio.timeout(timeout)
                 async with scope:
                     result = await self._run_sync(task.fn, args, kwargs)
         except Retry as r:
@@ -142,8 +168,17 @@ class Runner:
         except AioQueueError as exc:
             return Failure(exc)
 
-    async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+    async def _body(
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Any,
+        timeout: float | None,
+        isolated: bool,
+    ) -> Any:
         """The task's body, as the innermost middleware calls it."""
+        if isolated:
+            return await self._run_isolated(task, args, kwargs, timeout)
         if task.is_async:
             return await task.fn(*args, **kwargs)
         return await self._run_sync(task.fn, args, kwargs)
@@ -156,6 +191,21 @@ class Runner:
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _run_isolated(
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Any:
+        """Run the task in a child process (``isolation.py``) that its timeout kills: the
+        arguments, as the job stored them, and the result cross as the serializer's bytes."""
+        serializer = self.app.serializer
+        fn = task.fn
+        payload = serializer.dumps([list(args), kwargs])
+        data = await self.children.run(fn.__module__, fn.__qualname__, payload, timeout)
+        return serializer.loads(data)
 
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:

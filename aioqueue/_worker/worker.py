@@ -42,6 +42,7 @@ from .._model.record import Claimed
 from .._queue.sharded import shard_names
 from .._store.scripts import FailMode, Outcome
 from .fetch import TRANSIENT, Fetcher
+from .isolation import ProcessIsolation
 from .loops import WorkerLoops
 from .runner import Ack, Failure, Runner
 
@@ -82,6 +83,7 @@ class Worker(WorkerLoops):
         metrics: an observer of its jobs, leases and claims, e.g.
             ``aioqueue.metrics.WorkerMetrics()`` (Prometheus; docs/observability.md). None:
             nothing is observed, at no cost.
+        isolation: the child processes of isolated tasks (``ProcessIsolation``; flow-control.md).
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
     ``async with worker:`` to run it in the background of a block (it returns once the worker
@@ -102,6 +104,7 @@ class Worker(WorkerLoops):
         scheduler: bool = True,
         unknown_task_grace: float | timedelta = 60.0,
         metrics: WorkerObserver | None = None,
+        isolation: ProcessIsolation | None = None,
     ) -> None:
         check_int(concurrency, 1, "concurrency")
         self.app = app
@@ -142,7 +145,7 @@ class Worker(WorkerLoops):
         self._main: asyncio.Task[None] | None = None
         #: objects the startup hooks share with the tasks (``current_job().state``)
         self.state = State()
-        self._runner = Runner(app, concurrency)
+        self._runner = Runner(app, concurrency, isolation)
         self._lease_ms = int(app.lease * 1000)
         # a parking outlasts the longest wait by a second: a worker that died parked stops
         # getting jobs handed over that long after
