@@ -1,6 +1,9 @@
 """Task functions of the process-isolation tests (tests/test_isolation.py), at the top level
 of a module so that a child process imports them by name. Plain functions: each test
-registers the ones it needs on its own App (``app.task(isolation="process")(isoapp.spin)``)."""
+registers the ones it needs on its own App (``app.task(isolation="process")(isoapp.spin)``).
+
+``app`` is for the command line's worker (``python -m aioqueue worker tests.isoapp:app``), on the
+prefix ``$ISOAPP_PREFIX``; its one task, ``pid``, is not declared isolated."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aioqueue import Retry
+from aioqueue import App, Retry
 from aioqueue._worker.child import rss_bytes
 
 #: what ``leak`` keeps: memory a child holds until it ends
@@ -25,6 +28,10 @@ class Box:
 
 def pid() -> int:
     return os.getpid()
+
+
+app = App(prefix=os.environ.get("ISOAPP_PREFIX", "isoapp"))
+app.task(name="pid")(pid)
 
 
 async def apid() -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -202,3 +204,31 @@ async def failure_or_cancel(job: Any) -> None:
         return (await job.info()).state.finished  # type: ignore[no-any-return]
 
     await wait_until(ended, timeout=RESULT_WAIT, what="the cancelled job to end")
+
+
+def test_the_cli_runs_every_task_in_children_it_recycles(redis_url: str, prefix: str) -> None:
+    async def enqueue() -> list[str]:
+        async with App(redis_url, prefix=prefix) as producer:
+            return [(await producer.queue().enqueue("pid")).id for _ in range(3)]
+
+    async def results(ids: list[str]) -> list[int]:
+        async with App(redis_url, prefix=prefix) as producer:
+            return [await producer.queue().job(i).result(timeout=5) for i in ids]
+
+    ids = asyncio.run(enqueue())
+    command = [sys.executable, "-m", "aioqueue", "worker", "tests.isoapp:app", "--url", redis_url]
+    command += ["--burst", "--isolation", "process", "--max-jobs-per-child", "1", "-c", "1"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "ISOAPP_PREFIX": prefix}
+    res = subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=RESULT_WAIT
+    )
+    assert res.returncode == 0, res.stderr
+    pids = asyncio.run(results(ids))
+    assert len(set(pids)) == 3  # a child each: retired after one job
+    assert os.getpid() not in pids
+    bad = subprocess.run(
+        [*command, "--max-jobs-per-child", "0"], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert "max_jobs_per_child" in bad.stderr

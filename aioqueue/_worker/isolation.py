@@ -69,8 +69,14 @@ class ChildTraceback(Exception):
 
 
 def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # the server imports aioqueue once, so that a child forked from it does not (a new
+    # child, after a kill or a recycling, then costs a fork and its task's module); this
+    # has no effect once the process's forkserver runs
+    ctx.set_forkserver_preload(["__main__", child.__name__])
+    return ctx
 
 
 def crash_reason(exitcode: int | None) -> str:
