@@ -26,7 +26,6 @@ from ._model.batchinfo import BatchItem as BatchItem
 from ._model.batchinfo import BatchState as BatchState
 from ._model.claimcheck import ClaimCheck as ClaimCheck
 from ._model.claimcheck import PayloadStore as PayloadStore
-from ._model.claimcheck import sweep_payloads as sweep_payloads
 from ._model.compress import Compression as Compression
 from ._model.exceptions import AioQueueError as AioQueueError
 from ._model.exceptions import BadSignature as BadSignature
@@ -79,6 +78,7 @@ from ._queue.inspect import JobSummary as JobSummary
 from ._queue.inspect import ResultState as ResultState
 from ._queue.inspect import Throughput as Throughput
 from ._queue.inspect import ThroughputMinute as ThroughputMinute
+from ._queue.payloads import sweep_payloads as sweep_payloads
 from ._queue.pull import Reservation as Reservation
 from ._queue.queue import Queue as Queue
 from ._queue.registry import WorkerInfo as WorkerInfo

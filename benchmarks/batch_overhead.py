@@ -37,7 +37,7 @@ from pathlib import Path
 from _loop import has_uvloop, run  # benchmarks/_loop.py, beside this file
 
 from aioqueue import App, EmbeddedServer, Task, Worker, __version__
-from aioqueue._store.scripts import SCRIPTS
+from aioqueue._store.loader import SCRIPTS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -18,7 +18,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 
 import aioqueue
 from aioqueue import App, JobNotFound, JobState, LeaseLost, Queue, Reservation
-from aioqueue._store.scripts import SCRIPTS
+from aioqueue._store.loader import SCRIPTS
 
 from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants

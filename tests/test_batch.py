@@ -22,6 +22,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
+import aioqueue._store.loader as loader
 import aioqueue._store.scriptreads as scriptreads_module
 import aioqueue._store.scripts as scripts_module
 from aioqueue import (
@@ -42,7 +43,7 @@ from aioqueue import (
 )
 from aioqueue._queue.leases import forward_outbox
 from aioqueue._store.embedded import EmbeddedServer
-from aioqueue._store.scripts import SCRIPTS, FailMode, Outcome
+from aioqueue._store.loader import SCRIPTS, FailMode, Outcome
 from aioqueue._store.wire import use_functions
 
 from .batchapp import BatchTasks, Keys, register
@@ -558,8 +559,8 @@ async def test_every_script_call_of_a_cross_queue_batch_touches_one_slot(
     three queues (so three slots)."""
     t = tasks
     seen: list[tuple[str, list[str]]] = []
-    real_one = scripts_module.evalsha
-    real_many = scripts_module.evalsha_many
+    real_one = loader.evalsha
+    real_many = loader.evalsha_many
 
     def record(keys: Any, args: Any) -> None:
         seen.append((str(args[0]), [str(k) for k in keys]))

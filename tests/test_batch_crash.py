@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, Batch, BatchState, JobState
-from aioqueue._store.scripts import SCRIPTS
+from aioqueue._store.loader import SCRIPTS
 
 from .batchapp import BatchTasks, register
 from .support.invariants import check_invariants

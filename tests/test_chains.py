@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, JobCancelled, JobState, Worker
 from aioqueue._app.batch import MAX_CHAIN_STEPS
-from aioqueue._store.scripts import SCRIPTS
+from aioqueue._store.loader import SCRIPTS
 
 from .batchapp import BatchTasks, register
 from .support.apps import open_app

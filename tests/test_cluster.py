@@ -30,8 +30,7 @@ from aioqueue import (
 from aioqueue._model.safetext import redact_url as redact
 from aioqueue._store.cluster import parse_cluster_url, slot_runs
 from aioqueue._store.connect import resolve_url
-from aioqueue._store.loader import SCRIPTS
-from aioqueue._store.scripts import queue_names
+from aioqueue._store.loader import SCRIPTS, queue_names
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster, Node

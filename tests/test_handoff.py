@@ -15,7 +15,8 @@ import time
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._store.scripts import Outcome, QueueScripts
+from aioqueue._store.loader import Outcome
+from aioqueue._store.scripts import QueueScripts
 
 from .support.apps import open_app
 from .support.instrumented import instrument

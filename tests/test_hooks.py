@@ -145,7 +145,7 @@ async def test_a_failing_shutdown_hook_is_logged_and_the_others_still_run(
         async def broken(state: State) -> None:
             raise RuntimeError("cannot flush")
 
-        with caplog.at_level(logging.ERROR, logger="aioqueue._model.hooks"):
+        with caplog.at_level(logging.ERROR, logger="aioqueue.hooks"):
             await Worker(app, burst=True).run()  # returns normally
         assert ran == ["first"]
         assert "shutdown hook" in caplog.text
@@ -350,7 +350,7 @@ async def test_a_before_enqueue_hook_refuses_and_an_after_enqueue_failure_is_log
         counts = await app.queue("billing").counts()
         assert counts == {"scheduled": 0, "queued": 0, "active": 0, "failed": 0}
 
-        with caplog.at_level(logging.ERROR, logger="aioqueue._model.hooks"):
+        with caplog.at_level(logging.ERROR, logger="aioqueue.hooks"):
             job = await send.enqueue("ann")  # stored, and returned despite the hook
         assert await job.state() is JobState.QUEUED
         assert "after-enqueue hook" in caplog.text

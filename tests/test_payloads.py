@@ -360,7 +360,7 @@ async def test_a_worker_without_a_store_dead_letters_claim_checked_jobs(
 async def test_the_sweep_spares_a_blob_whose_record_arrives_within_the_grace(
     redis_url: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioqueue._model import claimcheck as _claimcheck
+    from aioqueue._queue import payloads as _claimcheck
 
     prefix, keys, store = place()
     late, orphan = job_key(prefix, "default", "late"), job_key(prefix, "default", "orphan")

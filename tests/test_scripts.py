@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from aioqueue import App, JobState
 from aioqueue._model import limits as _limits
 from aioqueue._store.embedded import EmbeddedServer
-from aioqueue._store.scripts import LIB, LIBRARY, SCRIPTS
+from aioqueue._store.loader import LIB, LIBRARY, SCRIPTS
 from aioqueue._store.wire import functions_on, use_functions
 
 from .support.apps import open_app

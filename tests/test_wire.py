@@ -12,7 +12,8 @@ from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
 from aioqueue import App
 from aioqueue._model.keys import QueueKeys
-from aioqueue._store.scripts import SCRIPTS, QueueScripts
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.scripts import QueueScripts
 from aioqueue._store.wire import FastPack, evalsha_command, use_fast_packing, use_functions
 
 

@@ -25,7 +25,6 @@ from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
 from .._model.exceptions import ClosedError, ConfigurationError
-from .._model.hooks import HookDecorators, Hooks
 from .._model.isolation import Isolation
 from .._model.keys import QueueKeys
 from .._model.serialize import PickleSerializer, Serializer, get_serializer
@@ -36,6 +35,7 @@ from .._store.connect import adopt, connect, pool_options, resolve_url
 from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
 from .batch import open_batch
+from .hooks import HookDecorators, Hooks
 from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators
 from .schedules import Schedules

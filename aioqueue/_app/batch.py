@@ -20,11 +20,13 @@ from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, Fail
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
 from .._model.exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from .._model.job import Job
+from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions, JobRecord, Template
-from .._store.scripts import ScriptCall
+from .._store.loader import ScriptCall
 
 if TYPE_CHECKING:
+    from .._queue.owner import QueueOwner
     from .._queue.queue import Queue
     from .app import App
     from .task import Task
@@ -170,7 +172,7 @@ class Batch(Generic[R]):
             raise ConfigurationError(f"batch {self.id!r} is sealed or finished; it takes no jobs")
         opts = await _batch_opts(self)
         jobs, pipeline = _plan(self, list(calls), opts)
-        await _put_blobs(jobs)
+        await _put_blobs(self.queue.app, jobs)
         await self.queue._scripts.run_many(pipeline)
         return jobs
 
@@ -283,26 +285,25 @@ class Batch(Generic[R]):
         members = await q._scripts.batch_members(self.id)
         out: dict[Queue, list[str]] = {}
         for m in members:
-            job = _member_job(q, m.decode())
-            if job._queue is not q:
-                out.setdefault(job._queue, []).append(job.id)
+            elsewhere = split_queue_member(q.app.prefix, m.decode())
+            if elsewhere is not None and elsewhere[0] != q.name:
+                out.setdefault(q.app.queue(elsewhere[0]), []).append(elsewhere[1])
         return out
 
 
 def _member_job(home: Queue, member: str) -> Job[Any]:
     """A batch member is a job id on the home queue, or ``<key base of its queue><id>``."""
     app = home.app
-    lead = f"{app.prefix}:{{"
-    if member.startswith(lead) and "}:" in member:
-        name, _, job_id = member[len(lead) :].partition("}:")
-        return Job(app.queue(name), job_id)
+    elsewhere = split_queue_member(app.prefix, member)
+    if elsewhere is not None:
+        return Job(app.queue(elsewhere[0]), elsewhere[1])
     return Job(home, member)
 
 
-async def _put_blobs(jobs: Iterable[Job[Any]]) -> None:
+async def _put_blobs(app: QueueOwner, jobs: Iterable[Job[Any]]) -> None:
     """Put the claim-checked payloads of sub-jobs before their records (``_claimcheck.py``)."""
     for job in jobs:
-        await job._queue._put_blobs((job.id,))
+        await app.queue(job.queue)._put_blobs((job.id,))
 
 
 async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
@@ -439,7 +440,7 @@ async def open_batch(
     if calls is not None:
         opts = {"group": own_group, "priority": priority}
         members, more = _plan(batch, list(calls), opts)
-        await _put_blobs(members)
+        await _put_blobs(app, members)
         pipeline += more
         pipeline.append(scripts.batch_seal_call(bid))
     await scripts.run_many(pipeline)

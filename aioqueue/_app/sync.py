@@ -36,7 +36,8 @@ from .._model.keys import QueueKeys
 from .._model.record import JobOptions, JobRecord, Template
 from .._model.timeutil import Deadline
 from .._queue import tasktable as tasktable
-from .._queue.queue import job_info_from, state_counts, watched_outcome
+from .._queue.core import job_info_from
+from .._queue.queue import state_counts, watched_outcome
 from .._queue.sharded import on_shard
 from .._store.cluster import is_cluster
 from .._store.connect import blocking_client

@@ -22,7 +22,7 @@ from typing import Any
 from .._app.app import App
 from .._model.exceptions import AioQueueError
 from .._queue.rekey import RekeyReport
-from .._store.scripts import queue_names
+from .._store.loader import queue_names
 from .admin import queues_arg, server_args
 from .format import echo, emit_json
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import traceback as tb
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .claimcheck import (
     ClaimCheck,
@@ -35,9 +35,6 @@ from .job import ErrorInfo
 from .serialize import JsonSerializer, Serializer, dumps_checked
 from .signing import FAMILY, SignedResult, Signer, carried
 
-if TYPE_CHECKING:
-    from .._app.app import App
-
 #: the option naming the batch a sub-job belongs to (home queue, batch id); see Codec.member_options
 MEMBER_OPTION = "member"
 #: the W3C traceparent the job being read carried (a third element of its payload, written
@@ -46,6 +43,19 @@ MEMBER_OPTION = "member"
 carried_trace: ContextVar[str | None] = ContextVar("aioqueue_carried_trace", default=None)
 #: a key option's value: one key, or a list for rotation (the first writes)
 Key = str | bytes | Sequence[str | bytes]
+
+
+class CodecOwner(Protocol):
+    """What ``Codec.of`` reads of its App (an ``App`` satisfies it)."""
+
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def serializer(self) -> Serializer: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+    @property
+    def result_ttl_default_ms(self) -> int: ...
 
 
 class Unrunnable(Exception):
@@ -117,7 +127,7 @@ class Codec:
     @classmethod
     def of(
         cls,
-        app: App,
+        app: CodecOwner,
         keys: tuple[Key | None, Sequence[str | bytes], Key | None],
         compression: str | Compression | None,
         payload_store: PayloadStore | ClaimCheck | None,

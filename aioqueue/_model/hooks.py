@@ -1,35 +1,13 @@
-"""Lifecycle hooks and middleware: what an App runs around its workers, its jobs and its
-enqueues, registered with ``@app.on_startup``, ``@app.on_shutdown``, ``@app.middleware``,
-``@app.before_enqueue`` and ``@app.after_enqueue``.
-
-Order and failures (docs/hooks.md):
-
-- startup hooks run in registration order when a worker starts, before it fetches a job; one
-  that raises stops the worker (``StartupFailed``) and no shutdown hook runs;
-- shutdown hooks run in reverse order once the worker's jobs are finished and acknowledged;
-  one that raises is logged and the others still run;
-- middleware wraps each run of a job, the first registered outermost; one that raises fails
-  that attempt like an exception of the task (retried by the task's policy), never the worker;
-- before-enqueue hooks run before anything is stored and may refuse by raising; after-enqueue
-  hooks run once the jobs are stored, and what they raise is logged, not raised (the jobs are
-  in the queue: an error there would invite a duplicate enqueue).
-
-With nothing registered each of these costs one truth test of an empty tuple or list.
-"""
+"""The values of hooks: ``State`` (what startup hooks share with tasks), ``EnqueueEvent`` (what
+enqueue hooks see) and the hooks' call types. The hooks themselves, and the App's decorators
+that register them, are in ``_app/hooks.py`` (docs/hooks.md)."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-from .exceptions import StartupFailed
-
-if TYPE_CHECKING:
-    from .._app.context import JobContext
+from typing import Any, Protocol, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -104,147 +82,8 @@ class CallNext(Protocol):
     def __call__(self) -> Awaitable[Any]: ...
 
 
-#: ``async def middleware(job: JobContext, call_next: CallNext) -> Any``
-Middleware = Callable[["JobContext", CallNext], Awaitable[Any]]
-#: ``def hook(event: EnqueueEvent) -> None``: plain functions, so that the blocking producer
 #: (``app.sync()``) runs them too
 EnqueueHook = Callable[[EnqueueEvent], None]
 
 
-def _is_async(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
-    )
-
-
-def _name(fn: object) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-class Hooks:
-    """The hooks and middleware registered on one App (``app.hooks``)."""
-
-    __slots__ = (
-        "after_enqueue",
-        "before_enqueue",
-        "middleware",
-        "on_enqueue",
-        "shutdown",
-        "startup",
-    )
-
-    def __init__(self) -> None:
-        self.startup: list[LifecycleHook] = []
-        self.shutdown: list[LifecycleHook] = []
-        self.middleware: list[Middleware] = []
-        self.before_enqueue: list[EnqueueHook] = []
-        self.after_enqueue: list[EnqueueHook] = []
-        #: True when any enqueue hook is registered (the producers' one check)
-        self.on_enqueue = False
-
-    def add_enqueue_hook(self, hooks: list[EnqueueHook], fn: EnqueueHook) -> None:
-        if not callable(fn) or _is_async(fn):
-            raise TypeError(f"an enqueue hook must be a plain (not async) function, not {fn!r}")
-        hooks.append(fn)
-        self.on_enqueue = True
-
-    @staticmethod
-    def add_async(hooks: list[Any], fn: object, what: str) -> None:
-        """Register a startup or shutdown hook or a middleware: an async function."""
-        if not _is_async(fn):
-            raise TypeError(f"{what} must be an async function (async def), not {fn!r}")
-        hooks.append(fn)
-
-    # ------------------------------------------------------------------ workers
-    async def start(self, state: State) -> None:
-        """Run the startup hooks in registration order.
-
-        Raises:
-            StartupFailed: a hook raised (its exception is the cause).
-        """
-        for hook in self.startup:
-            try:
-                await hook(state)
-            except Exception as exc:
-                detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-                raise StartupFailed(f"startup hook {_name(hook)} failed: {detail}") from exc
-
-    async def stop(self, state: State) -> None:
-        """Run the shutdown hooks in reverse order; one that raises is logged."""
-        for hook in reversed(self.shutdown):
-            try:
-                await hook(state)
-            except Exception:
-                logger.exception("shutdown hook %s failed", _name(hook))
-
-    # ------------------------------------------------------------------ producers
-    def before(self, queue: str, task: str, job_ids: tuple[str, ...]) -> EnqueueEvent:
-        """Run the before-enqueue hooks (what they raise refuses the enqueue); the event."""
-        event = EnqueueEvent(queue, task, job_ids)
-        for hook in self.before_enqueue:
-            hook(event)
-        return event
-
-    def after(self, event: EnqueueEvent) -> None:
-        """Run the after-enqueue hooks; one that raises is logged (the jobs are stored)."""
-        for hook in self.after_enqueue:
-            try:
-                hook(event)
-            except Exception:
-                logger.exception("after-enqueue hook %s failed", _name(hook))
-
-
-async def run_through(middleware: Sequence[Middleware], job: JobContext, body: CallNext) -> Any:
-    """Run ``body`` (the task) inside ``middleware``, the first one outermost."""
-    call: CallNext = body
-    for m in reversed(middleware):
-        call = functools.partial(m, job, call)
-    return await call()
-
-
-# the hooks' decorators return the function they are given, with its own type
-LH = TypeVar("LH", bound=LifecycleHook)
-MW = TypeVar("MW", bound=Middleware)
-EH = TypeVar("EH", bound=EnqueueHook)
-
-
-class HookDecorators:
-    """The App's decorators that register hooks (``App`` inherits them): each adds the
-    function to ``hooks`` and returns it unchanged."""
-
-    hooks: Hooks
-
-    def on_startup(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
-        before it fetches a job, in registration order; what it stores in ``state`` its tasks
-        read from ``current_job().state``. If it raises, the worker stops with
-        ``StartupFailed``."""
-        self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
-        return fn
-
-    def on_shutdown(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
-        its last job, in reverse registration order. What it raises is logged."""
-        self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
-        return fn
-
-    def middleware(self, fn: MW) -> MW:
-        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
-        job in workers made after this call: it must ``return await call_next()`` (the result,
-        which it may replace). The first registered is outermost. What it raises fails the
-        attempt like the task's own exception (retried by the task's policy)."""
-        self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
-        return fn
-
-    def before_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
-        App's producers, async and blocking, before jobs are stored; raising refuses the
-        enqueue (nothing is stored)."""
-        self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
-        return fn
-
-    def after_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
-        jobs are stored; what it raises is logged, not raised."""
-        self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
-        return fn
+__all__ = ["CallNext", "EnqueueEvent", "EnqueueHook", "LifecycleHook", "State"]

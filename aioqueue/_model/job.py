@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .checks import to_seconds
 from .exceptions import (
@@ -17,9 +17,6 @@ from .exceptions import (
     SerializationError,
 )
 from .why import WhyReason, WhyRow, parse_why
-
-if TYPE_CHECKING:
-    from .._queue.queue import Queue
 
 R = TypeVar("R")
 
@@ -98,6 +95,18 @@ class JobInfo:
     encrypted: bool = False
 
 
+class JobHome(Protocol):
+    """What a ``Job`` handle asks of its queue (a ``Queue`` satisfies it)."""
+
+    @property
+    def name(self) -> str: ...
+    async def job_info(self, job_id: str) -> JobInfo: ...
+    async def cancel_jobs(self, job_ids: Sequence[str]) -> int: ...
+    async def _job_state(self, job_id: str) -> JobState: ...
+    async def _wait_result(self, job_id: str, timeout: float | None) -> Any: ...
+    async def why(self, job_id: str) -> JobWhy: ...
+
+
 class Job(Generic[R]):
     """A handle on an enqueued job; ``R`` is the task's return type.
 
@@ -107,7 +116,7 @@ class Job(Generic[R]):
     __slots__ = ("_convert", "_queue", "id")
 
     def __init__(
-        self, queue: Queue, job_id: str, convert: Callable[[Any], Any] | None = None
+        self, queue: JobHome, job_id: str, convert: Callable[[Any], Any] | None = None
     ) -> None:
         self._queue = queue
         self.id = job_id

@@ -251,3 +251,40 @@ class QueueKeys:
             self.gconf,
             self.gwait,
         ]
+
+
+# --------------------------------------------------------------------- keys of no one queue
+def queues_registry(prefix: str) -> str:
+    """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
+    return f"{prefix}:queues"
+
+
+def queue_head(prefix: str) -> str:
+    """``<prefix>:{``: how every key of every queue under ``prefix`` starts."""
+    return f"{prefix}:{{"
+
+
+def split_queue_member(prefix: str, member: str) -> tuple[str, str] | None:
+    """A member written as ``<key base of its queue><id>`` (a batch's sub-job on another
+    queue) as (queue name, job id); None for a plain job id."""
+    head = queue_head(prefix)
+    if member.startswith(head) and "}:" in member:
+        name, _, job_id = member[len(head) :].partition("}:")
+        return name, job_id
+    return None
+
+
+def schedule_defs_pattern(prefix: str) -> str:
+    """SCAN pattern of every queue's ``cron:defs`` key under ``prefix``."""
+    return f"{prefix}:{{*}}:cron:defs"
+
+
+def counters_pattern(prefix: str) -> str:
+    """SCAN pattern that matches every queue's ``stats`` and ``workers`` keys under ``prefix``
+    (and a few more, which the caller filters)."""
+    return f"{prefix}:{{*}}:[sw][to][ar][tk]*"
+
+
+def aside_key(key: str, ms: int) -> str:
+    """``<key>:garbled:<ms>``: where garbage met in ``key`` is set aside (I9)."""
+    return f"{key}:garbled:{ms}"

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.checks import at_to_ms, check_group, check_int, check_job_id
 from .._model.exceptions import ConfigurationError
-from .._model.job import JobInfo, JobState, JobWhy
+from .._model.job import JobState, JobWhy
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._store.scripts import QueueScripts
+from .core import QueueCore
 from .inspect import (
     GroupInfo,
     JobDetail,
@@ -26,26 +27,17 @@ from .inspect import (
     throughput,
 )
 from .lister import Lister, check_state
+from .payloads import drop_orphans
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    pass
 
 
 # --------------------------------------------------------------------- the Queue's admin side
-class QueueAdmin:
+class QueueAdmin(QueueCore):
     """The operator's methods of ``Queue`` (it inherits them): listings, detail, throughput,
     groups, and the bulk actions. Each action runs one atomic script per chunk of at most
     1,000 jobs and is safe while workers run; it returns how many jobs it changed."""
-
-    name: str
-    app: App
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
-
-    async def job_info(self, job_id: str) -> JobInfo:
-        raise NotImplementedError
 
     def _lister(
         self,
@@ -235,7 +227,7 @@ class QueueAdmin:
         res = await self._scripts.purge_ids(ids, states)
         claim = self.app.codec.claim
         if claim is not None:
-            await claim.drop_orphans(self._scripts, self.name, ids)
+            await drop_orphans(claim, self._scripts, self.name, ids)
         return res
 
     async def purge_queue(self) -> dict[str, int]:

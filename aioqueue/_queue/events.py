@@ -26,10 +26,10 @@ from .._model.exceptions import ConfigurationError, ServerRefused, ServerUnavail
 from .._model.keys import QueueKeys
 from .._store.connect import own_client
 from .._store.loader import bounded
+from .core import QueueCore
 
 if TYPE_CHECKING:
-    from .._app.app import App
-    from .._store.scripts import QueueScripts
+    from .owner import QueueOwner
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def _kinds(kinds: Iterable[JobEventKind | str] | None) -> frozenset[JobEventKind
 
 
 async def iterate_events(
-    app: App,
+    app: QueueOwner,
     queue: str,
     since: str | datetime,
     kinds: Iterable[JobEventKind | str] | None,
@@ -261,15 +261,8 @@ async def iterate_events(
             await client.aclose()
 
 
-class QueueEvents:
+class QueueEvents(QueueCore):
     """The event stream's methods of ``Queue`` (it inherits them)."""
-
-    name: str
-    app: App
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
 
     async def set_events(self, maxlen: int | None = DEFAULT_EVENTS_MAXLEN) -> None:
         """Switch this queue's event stream on, keeping about the newest ``maxlen`` events, or

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from .._model.checks import check_name
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
-from .._store.scripts import FailMode, Outcome, Started
+from .._store.loader import FailMode, Outcome, Started
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .core import QueueCore
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class Leases:
 
     __slots__ = ("codec", "dead_ttl_ms", "name", "scripts")
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: QueueCore) -> None:
         app = queue.app
         self.name = queue.name
         self.scripts = queue._scripts
@@ -174,7 +174,7 @@ def _fields(record: bytes) -> list[bytes]:
     return out
 
 
-async def forward_outbox(queue: Queue, limit: int = 10_000, chunk: int = 500) -> int:
+async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500) -> int:
     """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
     the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
     an outcome twice counts it once, and an entry leaves the outbox only after it was applied.

@@ -19,11 +19,11 @@ from .._model.exceptions import ConfigurationError, JobCancelled
 from .._model.handle import HandleFields, dump_handle, load_handle
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import Claimed
-from .._store.scripts import FailMode, Outcome, QueueScripts
+from .._store.loader import FailMode, Outcome
+from .core import QueueCore
 from .leases import Leases, forward_outbox
 
 if TYPE_CHECKING:
-    from .._app.app import App
     from .queue import Queue
 
 logger = logging.getLogger(__name__)
@@ -82,20 +82,9 @@ class Reservation(_MadeBy):
         return dump_handle(queue.app.codec.signer, fields)
 
 
-class QueuePull:
+class QueuePull(QueueCore):
     """The pull API of ``Queue`` (it inherits it): lease jobs with ``reserve``, then finish
     each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
-
-    name: str
-    app: App
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        raise NotImplementedError
-
-    @property
-    def _leases(self) -> Leases:
-        raise NotImplementedError
 
     async def reserve(
         self,

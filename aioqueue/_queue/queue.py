@@ -4,8 +4,7 @@ the operator's methods from ``QueueAdmin`` in ``_admin``."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,7 +14,6 @@ from .._model.checks import (
     check_group,
     check_int,
     check_job_id,
-    check_name,
     check_priority,
     check_task_name,
     expiry_option,
@@ -26,24 +24,21 @@ from .._model.checks import (
 from .._model.codec import Codec
 from .._model.convert import Convert
 from .._model.exceptions import ConfigurationError, JobNotFound
-from .._model.job import ErrorInfo, Job, JobInfo, JobState, parse_state, raise_for_outcome
-from .._model.keys import QueueKeys
+from .._model.job import Job, JobState, parse_state, raise_for_outcome
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobRecord, Template
-from .._store.scripts import QueueScripts
 from .admin import QueueAdmin
-from .coalesce import Coalescer
 from .events import QueueEvents
-from .leases import Leases, forward_outbox
+from .leases import forward_outbox
 from .pull import QueuePull
 from .registry import WorkerInfo, read_workers
 from .rekey import RekeyReport
 from .rekey import rekey as rekey_queue
-from .tasktable import Declared, Known, lookup
+from .tasktable import Declared, lookup
 from .unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    pass
 
 T = TypeVar("T")
 
@@ -54,43 +49,14 @@ CANCEL_CHUNK = 500
 class Queue(QueuePull, QueueAdmin, QueueEvents):
     """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App.
 
-    The pull API (``reserve``, ``complete``, ``fail``, ``release``, ``extend``,
-    ``reservation_from``) comes from ``QueuePull``; the operator's methods (``jobs``,
-    ``job_detail``, ``requeue``, ``purge``, ...) from ``QueueAdmin``."""
-
-    def __init__(self, app: App, name: str) -> None:
-        self.app = app
-        self.name = check_name("queue name", name)
-        self._keys = QueueKeys(app.prefix, name)
-        self._scripts_obj: QueueScripts | None = None
-        self._leases_obj: Leases | None = None
-        self._coalescer_obj: Coalescer | None = None
-        self._known = Known()
+    Its methods come in faces, each a class over ``QueueCore`` (the App, name, keys and the
+    door to them): the producer's here, the pull API (``reserve``, ``complete``, ``fail``,
+    ``release``, ``extend``, ``reservation_from``) from ``QueuePull``, the operator's
+    (``jobs``, ``job_detail``, ``requeue``, ``purge``, ...) from ``QueueAdmin`` and the event
+    stream's from ``QueueEvents``."""
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
-
-    @property
-    def _scripts(self) -> QueueScripts:
-        s = self._scripts_obj
-        if s is None or s.client is not self.app.redis:
-            s = self._scripts_obj = QueueScripts(self.app.redis, self._keys)
-        return s
-
-    @property
-    def _coalescer(self) -> Coalescer:
-        c = self._coalescer_obj
-        scripts = self._scripts
-        if c is None or c.scripts is not scripts:
-            c = self._coalescer_obj = Coalescer(scripts)
-        return c
-
-    @property
-    def _leases(self) -> Leases:
-        leases = self._leases_obj
-        if leases is None or leases.scripts is not self._scripts:
-            leases = self._leases_obj = Leases(self)
-        return leases
 
     # ------------------------------------------------------------------ producer side
     async def enqueue(
@@ -316,17 +282,6 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         # a garbled counter is left out (the next script to count it sets it aside)
         return {k.decode(errors="replace"): int(v) for k, v in raw.items() if v.isdigit()}
 
-    async def job_info(self, job_id: str) -> JobInfo:
-        """What ``self.job(job_id).info()`` gives: the job's state, attempts, times, error and
-        arguments.
-
-        Raises:
-            JobNotFound: the job has no record.
-            CorruptRecord: its state cannot be read.
-        """
-        raw = await self._scripts.job_record(job_id)
-        return job_info_from(self.app.codec, self.name, job_id, raw)
-
     async def _job_state(self, job_id: str) -> JobState:
         state, _, _ = await self._scripts.watch(job_id, register=False)
         if not state:
@@ -386,19 +341,6 @@ def state_counts(lanes: tuple[int, int, int, int, int], groups: dict[str, int]) 
     return {"scheduled": sched, "queued": queued, "active": active, "failed": dead}
 
 
-def job_info_from(codec: Codec, queue: str, job_id: str, raw: Mapping[bytes, bytes]) -> JobInfo:
-    """A JobInfo from a job's stored hash (``raw``): a field that cannot be read reads as
-    absent and is named in ``JobInfo.garbled``.
-
-    Raises:
-        JobNotFound: there is no record (an empty hash).
-        CorruptRecord: its state cannot be read.
-    """
-    if not raw:
-        raise JobNotFound(job_id)
-    return _RecordReader(codec, job_id, raw).info(queue)
-
-
 def watched_outcome(
     codec: Codec, queue: str, job_id: str, watched: tuple[str, bytes, bytes]
 ) -> tuple[bool, Any]:
@@ -418,65 +360,6 @@ def watched_outcome(
     if state in (JobState.FAILED, JobState.CANCELLED):
         raise_for_outcome(job_id, state, codec.load_error(error) if error else None)
     return False, None
-
-
-class _RecordReader:
-    """Reads a job's stored hash field by field: a field that cannot be read reads as absent
-    and is named in ``garbled`` (only an unreadable state raises CorruptRecord)."""
-
-    def __init__(self, codec: Codec, job_id: str, raw: Mapping[bytes, bytes]) -> None:
-        self.codec = codec
-        self.job_id = job_id
-        self.h = {k.decode(errors="replace"): v for k, v in raw.items()}
-        self.garbled: list[str] = []
-
-    def _read(self, field: str, name: str, parse: Callable[[bytes], T]) -> T | None:
-        if field not in self.h:
-            return None
-        try:
-            return parse(self.h[field])
-        except Exception:  # anything a foreign writer left: JSON, numbers, encodings
-            self.garbled.append(name)
-            return None
-
-    def _int(self, field: str, name: str) -> int | None:
-        return self._read(field, name, int)
-
-    def info(self, queue: str) -> JobInfo:
-        codec, h = self.codec, self.h
-        state = parse_state(self.job_id, h.get("s", b""))
-        task = h.get("t", b"").decode(errors="replace")
-        args: tuple[Any, ...] | None = None
-        kwargs: dict[str, Any] | None = None
-        encrypted = codec.is_encrypted(h.get("p", b""))
-        try:  # a corrupt or unverified payload still has an inspectable record
-            args, kwargs = codec.load_args(
-                queue, self.job_id, task, h.get("p", b""), h.get("o", b"")
-            )
-        except Exception:
-            if not (encrypted and codec.encrypter is None):  # not garbled: only sealed here
-                self.garbled += ["args", "kwargs"]
-        error: ErrorInfo | None = codec.load_error(h["e"]) if "e" in h else None
-        info = JobInfo(
-            id=self.job_id,
-            queue=queue,
-            task=task,
-            state=state,
-            attempts=self._int("a", "attempts") or 0,
-            max_attempts=self._int("m", "max_attempts") or 1,
-            priority=self._int("pr", "priority") or 0,
-            created_ms=self._int("ct", "created_ms") or 0,
-            due_ms=self._int("due", "due_ms"),
-            finished_ms=self._int("f", "finished_ms"),
-            error=error,
-            args=args,
-            kwargs=kwargs,
-            progress=self._read("pg", "progress", codec.json.loads),
-            encrypted=encrypted,
-        )
-        if self.garbled:
-            info = dataclasses.replace(info, garbled=tuple(self.garbled))
-        return info
 
 
 def _group_arg(group: str | None) -> str:

@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from .._model.keys import queues_registry
 from .._store.loader import bounded, queue_names
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from .._app.app import App
+    from .owner import QueueOwner
 
 #: the most names the registry keeps (the most recently seen), and how long a name no worker
 #: beat for stays a real queue
@@ -31,18 +32,14 @@ MAX_QUEUES = 1000
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
-def declared_queues(app: App) -> list[str]:
+def declared_queues(app: QueueOwner) -> list[str]:
     """The queues of the App's tasks."""
     return sorted({t.queue for t in app.tasks.values()})
 
 
-def registry_key(prefix: str) -> str:
-    return f"{prefix}:queues"
-
-
 async def declare_queues(client: aioredis.Redis, prefix: str, names: Iterable[str]) -> None:
     """Record ``names`` as real queues, seen now (a worker's start and heartbeats)."""
-    key = registry_key(prefix)
+    key = queues_registry(prefix)
     now = int(time.time() * 1000)
     pipe = client.pipeline(transaction=False)
     pipe.zadd(key, dict.fromkeys(names, now))
@@ -56,7 +53,7 @@ async def real_queues(client: aioredis.Redis, prefix: str, declared: Iterable[st
     since = int(time.time() * 1000) - REGISTRY_KEEP_MS
     got = await bounded(
         client,
-        client.zrangebyscore(registry_key(prefix), since, "+inf", start=0, num=REGISTRY_MAX),
+        client.zrangebyscore(queues_registry(prefix), since, "+inf", start=0, num=REGISTRY_MAX),
     )
     names = {n.decode(errors="replace") if isinstance(n, bytes) else str(n) for n in got}
     names.update(declared)

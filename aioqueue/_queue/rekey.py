@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .._model.codec import describe_error
+from .._model.keys import split_queue_member
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .core import QueueCore
 
 #: reasons kept in a report (the first ones)
 _REASONS_KEPT = 20
@@ -68,7 +69,7 @@ class _Tally:
         return RekeyReport(self.queue, **self.counts, reasons=tuple(self.reasons))
 
 
-async def rekey(queue: Queue, batch: int = 200) -> RekeyReport:
+async def rekey(queue: QueueCore, batch: int = 200) -> RekeyReport:
     """Rekey ``queue``'s stored values, ``batch`` records a step (see the module)."""
     scripts = queue._scripts
     tally = _Tally(queue.name)
@@ -85,7 +86,7 @@ async def rekey(queue: Queue, batch: int = 200) -> RekeyReport:
     return tally.report()
 
 
-async def _jobs(queue: Queue, keys: Sequence[bytes], tally: _Tally) -> None:
+async def _jobs(queue: QueueCore, keys: Sequence[bytes], tally: _Tally) -> None:
     scripts, codec, name = queue._scripts, queue.app.codec, queue.name
     pipe = scripts.client.pipeline(transaction=False)
     for key in keys:
@@ -124,16 +125,13 @@ async def _jobs(queue: Queue, keys: Sequence[bytes], tally: _Tally) -> None:
             tally.counts["changed"] += 1
 
 
-async def _batch_results(queue: Queue, key: bytes, tally: _Tally, batch: int) -> None:
+async def _batch_results(queue: QueueCore, key: bytes, tally: _Tally, batch: int) -> None:
     """The results a batch of this queue holds, each bound to its member job."""
     scripts, codec = queue._scripts, queue.app.codec
     sub = key[len(scripts.base) :].decode(errors="surrogateescape")
-    head = f"{queue.app.prefix}:{{"
     async for field, value in scripts.client.hscan_iter(key, count=batch):
         member = cast(bytes, field).decode(errors="surrogateescape")
-        home, job_id = queue.name, member
-        if member.startswith(head) and "}:" in member:  # a member on another queue
-            home, _, job_id = member[len(head) :].partition("}:")
+        home, job_id = split_queue_member(queue.app.prefix, member) or (queue.name, member)
         try:
             new = codec.rekey_result(home, job_id, cast(bytes, value))
         except Exception as exc:
@@ -147,7 +145,7 @@ async def _batch_results(queue: Queue, key: bytes, tally: _Tally, batch: int) ->
             tally.counts["changed"] += 1
 
 
-async def _write(queue: Queue, entry: Sequence[Any]) -> tuple[int, int]:
+async def _write(queue: QueueCore, entry: Sequence[Any]) -> tuple[int, int]:
     """rekey.lua on one entry: (written, changed)."""
     scripts = queue._scripts
     res = await scripts._run("rekey", (scripts.base, *entry))

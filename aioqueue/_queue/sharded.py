@@ -35,7 +35,7 @@ from .queue import Queue
 from .unique import derived_key
 
 if TYPE_CHECKING:
-    from .._app.app import App
+    from .owner import QueueOwner
 
 #: most shards one queue may have
 MAX_SHARDS = 256
@@ -62,7 +62,7 @@ class ShardedQueue:
     Each shard is an ordinary ``Queue`` (``queues``), for anything done per shard.
     """
 
-    def __init__(self, app: App, name: str, shards: int) -> None:
+    def __init__(self, app: QueueOwner, name: str, shards: int) -> None:
         self.app = app
         self.name = check_name("queue name", name)
         self.shards = check_int(shards, 1, "shards", maximum=MAX_SHARDS)

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from .._model.exceptions import UnknownTask
 
 if TYPE_CHECKING:
-    from .._app.app import App
     from .._store.scriptreads import QueueReads
     from .._store.scripts import QueueScripts
+    from .owner import QueueOwner
 
 logger = logging.getLogger("aioqueue._worker.worker")
 
@@ -53,7 +53,7 @@ class Declared:
     result_ttl: float | None
 
 
-def declared_table(app: App) -> list[str]:
+def declared_table(app: QueueOwner) -> list[str]:
     """Task name, defaults (JSON), name, defaults...: what a worker of ``app`` declares."""
     flat: list[str] = []
     for name in sorted(app.tasks)[:MAX_TASKS]:

@@ -30,8 +30,7 @@ from .cluster import (
     is_cluster_url,
     parse_cluster_url,
 )
-from .loader import load_everywhere
-from .scripts import check_script_access
+from .loader import check_script_access, load_everywhere
 from .wire import use_fast_packing
 
 DEFAULT_URL = "redis://localhost:6379/0"

@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from .._model.exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
-from .._model.keys import QueueKeys
+from .._model.keys import QueueKeys, counters_pattern, queue_head, schedule_defs_pattern
 from .._model.record import (
     JobRecord,
     Template,
@@ -457,7 +457,7 @@ async def _evalsha_pipeline(client: aioredis.Redis, calls: Sequence[ScriptCall])
 async def schedule_queues(client: aioredis.Redis, prefix: str) -> list[str]:
     """The queues that have schedules stored under ``prefix`` (a SCAN of the key space: for
     listings, not for hot paths)."""
-    pattern = f"{prefix}:{{*}}:cron:defs"
+    pattern = schedule_defs_pattern(prefix)
     found: set[str] = set()
 
     async def scan() -> None:  # scan_iter: on a cluster, every primary's keys
@@ -473,11 +473,11 @@ async def queue_names(client: aioredis.Redis, prefix: str, limit: int = 1000) ->
     """The queues under ``prefix`` that have counters (every queue that was ever used) or a
     worker registry (a queue a worker consumes before its first job), found with SCAN: O(keys
     in the database), for an operator's ``info`` without ``-q``."""
-    head = f"{prefix}:{{"
+    head = queue_head(prefix)
     names: set[str] = set()
 
     async def scan() -> None:
-        async for key in client.scan_iter(match=f"{prefix}:{{*}}:[sw][to][ar][tk]*", count=1000):
+        async for key in client.scan_iter(match=counters_pattern(prefix), count=1000):
             raw = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
             tail = next((t for t in ("}:stats", "}:workers") if raw.endswith(t)), None)
             if raw.startswith(head) and tail is not None:

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from .._model.exceptions import ServerRefused
-from .._model.keys import QueueKeys
+from .._model.keys import QueueKeys, aside_key
 from .._model.limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
 from .._model.record import (
     Claimed,
@@ -267,7 +267,7 @@ class QueueReads:
                 if kind in (b"list", b"none", "list", "none"):
                     return
                 now = int(time.time() * 1000)
-                aside = f"{k.outbox}:garbled:{now}"
+                aside = aside_key(k.outbox, now)
                 why = f"wrong type for LRANGE: {kind.decode() if isinstance(kind, bytes) else kind}"
                 pipe.multi()  # type: ignore[no-untyped-call]
                 pipe.rename(k.outbox, aside)

@@ -28,111 +28,27 @@ from .._model.record import (
 from .durable import durability_of, durable_calls
 from .hot import hot_connection
 from .loader import (
-    _COMPLETE as _COMPLETE,
+    _COMPLETE,
+    _EXTEND,
+    _FAIL,
+    _FAIL_SIGNAL,
+    _RELEASE,
+    _REPLACE,
+    SCRIPTS,
+    FailMode,
+    Outcome,
+    ReplaceOutcome,
+    ScriptCall,
+    Started,
+    _nonce,
+    enqueue_calls,
+    enqueue_run_calls,
+    evalsha,
+    evalsha_many,
+    parse_watch,
+    text_of,
 )
-from .loader import (
-    _EXTEND as _EXTEND,
-)
-from .loader import (
-    _FAIL as _FAIL,
-)
-from .loader import (
-    _FAIL_SIGNAL as _FAIL_SIGNAL,
-)
-from .loader import (
-    _RELEASE as _RELEASE,
-)
-from .loader import (
-    _REPLACE as _REPLACE,
-)
-from .loader import (
-    _TICK as _TICK,
-)
-from .loader import (
-    LIB as LIB,
-)
-from .loader import (
-    LIBRARY as LIBRARY,
-)
-from .loader import (
-    SCRIPTS as SCRIPTS,
-)
-from .loader import (
-    FailMode as FailMode,
-)
-from .loader import (
-    Outcome as Outcome,
-)
-from .loader import (
-    ReplaceOutcome as ReplaceOutcome,
-)
-from .loader import (
-    Script as Script,
-)
-from .loader import (
-    ScriptCall as ScriptCall,
-)
-from .loader import (
-    Started as Started,
-)
-from .loader import (
-    TickOutcome as TickOutcome,
-)
-from .loader import (
-    _nonce as _nonce,
-)
-from .loader import (
-    bounded as bounded,
-)
-from .loader import (
-    check_script_access as check_script_access,
-)
-from .loader import (
-    enqueue_calls as enqueue_calls,
-)
-from .loader import (
-    enqueue_run_calls as enqueue_run_calls,
-)
-from .loader import (
-    evalsha as evalsha,
-)
-from .loader import (
-    evalsha_many as evalsha_many,
-)
-from .loader import (
-    function_missing as function_missing,
-)
-from .loader import (
-    group_names as group_names,
-)
-from .loader import (
-    load_scripts as load_scripts,
-)
-from .loader import (
-    parse_watch as parse_watch,
-)
-from .loader import (
-    pipeline_failures as pipeline_failures,
-)
-from .loader import (
-    queue_names as queue_names,
-)
-from .loader import (
-    read_group_names as read_group_names,
-)
-from .loader import (
-    read_lane_counts as read_lane_counts,
-)
-from .loader import (
-    schedule_queues as schedule_queues,
-)
-from .loader import (
-    text_of as text_of,
-)
-from .loader import (
-    wrap_redis_error as wrap_redis_error,
-)
-from .scriptreads import QueueReads as QueueReads
+from .scriptreads import QueueReads
 from .wire import call_timeout, evalsha_command
 
 

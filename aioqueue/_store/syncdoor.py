@@ -16,7 +16,7 @@ import redis.exceptions as rexc
 from .._model.keys import QueueKeys
 from .._model.record import JobRecord, Template
 from .cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
-from .scripts import (
+from .loader import (
     LIBRARY,
     SCRIPTS,
     Script,

@@ -18,7 +18,7 @@ from .._model.exceptions import AioQueueError
 from .._model.limits import MAX_ACKS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._queue.leases import Leases
-from .._store.scripts import Outcome
+from .._store.loader import Outcome
 
 if TYPE_CHECKING:
     from .._queue.queue import Queue

@@ -29,14 +29,14 @@ from .._model.record import Claimed
 from .._queue.leases import forward_outbox
 from .._queue.queuereg import declare_queues
 from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
-from .._store.scripts import FailMode, Outcome
+from .._store.loader import FailMode, Outcome
 from .._version import __version__
 from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
 
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.schedules import Scheduler
-    from .._model.observe import WorkerObserver
+    from .observe import WorkerObserver
     from .runner import Ack, Failure
     from .worker import _Running
 

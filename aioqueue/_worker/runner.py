@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._app.batch import Batch
 from .._app.context import JobContext, _current
+from .._app.hooks import run_through
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
-from .._model.hooks import run_through
 from .isolation import ChildPool, ProcessIsolation, default_processes
 
 if TYPE_CHECKING:

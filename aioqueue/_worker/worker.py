@@ -37,13 +37,13 @@ from .._model.checks import check_int, to_seconds
 from .._model.codec import Unrunnable, describe_error
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.hooks import State
-from .._model.observe import WorkerObserver
 from .._model.record import Claimed
 from .._queue.sharded import shard_names
-from .._store.scripts import FailMode, Outcome
+from .._store.loader import FailMode, Outcome
 from .fetch import TRANSIENT, Fetcher
 from .isolation import ProcessIsolation
 from .loops import WorkerLoops
+from .observe import WorkerObserver
 from .runner import Ack, Failure, Runner
 
 logger = logging.getLogger(__name__)

@@ -55,7 +55,7 @@ from redis.backoff import ExponentialBackoff
 
 from aioqueue import AioQueueError, App, EmbeddedServer
 from aioqueue._model.keys import QueueKeys
-from aioqueue._store.scripts import SCRIPTS
+from aioqueue._store.loader import SCRIPTS
 
 from ..support.invariants import check_invariants
 from ..support.server import text

@@ -12,8 +12,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .._worker.worker import Worker
-    from .record import Claimed
+    from .._model.record import Claimed
+    from .worker import Worker
 
 
 class WorkerObserver(Protocol):
