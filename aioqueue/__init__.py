@@ -45,6 +45,7 @@ from ._model.exceptions import JobNotFound as JobNotFound
 from ._model.exceptions import LeaseLost as LeaseLost
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
+from ._model.exceptions import QueueFull as QueueFull
 from ._model.exceptions import ResultTimeout as ResultTimeout
 from ._model.exceptions import Retry as Retry
 from ._model.exceptions import SerializationError as SerializationError
@@ -142,6 +143,7 @@ __all__ = [
     "PickleSerializer",
     "ProcessIsolation",
     "Queue",
+    "QueueFull",
     "RekeyReport",
     "Reservation",
     "ResultState",

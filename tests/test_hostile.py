@@ -393,8 +393,16 @@ async def test_a_garbage_max_attempts_still_bounds_the_attempts(
         ("qconf", {"rate_n": "abc", "rate_ms": "1000"}, None),
         ("qconf", {"rate_n": "5"}, None),
         ("gconf", {"rate_n:g": "5"}, "g"),
+        ("qconf", {"maxq": "0", "maxq_wait": "60000"}, None),
+        ("qconf", {"maxq": "1e400", "maxq_wait": "nan"}, "g"),
     ],
-    ids=["queue-rate-garbage", "queue-rate-without-period", "group-rate-without-period"],
+    ids=[
+        "queue-rate-garbage",
+        "queue-rate-without-period",
+        "group-rate-without-period",
+        "max-queued-zero",
+        "max-queued-garbage",
+    ],
 )
 async def test_garbage_queue_settings_do_not_stop_the_queue(
     redis_url: str, redis: Redis, where: str, setting: dict[str, str], group: str | None

@@ -411,3 +411,21 @@ async def test_why_reads_counts_and_times_at_the_limits_as_garbage_or_numbers(
         assert w.rows[0].until_ms is not None
         assert -(2**63) <= w.rows[0].until_ms < 2**63
         assert w.sentence().startswith("It ")
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """enqueue.lua reads qconf maxq and maxq_wait with count_of: at the 64-bit limits or
+    garbage each is no limit (no wait), never a script error or a queue that refuses all."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        await redis.hset(q._keys.qconf, mapping={"maxq": value, "maxq_wait": value})
+        limit = await q.max_queued()
+        await q.enqueue("echo", job_id="a")
+        if limit is None:
+            await q.enqueue("echo", job_id="b")
+            assert (await q.counts())["queued"] == 2
+        else:  # 2^53+1 is past count_of's range: only values within it are a limit
+            assert limit[0] == int(value)

@@ -30,6 +30,8 @@ def _cell(key: str, value: Any) -> Any:
         return "yes" if value else ""
     if key == "wait_s":
         return "-" if value is None else f"{value:.1f}s"
+    if key == "max_queued":
+        return "-" if value is None else value
     return value
 
 
@@ -47,6 +49,7 @@ async def info(app: App, args: argparse.Namespace) -> int:
                 "queue": name,
                 **counts,
                 "paused": await q.is_paused(),
+                "max_queued": setting[0] if (setting := await q.max_queued()) else None,
                 # the autoscaling signals: the backlog is "queued", and how long its head waits
                 "wait_s": await q.wait_time(),
                 "groups": len(await q.groups(limit=10_000)),
@@ -66,9 +69,9 @@ async def info(app: App, args: argparse.Namespace) -> int:
         echo(f"no queues under prefix {app.prefix!r}")
         return EXIT_OK
     headers = ["QUEUE", "SCHEDULED", "QUEUED", "WAIT", "ACTIVE", "FAILED", "DONE/1H"]
-    headers += ["FAILED/1H", "DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED"]
+    headers += ["FAILED/1H", "DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED", "MAX"]
     keys = ["queue", "scheduled", "queued", "wait_s", "active", "failed", "completed_1h"]
-    keys += ["failed_1h", "completed_per_min_5m", "groups", "workers", "paused"]
+    keys += ["failed_1h", "completed_per_min_5m", "groups", "workers", "paused", "max_queued"]
     echo(table(headers, [[_cell(k, r[k]) for k in keys] for r in rows]))
     if schedules:
         echo("")

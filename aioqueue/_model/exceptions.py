@@ -12,6 +12,7 @@
     │   ├── ServerUnavailable     Redis could not be reached or dropped the connection
     │   ├── ServerRefused         Redis answered a call with an error (a script's, a command's)
     │   ├── NotReplicated         durability mode: a write not acknowledged by enough replicas
+    │   ├── QueueFull             backpressure: the queue holds its max_queued waiting jobs
     │   └── EmbeddedServerError   the embedded Valkey server could not start
     ├── JobError                  the job (or batch, lease, stored value) is not what you asked for
     │   ├── JobNotFound           no record of the job (never existed, or its retention ran out)
@@ -102,6 +103,29 @@ class NotReplicated(ServerError):
     def __init__(self, message: str, acknowledged: int = 0) -> None:
         super().__init__(message)
         self.acknowledged = acknowledged
+
+
+class QueueFull(ServerError):
+    """Raised by an enqueue when the queue holds the most waiting jobs its setting allows
+    (``Queue.set_max_queued``): nothing of the call was stored (all or nothing). A
+    ``ServerError``, like a server's "busy": the call is right and worth making again later.
+    A producer waits for room first when the setting gives a wait (backing off), and raises
+    this once that runs out.
+
+    Attributes:
+        waiting: the jobs waiting when the call was refused.
+        limit: the setting's maximum.
+        wait: the seconds the setting lets a producer wait for room (0: none).
+    """
+
+    def __init__(self, waiting: int, limit: int, wait_ms: int) -> None:
+        super().__init__(
+            f"queue full: {waiting} jobs waiting, at most {limit} (Queue.set_max_queued); "
+            "nothing of this enqueue was stored"
+        )
+        self.waiting = waiting
+        self.limit = limit
+        self.wait = wait_ms / 1000
 
 
 class ServerRefused(ServerError):
