@@ -5,7 +5,8 @@
 Starts a private embedded Valkey, three worker processes of examples/dashboard_shop.py, a
 producer that sends invoices, images and inventory syncs for ``--minutes`` (some fail with
 tracebacks), then the dashboard under uvicorn, and saves PNGs of the overview, the queue
-page, a failed job with its traceback and the workers page, taken by Debian's chromium
+page, a search of the dead letters, the trends, a failed job with its traceback and the
+workers page, taken by Debian's chromium
 (Playwright drives it; ``AIOQUEUE_CHROMIUM`` overrides its path).
 """
 
@@ -114,13 +115,18 @@ async def _shots(app: App, out: Path) -> None:
                 "dashboard-overview.png": "/",
                 "dashboard-queue.png": "/queues/default?state=queued",
                 "dashboard-workers.png": "/workers",
+                "dashboard-search.png": "/queues/default?state=failed&error=mailbox+unavailable",
+                "dashboard-trends.png": "/queues/default/trends",
             }
             if dead.items:
                 shots["dashboard-failed-job.png"] = f"/queues/default/jobs/{dead.items[0].id}"
             for name, path in shots.items():
                 await page.goto(base + path)
                 await page.wait_for_load_state("networkidle")
-                await page.screenshot(path=str(out / name), full_page=name != "dashboard-queue.png")
+                await page.screenshot(
+                    path=str(out / name),
+                    full_page=name not in ("dashboard-queue.png", "dashboard-search.png"),
+                )
                 print("saved", out / name)
             await browser.close()
     finally:

@@ -325,6 +325,9 @@ def test_the_cli_refuses_to_start_without_credentials() -> None:
     assert r.stderr.count("\n") == 1
     r = _cli("--no-auth", "--user", "a", "--password", "b")
     assert r.returncode == 2
+    r = _cli("--user", "a", "--password", "b", "--viewer-user", "v")  # no viewer password
+    assert r.returncode == 2
+    assert "--viewer-user needs --viewer-password" in r.stderr
 
 
 def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -339,8 +342,10 @@ async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
     port = free_port()
     cmd = [sys.executable, "-m", "aioqueue", "dashboard", "--url", redis_url]
     cmd += ["--prefix", app.prefix, "--port", str(port), "--user", "ops"]
+    cmd += ["--viewer-user", "watcher"]
     log = tmp_path / "dashboard.log"
-    proc = _start(cmd, log, {"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"})
+    env = {"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"}
+    proc = _start(cmd, log, {**env, "AIOQUEUE_DASHBOARD_VIEWER_PASSWORD": "view"})
     try:
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base) as c:
@@ -358,6 +363,15 @@ async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
             page = await c.get("/", auth=("ops", "pw"))
             assert page.status_code == 200
             assert "mail" in page.text
+            assert 'method="post"' in (await c.get("/queues/mail", auth=("ops", "pw"))).text
+            # the viewer: every page, no action
+            seen = await c.get("/queues/mail", auth=("watcher", "view"))
+            assert seen.status_code == 200
+            assert 'method="post"' not in seen.text
+            refused = await c.post(
+                "/queues/mail/actions", data={"action": "pause"}, auth=("watcher", "view")
+            )
+            assert refused.status_code == 403
             assert f"127.0.0.1:{port}" in log.read_text()
     finally:
         proc.terminate()

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -946,6 +947,7 @@ def _families() -> dict[str, Family]:
         "unique-hash": Family(lambda k, w: k.unique("u"), "hash"),
         "events-hash": Family(lambda k, w: k.events, "hash"),
         "tp-string": Family(lambda k, w: k.throughput, "string"),
+        "trend-hour-list": Family(lambda k, w: k.trend("h", _hour()), "list"),
         "cron-defs-list": Family(
             lambda k, w: k.cron_defs, "list", reason="wrong type: list", schedules=True
         ),
@@ -960,6 +962,7 @@ def _families() -> dict[str, Family]:
         ("stats", lambda k, w: k.stats, "completed", True),
         ("gactive", lambda k, w: k.gactive, "g", True),
         ("tp", lambda k, w: k.throughput, "c:{minute}", True),
+        ("trend", lambda k, w: k.trend("h", _hour()), "c:echo", True),
         ("worker-ln", lambda k, w: k.worker(w), "ln", True),
         ("worker-sn", lambda k, w: k.worker(w), "sn", False),  # written over by its beat
         ("glimit", lambda k, w: k.qconf, "glimit", False),  # a garbage setting is none
@@ -971,6 +974,12 @@ def _families() -> dict[str, Family]:
             sane = v.isdigit() and int(v) < 2**53
             out[f"{name}-{i}"] = Family(key, f"{field}={v}", aside and not sane)
     return out
+
+
+def _hour() -> int:
+    """This hour of the epoch (the trend bucket the scripts write now; the machine's clock is
+    the embedded server's)."""
+    return int(time.time() // 3600)
 
 
 FAMILIES = _families()

@@ -185,6 +185,17 @@ async def _throughput(redis: Redis, k: QueueKeys, value: Any) -> None:
     await redis.hset(k.throughput, mapping={f"c:{minute}": value, f"c:{minute + 1}": value})
 
 
+async def _trends(redis: Redis, k: QueueKeys, value: Any) -> None:
+    """The trend buckets (lua/lib/trends.lua) of this minute and hour and the next ones:
+    every task's counts, and the sampled backlog and wait."""
+    now = await server_ms(redis)
+    for res, ms in (("m", 60_000), ("h", 3_600_000)):
+        for b in (now // ms, now // ms + 1):
+            await redis.hset(
+                k.trend(res, b), mapping={"c:echo": value, "f:echo": value, "b": value, "w": value}
+            )
+
+
 async def _rate_windows(redis: Redis, k: QueueKeys, value: Any) -> None:
     window = await server_ms(redis) // 60000
     for w in (window, window + 1):
@@ -204,6 +215,7 @@ FAMILIES: dict[str, tuple[Writer, bool]] = {
     "stats-garbled": (_field(lambda k: k.stats, "garbled"), True),
     "gactive": (_field(lambda k: k.gactive, "g"), True),
     "throughput": (_throughput, True),
+    "trends": (_trends, True),
     "rate-windows": (_rate_windows, True),
     "glimit": (_field(lambda k: k.qconf, "glimit"), False),
     "group-limit": (_field(lambda k: k.gconf, "limit:g"), False),

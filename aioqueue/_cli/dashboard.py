@@ -1,7 +1,8 @@
 """``python -m aioqueue dashboard``: serve the web dashboard (``aioqueue.dashboard``) under
 uvicorn. It binds 127.0.0.1 unless told otherwise and refuses to start without credentials
-(``--user``/``--password`` or ``$AIOQUEUE_DASHBOARD_USER``/``$AIOQUEUE_DASHBOARD_PASSWORD``)
-unless ``--no-auth`` says so explicitly."""
+(``--user``/``--password`` or ``$AIOQUEUE_DASHBOARD_USER``/``$AIOQUEUE_DASHBOARD_PASSWORD``;
+``--viewer-user``/``--viewer-password`` add a read-only one) unless ``--no-auth`` says so
+explicitly."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ def add_dashboard(sub: Any) -> None:
     p.add_argument("--user", help="basic auth user (or $AIOQUEUE_DASHBOARD_USER)")
     p.add_argument("--password", help="basic auth password (or $AIOQUEUE_DASHBOARD_PASSWORD)")
     p.add_argument(
+        "--viewer-user",
+        help="a second, read-only user: sees everything, acts on nothing "
+        "(or $AIOQUEUE_DASHBOARD_VIEWER_USER)",
+    )
+    p.add_argument(
+        "--viewer-password",
+        help="the read-only user's password (or $AIOQUEUE_DASHBOARD_VIEWER_PASSWORD)",
+    )
+    p.add_argument(
         "--no-auth",
         action="store_true",
         help="serve without authentication (only behind a proxy that authenticates)",
@@ -64,6 +74,10 @@ def dashboard(args: argparse.Namespace) -> int:
             "serve it without authentication on purpose",
             EXIT_USAGE,
         )
+    viewer_user = args.viewer_user or os.environ.get("AIOQUEUE_DASHBOARD_VIEWER_USER")
+    viewer_pw = args.viewer_password or os.environ.get("AIOQUEUE_DASHBOARD_VIEWER_PASSWORD")
+    if bool(viewer_user) != bool(viewer_pw) or (viewer_user and args.no_auth):
+        return _fail("--viewer-user needs --viewer-password, and credentials", EXIT_USAGE)
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be 0-65535, got {args.port}", EXIT_USAGE)
     try:
@@ -77,7 +91,11 @@ def dashboard(args: argparse.Namespace) -> int:
         app = open_args(args)
     except AioQueueError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    auth = None if args.no_auth else basic_auth(str(user), str(password))
+    viewer = (str(viewer_user), str(viewer_pw)) if viewer_user else None
+    try:
+        auth = None if args.no_auth else basic_auth(str(user), str(password), viewer=viewer)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     web = create_app(
         app,
         auth=auth,

@@ -20,6 +20,10 @@ slot::
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
     <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
                                            "<c|f>:<minute>" (about two hours kept)
+    <prefix>:{<queue>}:tr:m:<minute> HASH  trends of a minute (kept 61 minutes), tr:h:<hour> of
+                                           an hour (kept 7 days): "<c|f>:<task>" jobs ended
+                                           so, b and w the highest backlog and wait (ms)
+                                           sampled (lua/lib/trends.lua)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
@@ -225,6 +229,10 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return self.base + "stats"
+
+    def trend(self, res: str, bucket: int) -> str:
+        """The trends of one bucket: ``res`` "m" (minute ``bucket`` of the epoch) or "h" (hour)."""
+        return f"{self.base}tr:{res}:{bucket}"
 
     @property
     def throughput(self) -> str:

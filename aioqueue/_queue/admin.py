@@ -28,6 +28,8 @@ from .inspect import (
 )
 from .lister import Lister, check_state
 from .payloads import drop_orphans
+from .search import SEARCH_BUDGET, SearchPage, search
+from .trends import Trends, trends
 
 if TYPE_CHECKING:
     pass
@@ -98,6 +100,52 @@ class QueueAdmin(QueueCore):
         ids, nxt = await lister.page(min(limit, MAX_JOBS_PER_CALL), cursor)
         items = await summaries(self._scripts, self.app.codec, self.name, lister.state, ids)
         return JobPage(tuple(items), nxt)
+
+    async def search(
+        self,
+        state: str | JobState,
+        *,
+        task: str | None = None,
+        group: str | None = None,
+        error: str | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        newest_first: bool = False,
+        limit: int = 50,
+        budget: int = SEARCH_BUDGET,
+    ) -> SearchPage:
+        """The jobs in ``state`` of this task and group whose error (type and message) and
+        arguments (as JSON text) contain ``error`` and ``text`` (case-blind; at most 200
+        characters each), with bounded work: it stops once ``limit`` jobs matched (at the end
+        of a chunk of records read, so a page may hold up to 19 more) or ``budget`` records
+        were read (1,000 by default), and its ``cursor`` goes on from there. Arguments that cannot
+        be decoded here (encrypted without the key, corrupt) match no ``text``."""
+        check_int(limit, 1, "limit")
+        check_int(budget, 1, "budget")
+        lister = self._lister(state, task, group, newest_first)
+        return await search(
+            lister,
+            self._scripts,
+            self.app.codec,
+            self.name,
+            error=error,
+            text=text,
+            cursor=cursor,
+            limit=limit,
+            budget=min(budget, 10 * SEARCH_BUDGET),
+        )
+
+    async def trends(self, span: str = "hour") -> Trends:
+        """Jobs completed and dead-lettered, per task too, and the highest backlog and wait
+        the workers sampled, per minute over the last ``"hour"`` or per hour over the last
+        ``"day"`` or ``"week"`` (kept in Redis in small per-bucket hashes that expire)."""
+        return await trends(self._scripts, span)
+
+    async def finished_counts(self) -> dict[str, int]:
+        """The jobs that ``jobs("completed")`` and ``jobs("cancelled")`` list: the sizes of
+        their indexes (the most recent 100,000 of each whose records are kept)."""
+        done, cancelled = await self._scripts.finished_counts()
+        return {"completed": done, "cancelled": cancelled}
 
     async def job_detail(self, job_id: str) -> JobDetail:
         """Everything stored about a job, in any state. Raises JobNotFound without a record."""

@@ -16,7 +16,7 @@ from .._model.job import ErrorInfo, JobInfo, JobState
 from .._model.timeutil import score_ms
 from .._store.scripts import QueueScripts
 
-_FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e", "b")
+_FIELDS = ("t", "s", "g", "pr", "a", "m", "ct", "due", "f", "e", "b", "st")
 #: the most ended attempts a job's record keeps (lua/lib/history.lua, HISTORY_MAX)
 HISTORY_MAX = 20
 
@@ -40,6 +40,8 @@ class JobSummary:
     error: ErrorInfo | None
     #: the batch it is a sub-job of
     batch: str | None = None
+    #: when its last attempt started (server ms; None: it never ran)
+    started_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,7 @@ async def summaries(
     rows = await scripts.job_fields(ids, _FIELDS)
     out = []
     for job_id, r in zip(ids, rows, strict=True):
-        t, s, g, pr, a, m, ct, due, f, e, b = r
+        t, s, g, pr, a, m, ct, due, f, e, b, st = r
         if s is None or s.decode(errors="replace") != state.value:
             continue
         error = None
@@ -196,6 +198,7 @@ async def summaries(
                 finished_ms=None if f is None else _int(f, 0),
                 error=error,
                 batch=None if b is None else b.decode(errors="replace"),
+                started_ms=None if st is None else _int(st, 0),
             )
         )
     return out

@@ -82,13 +82,15 @@ class Leases:
         started: int,
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
+        sample: tuple[int, int] | None = None,
     ) -> list[Outcome]:
         """A worker's heartbeat: its registration, the renewal of its leases (those past the
-        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), and the
-        burial of a worker that missed its deadline."""
+        first ``MAX_JOBS_PER_CALL``, which one call takes at most, renewed by extend), the
+        burial of a worker that missed its deadline, and the queue's (backlog, wait ms) for
+        its trends when ``sample`` is given."""
         head, rest = pairs[:MAX_JOBS_PER_CALL], pairs[MAX_JOBS_PER_CALL:]
         out = await self.scripts.beat(
-            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms
+            worker_id, period_ms, lease_ms, started, info, head, self.dead_ttl_ms, sample
         )
         for i in range(0, len(rest), MAX_JOBS_PER_CALL):
             out += await self.scripts.extend(rest[i : i + MAX_JOBS_PER_CALL], lease_ms)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from .._model.checks import check_int, lease_ms, to_ms, to_seconds
 from .._model.codec import Unrunnable
@@ -22,9 +22,6 @@ from .._model.record import Claimed
 from .._store.loader import FailMode, Outcome
 from .core import QueueCore
 from .leases import Leases, forward_outbox
-
-if TYPE_CHECKING:
-    from .queue import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +213,7 @@ class QueuePull(QueueCore):
         outcome.check(reservation.id)
         if outcome is Outcome.FORWARD:  # its batch lives on another queue: hand it over now
             try:
-                await forward_outbox(cast("Queue", self))  # a QueuePull is a Queue
+                await forward_outbox(self)
             except Exception as exc:  # the job completed; a worker's or reap's turn forwards it
                 logger.warning(
                     "job %s completed; forwarding its batch outcome failed: %r", reservation.id, exc

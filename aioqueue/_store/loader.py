@@ -152,6 +152,7 @@ _FAIL_SIGNAL: Final = {FailMode.DEAD: -1, FailMode.CANCELLED: -2}
 #: part uses only parts before it (its header says which).
 LIB: Final = (
     "core",
+    "trends",
     "events",
     "lanes",
     "batches",
@@ -205,17 +206,21 @@ SCRIPTS: Final = {
             "claim",
             "core events lanes batches deadletter history maintenance parking workers leasing",
         ),
-        ("complete", "core events lanes batches acks"),
+        ("complete", "core trends events lanes batches acks"),
         (
             "complete_claim",
-            "core events lanes batches deadletter history acks maintenance parking workers leasing",
+            "core trends events lanes batches deadletter history acks maintenance parking workers"
+            " leasing",
         ),
-        ("fail", "core events lanes batches deadletter history acks"),
-        ("release", "core events lanes batches deadletter history acks"),
+        ("fail", "core trends events lanes batches deadletter history acks"),
+        ("release", "core trends events lanes batches deadletter history acks"),
         ("extend", "core"),
         ("watch", "core"),
         ("reap", "core events lanes batches deadletter history maintenance parking workers"),
-        ("beat", "core events lanes batches deadletter history maintenance parking workers"),
+        (
+            "beat",
+            "core trends events lanes batches deadletter history maintenance parking workers",
+        ),
         ("configure", "core events lanes"),
         ("batch", "core events lanes batches"),
         ("cancel", "core events lanes batches"),

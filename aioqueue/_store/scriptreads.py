@@ -179,6 +179,23 @@ class QueueReads:
         """The per-minute counters (``<kind>:<minute>``), at most about two hours of them."""
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
 
+    async def trend_buckets(self, res: str, buckets: Sequence[int]) -> list[dict[bytes, bytes]]:
+        """The trend hashes of these buckets (lib/trends.lua), in one pipeline; a bucket of
+        the wrong type reads as empty."""
+        pipe = self.client.pipeline(transaction=False)
+        for b in buckets:
+            pipe.hgetall(self.keys.trend(res, b))
+        rows = await self.read(pipe.execute(raise_on_error=False))
+        return [r if isinstance(r, dict) else {} for r in rows]
+
+    async def finished_counts(self) -> tuple[int, int]:
+        """Sizes of the completed and cancelled indexes (a listing's totals)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.completed)
+        pipe.zcard(self.keys.cancelled)
+        done, cancelled = await self.read(pipe.execute())
+        return int(done), int(cancelled)
+
     async def group_settings(self) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[bytes]]:
         """gconf, gactive and the groups in gwait (bounded by configured and running groups)."""
         k = self.keys

@@ -240,15 +240,19 @@ class QueueScripts(QueueReads):
         info: Sequence[object],
         pairs: Sequence[tuple[str, str]],
         dead_ttl_ms: int,
+        sample: tuple[int, int] | None = None,
     ) -> list[Outcome]:
         """A worker's heartbeat (see beat.lua): register it until ``period_ms`` from now (0:
         leave the registry) with ``info`` (host, pid, version, queues, concurrency, start ms,
-        done, failed, signs), renew the leases ``pairs``, as ``extend``, and bury a dead worker
-        (the jobs it dead-letters kept ``dead_ttl_ms``)."""
+        done, failed, signs), renew the leases ``pairs``, as ``extend``, bury a dead worker
+        (the jobs it dead-letters kept ``dead_ttl_ms``) and store ``sample``, the queue's
+        (backlog, wait ms), in its trends."""
         args: list[Any] = [self.base, worker_id, period_ms, lease_ms, started, *info]
         args += (dead_ttl_ms, len(pairs))
         for job_id, token in pairs:
             args += (job_id, token)
+        if sample is not None:
+            args += sample
         res = await self._run("beat", args)
         return [_EXTEND[c] for c in res[1:]]
 

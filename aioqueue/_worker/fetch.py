@@ -36,7 +36,7 @@ TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "idle", "leases", "pool", "queue", "started")
+    __slots__ = ("acks", "idle", "leases", "pool", "queue", "sampled", "started")
 
     def __init__(self, pool: Worker, queue: Queue) -> None:
         self.pool = pool
@@ -47,6 +47,7 @@ class Fetcher:
         #: leases of this queue the pool has started or given up, in the order it got them
         #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
         self.started = 0
+        self.sampled = 0.0  # when its last beat carried a trend sample (monotonic)
 
     def report(self) -> tuple[int, int]:
         """What a claim tells the server: the leases started (or given up) so far, and how

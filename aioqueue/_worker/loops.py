@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 # the worker's logger: what its loops log is the worker's, for those who filter on it
 logger = logging.getLogger("aioqueue._worker.worker")
+#: how often a worker's beat on a queue carries its backlog and wait for the queue's trends
+TREND_SAMPLE_SECONDS = 20.0
 
 
 class WorkerLoops:
@@ -186,6 +188,21 @@ class WorkerLoops:
             except (TimeoutError, *TRANSIENT) as exc:
                 logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
 
+    async def _trend_sample(self, qs: Fetcher) -> tuple[int, int] | None:
+        """The queue's backlog and wait (ms) for its trends (lib/trends.lua), read at most
+        every ``TREND_SAMPLE_SECONDS`` (a few bounded reads): None between samples, and when
+        the reads fail (a garbled lane: the beat goes on without its sample)."""
+        now = time.monotonic()
+        if now - qs.sampled < TREND_SAMPLE_SECONDS:
+            return None
+        qs.sampled = now
+        try:
+            wait = await qs.queue.wait_time()
+            return (await qs.queue.counts())["queued"], int((wait or 0) * 1000)
+        except TRANSIENT as exc:
+            logger.debug("queue %s: no trend sample: %r", qs.queue.name, exc)
+            return None
+
     async def _renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
         there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
@@ -196,8 +213,9 @@ class WorkerLoops:
         pairs += [(c.id, c.token) for c in held]
         pairs += [(a[0], a[1]) for a in qs.acks]
         try:
+            sample = await self._trend_sample(qs)
             outcomes = await qs.leases.beat(
-                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs
+                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs, sample
             )
         except TRANSIENT as exc:
             logger.warning("heartbeat failed (%s); will retry", exc)

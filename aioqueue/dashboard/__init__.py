@@ -11,10 +11,13 @@ or mount it into your own ASGI app (FastAPI, Starlette)::
     api.mount("/queues", create_app(app, auth=basic_auth("admin", secret)))
 
 It shows every queue with its counts and the last hour's throughput, each queue's jobs by
-state, a job's arguments, result, error and attempts, the workers and the dead letters, and
-updates them in place every few seconds. Its actions (retry, delete, promote, cancel, pause,
-resume, purge a group) are POSTs that carry a per-session CSRF token; ``read_only=True``
-removes them. See docs/dashboard.md.
+state (searched by task, group, error text and argument text, a bounded number of records
+per request), a job's arguments, result, error and attempts, trends per queue and task over
+the last hour, day and week, the workers and the dead letters, and updates them in place
+every few seconds. Its actions (retry, delete, promote, cancel, pause, resume, purge a
+group, and each of them on every job matching a search after a confirmation) are POSTs that
+carry a per-session CSRF token; ``read_only=True`` removes them, and so does a viewer's
+credential (``basic_auth(..., viewer=(user, password))``). See docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from starlette.applications import Starlette
 
 from aioqueue._app.app import App
 from aioqueue._model.exceptions import ConfigurationError
+from aioqueue.dashboard._page import Dashboard
 from aioqueue.dashboard._security import AuthHook, basic_auth
-from aioqueue.dashboard._web import Dashboard, build
+from aioqueue.dashboard._web import build
 
 __all__ = ["AuthHook", "basic_auth", "create_app"]
 
@@ -49,9 +53,10 @@ def create_app(
             the first request if it is not open yet, and never closed by the dashboard.
         auth: required, so that a dashboard is never open by accident: a callable given the
             Starlette ``Request`` that returns (or awaits) True to let it in, False to refuse
-            it (403), or a ``Response`` to send instead (``basic_auth(user, password)``
-            builds one for HTTP basic auth); ``None`` lets everyone in, for a dashboard
-            mounted behind an authentication of your own.
+            it (403), ``"viewer"`` to let it in read-only (no action buttons, its POSTs
+            refused with 403), or a ``Response`` to send instead (``basic_auth(user,
+            password, viewer=...)`` builds one for HTTP basic auth); ``None`` lets everyone
+            in, for a dashboard mounted behind an authentication of your own.
         read_only: no actions: no buttons, and every POST is refused with 403.
         queues: the queues to show (default: every queue under the App's prefix, found
             with a SCAN of the database that is reused for 30 seconds).

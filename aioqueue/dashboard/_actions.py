@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from aioqueue._model.exceptions import ConfigurationError
 from aioqueue._queue.queue import Queue
+from aioqueue.dashboard._page import one
 
 #: the actions each state's listing offers (a job page offers those of its state)
 OFFERED = {
@@ -20,19 +21,14 @@ OFFERED = {
 CANCELLABLE = ("queued", "scheduled", "active")
 
 
-def _one(form: dict[str, list[str]], name: str) -> str | None:
-    value = (form.get(name) or [""])[0].strip()
-    return value or None
-
-
 async def run_action(q: Queue, form: dict[str, list[str]]) -> str:
     """Run the action a form asks for on queue ``q``; the message to show.
 
     Raises:
         ConfigurationError: an unknown action, a bad selection or filter.
     """
-    action, _, scope = (_one(form, "action") or "").partition(":")
-    group = _one(form, "group")
+    action, _, scope = (one(form, "action") or "").partition(":")
+    group = one(form, "group")
     if action in ("pause", "resume"):
         await (q.pause(group) if action == "pause" else q.resume(group))
         what = f"group {group!r}" if group else f"queue {q.name!r}"
@@ -42,21 +38,22 @@ async def run_action(q: Queue, form: dict[str, list[str]]) -> str:
             raise ConfigurationError("purge-group needs a group")
         n = await q.purge("queued", group=group)
         return f"purged {n} queued jobs of group {group!r}"
-    state = _one(form, "state") or ""
+    state = one(form, "state") or ""
     if action not in OFFERED.get(state, ()):
         raise ConfigurationError(f"{action or 'no action'!r} is not offered for {state!r} jobs")
-    task = _one(form, "task")
+    task = one(form, "task")
     if scope == "all":
         n = await _all(q, action, state, task, group)
         return f"{action}: {n} jobs ({state}, every one matching)"
     ids = [i for i in form.get("ids", []) if i]
     if not ids:
         raise ConfigurationError("no job selected")
-    n = await _ids(q, action, state, ids)
+    n = await act_on(q, action, state, ids)
     return f"{action}: {n} of {len(ids)} selected jobs"
 
 
-async def _ids(q: Queue, action: str, state: str, ids: list[str]) -> int:
+async def act_on(q: Queue, action: str, state: str, ids: list[str]) -> int:
+    """Run ``action`` on the jobs ``ids`` of ``state``; how many it reached."""
     if action == "retry":
         return await q.requeue(ids)
     if action == "promote":

@@ -11,13 +11,16 @@ PAD_LEFT = 40
 PAD_BOTTOM = 20
 
 
-def _label(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M")
+def _label(ms: int, fmt: str) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime(fmt)
 
 
-def bars(series: Sequence[tuple[int, int, int]], which: int, css: str, title: str) -> str:
-    """A bar per minute of ``series`` ((start ms, completed, failed), oldest first), of
-    column ``which`` (1 completed, 2 failed), as an ``<svg>`` element."""
+def bars(
+    series: Sequence[tuple[int, int, int]], which: int, css: str, title: str, fmt: str = "%H:%M"
+) -> str:
+    """A bar per bucket of ``series`` ((start ms, value 1, value 2), oldest first: completed
+    and failed, or backlog and wait), of column ``which`` (1 or 2), as an ``<svg>`` element;
+    the time axis labelled with ``fmt`` (strftime, UTC)."""
     values = [int(row[which]) for row in series]
     top = max([1, *values])
     n = max(1, len(values))
@@ -26,7 +29,7 @@ def bars(series: Sequence[tuple[int, int, int]], which: int, css: str, title: st
     bw = plot_w / n
     parts = [
         f'<svg class="chart {css}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-label="{title}: {sum(values)} in the last {len(values)} minutes" '
+        f'aria-label="{title}: {sum(values)} over {len(values)} buckets" '
         'preserveAspectRatio="none">',
         f'<line class="axis" x1="{PAD_LEFT}" y1="{8 + plot_h}" x2="{WIDTH - 4}" '
         f'y2="{8 + plot_h}"/>',
@@ -40,7 +43,7 @@ def bars(series: Sequence[tuple[int, int, int]], which: int, css: str, title: st
         x = PAD_LEFT + i * bw
         parts.append(
             f'<rect x="{x + 0.5:.1f}" y="{8 + plot_h - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
-            f'height="{h:.1f}"><title>{_label(series[i][0])}: {v}</title></rect>'
+            f'height="{h:.1f}"><title>{_label(series[i][0], fmt)}: {v}</title></rect>'
         )
     if series:
         last = len(series) - 1
@@ -48,7 +51,7 @@ def bars(series: Sequence[tuple[int, int, int]], which: int, css: str, title: st
             x = {"start": PAD_LEFT, "middle": PAD_LEFT + i * bw + bw / 2}.get(anchor, WIDTH - 4)
             parts.append(
                 f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="{anchor}">'
-                f"{_label(series[i][0])}</text>"
+                f"{_label(series[i][0], fmt)}</text>"
             )
     parts.append("</svg>")
     return "".join(parts)

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aioqueue._app.app import App
 from aioqueue._app.batch import Batch
-from aioqueue._model.exceptions import AioQueueError
+from aioqueue._model.exceptions import AioQueueError, ConfigurationError
 from aioqueue._model.job import JobState
 from aioqueue._queue.inspect import JobDetail, JobSummary, ResultState
 from aioqueue._queue.queue import Queue
 from aioqueue._queue.queuereg import declared_queues, known_queues
 from aioqueue._queue.registry import WorkerInfo
+from aioqueue._queue.search import SearchPage
 
 #: the states a queue page has a tab for, in the order of a job's life
 TABS = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
@@ -125,9 +128,23 @@ async def overview(app: App, names: list[str]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------- a queue
+def took(started_ms: int | None, ended_ms: int | None) -> str:
+    """A duration: ``850ms``, ``4.2s``, ``3m 5s``, ``2h 5m``; ``-`` without both ends."""
+    if started_ms is None or ended_ms is None or ended_ms < started_ms:
+        return "-"
+    ms = ended_ms - started_ms
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    return ago(datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(ms / 1000, UTC))
+
+
 def summary_row(s: JobSummary) -> dict[str, Any]:
     ended = s.finished_ms if s.state is not JobState.SCHEDULED else None
+    running = s.state is JobState.ACTIVE
     return {
+        "took": took(s.started_ms, int(time.time() * 1000) if running else ended),
         "id": s.id,
         "task": s.task,
         "group": s.group or "-",
@@ -141,22 +158,62 @@ def summary_row(s: JobSummary) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Listing:
+    """What a listing shows: a state's jobs, filtered, in an order (a page's query)."""
+
+    state: str = "queued"
+    task: str = ""
+    group: str = ""
+    error: str = ""
+    text: str = ""
+    order: str = "oldest"
+
+    @classmethod
+    def of(cls, params: Mapping[str, str]) -> Listing:
+        """From a query or form; an unknown state is a ConfigurationError (a 400)."""
+        state = params.get("state", "") or "queued"
+        if state not in TABS:
+            raise ConfigurationError(f"unknown state {state!r}")
+        got = {k: params.get(k, "").strip() for k in ("task", "group", "error", "text")}
+        # dead letters: the newest first unless asked otherwise
+        order = params.get("order") or ("newest" if state == "failed" else "oldest")
+        return cls(state=state, order="newest" if order == "newest" else "oldest", **got)
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The query string's fields (the empty ones left out)."""
+        return {k: v for k, v in asdict(self).items() if v}
+
+    @property
+    def searching(self) -> bool:
+        """Whether text filters make the listing read records to match (bounded per page)."""
+        return bool(self.error or self.text)
+
+    async def page(self, q: Queue, cursor: str | None, limit: int = 50) -> SearchPage:
+        return await q.search(
+            self.state,
+            task=self.task or None,
+            group=self.group or None,
+            error=self.error,
+            text=self.text,
+            cursor=cursor,
+            newest_first=self.order == "newest",
+            limit=limit,
+        )
+
+
+async def all_counts(q: Queue) -> dict[str, int]:
+    """Jobs per state, every tab's (completed and cancelled: the listing indexes)."""
+    return {**await q.counts(), **await q.finished_counts()}
+
+
 async def queue_page(
-    app: App,
-    name: str,
-    state: str,
-    *,
-    task: str | None,
-    group: str | None,
-    cursor: str | None,
-    newest_first: bool,
-    limit: int = 50,
+    app: App, name: str, listing: Listing, cursor: str | None, limit: int = 50
 ) -> dict[str, Any]:
     q = app.queue(name)
-    counts = await q.counts()
-    page = await q.jobs(
-        state, task=task, group=group, cursor=cursor, newest_first=newest_first, limit=limit
-    )
+    counts = await all_counts(q)
+    page = await listing.page(q, cursor, limit)
     groups = await q.groups(limit=200)
     schedules = await app.schedules.list(queues=[name])
     batch_ids = list(dict.fromkeys(s.batch for s in page.items if s.batch))[:MAX_BATCHES]
@@ -167,6 +224,8 @@ async def queue_page(
         "paused": await q.is_paused(),
         "jobs": [summary_row(s) for s in page.items],
         "cursor": page.cursor,
+        "scanned": page.scanned,
+        "total": counts.get(listing.state, 0),
         "batches": batches,
         "groups": [
             {

@@ -15,24 +15,41 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: the hook: given the request, True lets it through; False refuses it (403); a Response is
-#: sent as it is (basic auth's 401 with its challenge)
-AuthHook = Callable[[Request], "bool | Response | Awaitable[bool | Response]"]
+#: the hook: given the request, True lets it through as an admin, ``"viewer"`` as a
+#: read-only viewer; False refuses it (403); a Response is sent as it is (basic auth's 401
+#: with its challenge)
+AuthHook = Callable[[Request], "bool | str | Response | Awaitable[bool | str | Response]"]
+
+#: where the middleware puts the request's role (ADMIN or VIEWER) in the ASGI scope
+ROLE = "aioqueue.role"
+ADMIN, VIEWER = "admin", "viewer"
 
 SESSION_COOKIE = "aqdash_session"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
 
 
-def basic_auth(username: str, password: str, realm: str = "aioqueue") -> AuthHook:
-    """An ``auth`` hook for HTTP basic auth with one user: anything else gets a 401 with the
-    browser's login challenge. Compared in constant time."""
-    if not username or not password:
+def basic_auth(
+    username: str,
+    password: str,
+    realm: str = "aioqueue",
+    *,
+    viewer: tuple[str, str] | None = None,
+) -> AuthHook:
+    """An ``auth`` hook for HTTP basic auth: ``username``/``password`` is the admin (every
+    action), ``viewer`` an optional (user, password) that sees everything and acts on nothing
+    (no buttons; its POSTs get a 403). Anything else gets a 401 with the browser's login
+    challenge. Compared in constant time."""
+    creds: list[tuple[str, str, bool | str]] = [(username, password, True)]
+    if viewer is not None:
+        creds.append((viewer[0], viewer[1], VIEWER))
+    if not all(u and p for u, p, _ in creds):
         raise ValueError("basic_auth needs a non-empty username and password")
-    want_user = username.encode()
-    want_pass = password.encode()
+    if viewer is not None and viewer[0] == username:
+        raise ValueError("the viewer needs a username of its own")
+    wanted = [(u.encode(), p.encode(), role) for u, p, role in creds]
 
-    def check(request: Request) -> bool | Response:
+    def check(request: Request) -> bool | str | Response:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "basic":
@@ -40,10 +57,14 @@ def basic_auth(username: str, password: str, realm: str = "aioqueue") -> AuthHoo
                 user, sep, pw = base64.b64decode(value, validate=True).partition(b":")
             except (binascii.Error, ValueError):
                 user, sep, pw = b"", b"", b""
-            ok_user = hmac.compare_digest(user, want_user)
-            ok_pass = hmac.compare_digest(pw, want_pass)
-            if sep and ok_user and ok_pass:
-                return True
+            found: bool | str = False
+            for want_user, want_pass, role in wanted:  # every one compared, in constant time
+                ok_user = hmac.compare_digest(user, want_user)
+                ok_pass = hmac.compare_digest(pw, want_pass)
+                if sep and ok_user and ok_pass:
+                    found = role
+            if found:
+                return found
         return PlainTextResponse(
             "authentication required",
             status_code=401,
@@ -71,6 +92,7 @@ class AuthMiddleware:
         if isinstance(verdict, Response):
             await verdict(scope, receive, send)
         elif verdict:
+            scope[ROLE] = VIEWER if verdict == VIEWER else ADMIN
             await self.app(scope, receive, send)
         else:
             await PlainTextResponse("forbidden", status_code=403)(scope, receive, send)

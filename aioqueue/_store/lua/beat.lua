@@ -10,7 +10,8 @@
   ARGV[9] queues (comma-separated)   ARGV[10] concurrency   ARGV[11] start time ms
   ARGV[12] jobs done   ARGV[13] jobs failed   ARGV[14] 1 if it signs (App(signing_key=...):
   it runs only jobs signed by a key holder), else 0   ARGV[15] dead_ttl_ms (of the jobs a
-  burial dead-letters; 0: keep forever)   ARGV[16] n   then n pairs: id, lease token
+  burial dead-letters; 0: keep forever)   ARGV[16] n   then n pairs: id, lease token, then
+  optionally the queue's backlog and wait ms that the worker sampled (see lib/trends)
   Returns {now_ms, code_1, ..., code_n} as extend.lua: 1 renewed, -1 no such job, -2 lease
   token mismatch, -3 renewed but cancellation was requested ]]
 local wid, period, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -49,4 +50,6 @@ bury_dead(now, tonumber(ARGV[15]), 1)
 local n = tonumber(ARGV[16])
 local out = {now}
 renew_leases(out, lease, now, 17, n)
+local backlog, wait = count_of(ARGV[17 + 2 * n]), count_of(ARGV[18 + 2 * n])
+if backlog and wait then trend_sample(backlog, wait, now) end
 return out

@@ -11,7 +11,7 @@
 local id, tok, err = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jk = job_key(id)
-local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl', 'uk')
+local r = call('HMGET', jk, 's', 'l', 'a', 'm', 'pr', 'g', 'wk', 'rl', 'uk', 't')
 if not r[1] then return -1 end
 -- this token gave the job back (release): it cannot fail it afterwards
 if r[8] == tok then return -2 end
@@ -49,5 +49,6 @@ end_attempt(jk, r[3], r[7], 'failed', err, now)
 to_dead(id, jk, now, err, dead_ttl)
 call('HINCRBY', K_STATS, 'failed', 1)
 tally('f', 1, now)
+trend('f', {r[10] or ''}, {[r[10] or ''] = 1}, now)
 if has_ready() then wake() end
 return 2

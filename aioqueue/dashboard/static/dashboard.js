@@ -33,6 +33,15 @@
       });
     });
     if (update.state) { showState(update.state); }
+    hideEmpty();
+  }
+
+  // a box marked data-hide-empty (the traceback) shows only while its live text has any
+  function hideEmpty() {
+    document.querySelectorAll("[data-hide-empty]").forEach(function (box) {
+      var live = box.querySelector("[data-live]");
+      box.hidden = !live || !live.textContent.trim();
+    });
   }
 
   function fillTable(body, rows) {

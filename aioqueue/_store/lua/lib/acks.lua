@@ -1,7 +1,7 @@
 --[[ acks: a worker's (or a pull-API consumer's) answers for the jobs it leased: finish them
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
-  Needs: core, events (emit_add, emit_flush), lanes (push_ready, release_slots, has_ready), batches (batch_outcome).
+  Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots, has_ready), batches (batch_outcome).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -41,6 +41,7 @@ local function do_complete(first, n, now)
   local kept = {}  -- the completed ones whose record is kept: the completed index
   local held = {}  -- worker -> its jobs finished here
   local groups, freed = {}, {}  -- the groups of the jobs finished here, and how many each
+  local tasks, per_task = {}, {}  -- the tasks of the jobs finished here, and how many each
   for i = 0, n - 1 do
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
@@ -64,6 +65,9 @@ local function do_complete(first, n, now)
         if not freed[g] then groups[#groups + 1] = g; freed[g] = 0 end
         freed[g] = freed[g] + 1
       end
+      local t = r[8] or ''
+      if not per_task[t] then tasks[#tasks + 1] = t; per_task[t] = 0 end
+      per_task[t] = per_task[t] + 1
       unlock(id, r[7])
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
@@ -88,6 +92,7 @@ local function do_complete(first, n, now)
     for wid, ids in pairs(held) do unhold(wid, unpack(ids)) end
     call('HINCRBY', K_STATS, 'completed', ok)
     tally('c', ok, now)
+    trend('c', tasks, per_task, now)
     -- a freed group slot may have made a parked group runnable
     if has_ready() then wake() end
   end
