@@ -3,7 +3,7 @@ of a module so that a child process imports them by name. Plain functions: each 
 registers the ones it needs on its own App (``app.task(isolation="process")(isoapp.spin)``).
 
 ``app`` is for the command line's worker (``python -m aioqueue worker tests.isoapp:app``), on the
-prefix ``$ISOAPP_PREFIX``; its one task, ``pid``, is not declared isolated."""
+prefix ``$ISOAPP_PREFIX``; its task ``pid`` is not declared isolated, ``spin`` is."""
 
 from __future__ import annotations
 
@@ -81,3 +81,6 @@ def retry_once(path: str) -> str:
         marker.write_text("1")
         raise Retry(0.0, "once more")
     return "second time"
+
+
+app.task(name="spin", isolation="process")(spin)

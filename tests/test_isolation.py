@@ -31,6 +31,8 @@ from . import isoapp
 from .support.waiting import wait_until
 
 RESULT_WAIT = 120.0  # a child's start (fork and import) on a loaded machine
+#: where ``tests.isoapp`` imports from, for the command line's workers
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def isolated(app: App, fn: Any, **options: Any) -> Task[Any, Any]:
@@ -218,17 +220,36 @@ def test_the_cli_runs_every_task_in_children_it_recycles(redis_url: str, prefix:
     ids = asyncio.run(enqueue())
     command = [sys.executable, "-m", "aioqueue", "worker", "tests.isoapp:app", "--url", redis_url]
     command += ["--burst", "--isolation", "process", "--max-jobs-per-child", "1", "-c", "1"]
-    root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "ISOAPP_PREFIX": prefix}
     res = subprocess.run(
-        command, cwd=root, env=env, capture_output=True, text=True, timeout=RESULT_WAIT
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RESULT_WAIT
     )
     assert res.returncode == 0, res.stderr
     pids = asyncio.run(results(ids))
     assert len(set(pids)) == 3  # a child each: retired after one job
     assert os.getpid() not in pids
     bad = subprocess.run(
-        [*command, "--max-jobs-per-child", "0"], cwd=root, env=env, capture_output=True, text=True
+        [*command, "--max-jobs-per-child", "0"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert bad.returncode == 2
     assert "max_jobs_per_child" in bad.stderr
+
+
+async def test_a_child_busy_in_a_job_dies_with_its_killed_worker(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async with App(redis_url, prefix=prefix) as producer:
+        path = tmp_path / "pid"
+        await producer.queue().enqueue("spin", [str(path)])
+        command = [sys.executable, "-m", "aioqueue", "worker", "tests.isoapp:app"]
+        command += ["--url", redis_url, "--log-level", "WARNING"]
+        env = {**os.environ, "ISOAPP_PREFIX": prefix}
+        worker = await asyncio.to_thread(subprocess.Popen, command, cwd=ROOT, env=env)
+        try:
+            await wait_until(path.exists, timeout=RESULT_WAIT, what="the child to start spinning")
+            child = int(path.read_text())
+            worker.kill()  # SIGKILL: no shutdown, no cleanup in the worker
+        finally:
+            worker.kill()
+            await asyncio.to_thread(worker.wait, 30)
+        await wait_until(lambda: gone(child), timeout=30, what="the orphaned child to die")

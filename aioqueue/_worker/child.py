@@ -20,6 +20,7 @@ Nothing here touches Redis: the parent leases, renews and acknowledges; a child 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import os
@@ -27,6 +28,7 @@ import pickle
 import resource
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -92,9 +94,28 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def main(conn: Connection, serializer: Serializer) -> None:
+def _die_with_worker(alive: Connection) -> None:
+    """Exit as soon as the worker is gone: ``alive``'s other end is held by the worker alone and
+    never written, so a read returns only when the worker closes it or dies (a SIGKILL
+    included). A child busy in a job then does not run on, orphaned (the forkserver, its
+    parent, outlives the worker while any child lives)."""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            alive.recv_bytes()
+        os._exit(ORPHANED)
+
+    threading.Thread(target=watch, name="aioqueue-child-watch", daemon=True).start()
+
+
+#: the exit code of a child whose worker is gone
+ORPHANED = 75
+
+
+def main(conn: Connection, alive: Connection, serializer: Serializer) -> None:
     """The child's loop: one job at a time until the parent closes the pipe (or sends None)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _die_with_worker(alive)
     cache: dict[tuple[str, str], Resolved] = {}
     while True:
         try:

@@ -96,11 +96,17 @@ class _Child:
 
     def __init__(self, ctx: Any, serializer: Serializer) -> None:
         self.conn, theirs = ctx.Pipe()
+        # held here alone and never written: the child exits when it closes (child.py)
+        watched, self.alive = ctx.Pipe(duplex=False)
         self.proc: BaseProcess = ctx.Process(
-            target=child.main, args=(theirs, serializer), name="aioqueue-child", daemon=True
+            target=child.main,
+            args=(theirs, watched, serializer),
+            name="aioqueue-child",
+            daemon=True,
         )
         self.proc.start()
         theirs.close()
+        watched.close()
         self.jobs = 0
         #: the functions it has imported (module, qualname)
         self.loaded: set[tuple[str, str]] = set()
@@ -137,14 +143,16 @@ class _Child:
         """End it now (a job it runs is abandoned)."""
         with contextlib.suppress(OSError):
             self.conn.close()
+            self.alive.close()
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
 
     def retire(self) -> None:
-        """End an idle child: it exits when its pipe closes (killed if it does not soon)."""
+        """End an idle child: it exits when its pipes close (killed if it does not soon)."""
         with contextlib.suppress(OSError):
             self.conn.close()
+            self.alive.close()
         self.proc.join(2)
         if self.proc.is_alive():
             self.proc.kill()
@@ -204,7 +212,14 @@ class ChildPool:
             if c.proc.is_alive():
                 return c
             self._end(c, kill=True)  # died while idle
-        c = await asyncio.to_thread(_Child, self._ctx, self.serializer)
+        # started in a thread (the forkserver's answer blocks); a start cancelled midway is
+        # not left behind: the child is ended once it exists
+        starting = asyncio.ensure_future(asyncio.to_thread(_Child, self._ctx, self.serializer))
+        try:
+            c = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(_end_started)
+            raise
         self.started += 1
         return c
 
@@ -233,6 +248,11 @@ class ChildPool:
         while self._idle:
             self.ended += 1
             self._idle.pop().retire()
+
+
+def _end_started(starting: asyncio.Future[_Child]) -> None:
+    if not starting.cancelled() and starting.exception() is None:
+        starting.result().kill()
 
 
 def _outcome(reply: tuple[Any, ...]) -> bytes:
