@@ -51,6 +51,10 @@ PYTHON = venv_bin("python")
 # they cannot see: in a user's own project, aioqueue would then be untyped (Any) and the
 # typed-enqueue checks would silently pass.
 INSTALL = ("install", "--quiet", "-e", ".[dev,docs]", "--config-settings", "editable_mode=compat")
+# setuptools (77+) warns on every compat install that the mode is transitional, a 12-line
+# block that even --quiet prints; that one warning is silenced (by its message, in the build
+# backend pip runs), the others still show. docs/development.md, "dev.py", says why compat.
+INSTALL_ENV = {"PYTHONWARNINGS": "ignore:Compat editable installs"}
 
 
 class Failed(Exception):
@@ -61,8 +65,9 @@ class Failed(Exception):
         self.code = code
 
 
-def run(*args: str | Path, check: bool = True) -> int:
-    """Print a command, run it from the repository root and return its exit code.
+def run(*args: str | Path, check: bool = True, env: dict[str, str] | None = None) -> int:
+    """Print a command, run it from the repository root (with ``env`` added to the
+    environment) and return its exit code.
 
     Raises:
         Failed: the command failed and ``check`` is true.
@@ -70,7 +75,7 @@ def run(*args: str | Path, check: bool = True) -> int:
     argv = [str(a) for a in args]
     shown = [os.path.relpath(a, ROOT) if Path(a).is_relative_to(ROOT) else a for a in argv]
     print("+ " + shlex.join(shown), flush=True)
-    code = subprocess.call(argv, cwd=ROOT)
+    code = subprocess.call(argv, cwd=ROOT, env={**os.environ, **env} if env else None)
     if check and code != 0:
         raise Failed(code)
     return code
@@ -94,7 +99,7 @@ def setup(_: list[str]) -> int:
         run(sys.executable, "-m", "venv", VENV)
     pip = (PYTHON, "-m", "pip", "--disable-pip-version-check")
     run(*pip, "install", "--quiet", "--upgrade", "pip")
-    run(*pip, *INSTALL)
+    run(*pip, *INSTALL, env=INSTALL_ENV)
     STAMP.write_text(stamp + "\n")
     return 0
 

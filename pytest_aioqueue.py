@@ -11,7 +11,8 @@ plugin inside the package would import all of aioqueue too early to be measured
   variable ``AIOQUEUE_TEST_REDIS_URL`` names a server to use instead;
 - ``aioqueue_url`` (session): the URL of that server;
 - ``aioqueue_app`` (per test, async): an open ``App`` on that server whose keys live under a
-  prefix unique to the test, closed afterwards.
+  prefix unique to the test, in test mode (``testing=True``), closed afterwards;
+- ``aioqueue_clock`` (per test): a ``VirtualClock`` of ``aioqueue_app``.
 
 Nothing is imported but pytest, nothing is started, until a test uses a fixture. The async
 fixture needs pytest-asyncio (or another plugin that runs async fixtures); it is not imported
@@ -28,8 +29,9 @@ import pytest
 
 if TYPE_CHECKING:  # imported by the fixtures, so that loading the plugin imports no aioqueue
     from aioqueue import App, EmbeddedServer
+    from aioqueue.testing import VirtualClock
 
-__all__ = ["REDIS_URL_ENV", "aioqueue_app", "aioqueue_server", "aioqueue_url"]
+__all__ = ["REDIS_URL_ENV", "aioqueue_app", "aioqueue_clock", "aioqueue_server", "aioqueue_url"]
 
 #: the environment variable naming a server for the tests instead of an embedded one
 REDIS_URL_ENV = "AIOQUEUE_TEST_REDIS_URL"
@@ -64,10 +66,19 @@ def aioqueue_url(aioqueue_server: EmbeddedServer | None) -> str:
 
 @_async_fixture
 async def aioqueue_app(aioqueue_url: str) -> AsyncIterator[App]:
-    """An open ``App`` whose keys live under a prefix unique to this test (other options
-    default). To configure it, build your own on ``aioqueue_url`` with ``unique_prefix()``."""
+    """An open ``App`` whose keys live under a prefix unique to this test, in test mode (other
+    options default). To configure it, build your own on ``aioqueue_url`` with
+    ``unique_prefix()``, or lend it your module's App with ``aioqueue.testing.bind``."""
     from aioqueue import App
     from aioqueue.testing import unique_prefix
 
-    async with App(aioqueue_url, prefix=unique_prefix()) as app:
+    async with App(aioqueue_url, prefix=unique_prefix(), testing=True) as app:
         yield app
+
+
+@pytest.fixture
+def aioqueue_clock(aioqueue_app: App) -> VirtualClock:
+    """The virtual clock of ``aioqueue_app``: ``await aioqueue_clock.advance(3600)``."""
+    from aioqueue.testing import VirtualClock
+
+    return VirtualClock(aioqueue_app)

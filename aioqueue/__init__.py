@@ -21,6 +21,9 @@ from ._app.sync import SyncJob as SyncJob
 from ._app.task import Backoff as Backoff
 from ._app.task import BoundTask as BoundTask
 from ._app.task import Task as Task
+from ._app.workflow import Workflow as Workflow
+from ._app.workflow import WorkflowHandle as WorkflowHandle
+from ._app.workflow import WorkflowState as WorkflowState
 from ._model.batchinfo import BatchInfo as BatchInfo
 from ._model.batchinfo import BatchItem as BatchItem
 from ._model.batchinfo import BatchState as BatchState
@@ -54,8 +57,10 @@ from ._model.exceptions import ServerRefused as ServerRefused
 from ._model.exceptions import ServerUnavailable as ServerUnavailable
 from ._model.exceptions import StartupFailed as StartupFailed
 from ._model.exceptions import SyncTimeoutWarning as SyncTimeoutWarning
+from ._model.exceptions import UnknownDependency as UnknownDependency
 from ._model.exceptions import UnknownTask as UnknownTask
 from ._model.exceptions import UsageError as UsageError
+from ._model.exceptions import WorkflowError as WorkflowError
 from ._model.hooks import CallNext as CallNext
 from ._model.hooks import EnqueueEvent as EnqueueEvent
 from ._model.hooks import State as State
@@ -165,12 +170,17 @@ __all__ = [
     "Task",
     "Throughput",
     "ThroughputMinute",
+    "UnknownDependency",
     "UnknownTask",
     "UsageError",
     "WhyReason",
     "WhyRow",
     "Worker",
     "WorkerInfo",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowHandle",
+    "WorkflowState",
     "__version__",
     "current_job",
     "sweep_payloads",

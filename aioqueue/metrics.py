@@ -114,7 +114,7 @@ class WorkerMetrics:
         self.returned = Counter(
             "aioqueue_jobs_returned",
             "Runs that ended without an outcome: the job went back to its queue (shutdown, "
-            "lease_lost, unknown_task)",
+            "lease_lost, unknown_task, parked)",
             ("queue", "task", "reason"),
             registry=reg,
         )
@@ -199,6 +199,9 @@ class WorkerMetrics:
             series.completed.inc()
             if t0 is not None:
                 series.completed_seconds.observe(time.monotonic() - t0)
+            return
+        if outcome.parked:  # wait_for_children gave the job back until its children end
+            self.returned.labels(queue, series.task, "parked").inc()
             return
         if outcome.unknown_task and self._worker is not None and self._worker.unknown_task_grace:
             self.returned.labels(queue, series.task, "unknown_task").inc()

@@ -251,6 +251,14 @@ async def _batch(c: Ctx) -> Awaitable[Any]:
     return c.run("batch", [c.base, "add", bid, *members])
 
 
+async def _deps(c: Ctx) -> Awaitable[Any]:
+    """A dependent of the 1,000 jobs at the far end of the ready list (each registers it)."""
+    deps = [c.base + i for i in await c.tail()]
+    return c.run(
+        "deps", [c.base, "add", f"dep{c.round}", "work", "p", 3, 0, "", "", "cancel", 0, *deps]
+    )
+
+
 async def _schedule(c: Ctx) -> Awaitable[Any]:
     keys = [*c.s.lanes, c.s.keys.cron_next]
     await c.s.schedule_put("sch", json.dumps({"task": "work"}), 1)
@@ -303,6 +311,7 @@ ROWS: dict[str, Row] = {
     "configure": _configure,
     "batch": _batch,
     "cancel": _cancel,
+    "deps": _deps,
     "schedule": _schedule,
     "schedules": _schedules,
     "requeue": _requeue,
@@ -366,6 +375,8 @@ async def test_more_than_the_cap_is_refused_before_any_work(full: tuple[App, Red
         "complete_claim": [c.base, 1, 1000, 0, "", 0, "ef", "", "", over]
         + [x for i in tail for x in (i, "t", "r", 0)],
         "batch": [c.base, "add", "b-over", *tail],
+        "deps": [c.base, "add", "n-over", "work", "p", 3, 0, "", "", "cancel", 0]
+        + [c.base + i for i in tail],
         "rekey": [c.base, "job:" + tail[0], over, *[x for _ in tail for x in ("f", "a", "b")]],
         "tasks": [c.base, "put", "w-over", *[x for i in range(over) for x in (f"t{i}", "{}")]],
     }

@@ -10,8 +10,12 @@ Every ```python block in README.md and docs/*.md is one of two kinds:
   block can import it (``from jobs import app``). The line
   ``<!-- run with a worker: MODULE:APP -->`` before a block runs
   ``python -m aioqueue worker MODULE:APP`` while the block runs (the quick start's producer).
-  ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's test),
-  which must pass at least one test.
+  ``<!-- run with pytest -->`` runs the block as a test file with pytest (testing.md's tests),
+  in pytest-asyncio's strict mode, and it must pass at least one test.
+  ``<!-- run in an App: NAME -->`` runs a block written as lines of a program (``await`` at the
+  top level, names defined elsewhere) inside ``async with doc_setup.app:`` after
+  ``from doc_setup import *``, where ``doc_setup`` is ``tests/doc_setups/NAME.py``: the App and
+  the tasks and names the page's text has defined (qos.md's ``reports`` queue, ...).
 - a fragment: the line before it is ``<!-- fragment -->`` (invisible on the rendered page).
   Fragments are parts of a larger program (``await`` at the top level, names defined elsewhere,
   a server that is not there); they are only rendered.
@@ -34,12 +38,16 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from .support.clirun import user_pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
 
 FRAGMENT = "<!-- fragment -->"
 WORKER = re.compile(r"<!-- run with a worker: ([\w.]+:\w+) -->")
 PYTEST = "<!-- run with pytest -->"
+IN_APP = re.compile(r"<!-- run in an App: (\w+) -->")
+SETUPS = Path(__file__).resolve().parent / "doc_setups"
 FILE_NAME = re.compile(r"# ([\w/]+\.py)\b")
 #: the database the snippets use on the suite's server (the other tests use database 0)
 SNIPPET_DB = 13
@@ -57,6 +65,19 @@ class Snippet:
     fragment: bool
     worker: str | None  # "module:app" to run a worker for, while the snippet runs
     pytest: bool  # a test file, run by pytest
+    setup: str | None = None  # run inside ``async with app:`` after tests/doc_setups/<setup>.py
+
+    @property
+    def program(self) -> str:
+        """What runs: the block, or for a block run in an App, the block inside it."""
+        if self.setup is None:
+            return self.code
+        body = "".join(f"        {line}\n" if line else "\n" for line in self.code.splitlines())
+        return (
+            "import asyncio\n\nimport doc_setup\nfrom doc_setup import *  # noqa: F403\n\n\n"
+            f"async def main() -> None:\n    async with doc_setup.app:\n{body}\n\n"
+            "asyncio.run(main())\n"
+        )
 
     @property
     def where(self) -> str:
@@ -78,6 +99,7 @@ def snippets(page: Path) -> list[Snippet]:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
             before = lines[i - 1].strip() if i else ""
             worker = WORKER.fullmatch(before)
+            in_app = IN_APP.fullmatch(before)
             found.append(
                 Snippet(
                     page=page,
@@ -86,6 +108,7 @@ def snippets(page: Path) -> list[Snippet]:
                     fragment=before == FRAGMENT,
                     worker=worker.group(1) if worker else None,
                     pytest=before == PYTEST,
+                    setup=in_app.group(1) if in_app else None,
                 )
             )
             i = end
@@ -101,10 +124,10 @@ def problems(snippet: Snippet) -> list[str]:
     """Why a block not marked as a fragment cannot run as pasted (empty if it can)."""
     try:
         # compiled, not only parsed: the compiler refuses ``await`` outside a coroutine
-        compile(snippet.code, snippet.where, "exec", dont_inherit=True)
+        compile(snippet.program, snippet.where, "exec", dont_inherit=True)
     except SyntaxError as exc:
         return [f"not valid Python as pasted ({exc.msg}, line {exc.lineno})"]
-    tree = ast.parse(snippet.code, snippet.where)
+    tree = ast.parse(snippet.program, snippet.where)
     found = []
     for node in ast.walk(tree):
         if (
@@ -133,7 +156,11 @@ def test_the_markers_stand_before_python_blocks() -> None:
     for page in PAGES:
         lines = page.read_text().splitlines()
         for n, line in enumerate(lines[:-1]):
-            marker = line.strip() in (FRAGMENT, PYTEST) or WORKER.fullmatch(line.strip())
+            marker = (
+                line.strip() in (FRAGMENT, PYTEST)
+                or WORKER.fullmatch(line.strip())
+                or IN_APP.fullmatch(line.strip())
+            )
             if marker and not lines[n + 1].strip().startswith("```python"):
                 stray.append(f"{page.relative_to(ROOT)}:{n + 1}")
     assert not stray, f"markers not followed by a ```python block: {stray}"
@@ -194,10 +221,12 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
             (tmp_path / other.file_name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / other.file_name).write_text(other.code)
     script = tmp_path / ("test_snippet.py" if snippet.pytest else "snippet_under_test.py")
-    script.write_text(snippet.code)
+    script.write_text(snippet.program)
+    if snippet.setup is not None:
+        (tmp_path / "doc_setup.py").write_text((SETUPS / f"{snippet.setup}.py").read_text())
     command = [sys.executable, script.name]
     if snippet.pytest:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", script.name]
+        command = user_pytest(script.name)  # in pytest-asyncio's strict mode
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(
         AIOQUEUE_REDIS_URL=snippet_url,

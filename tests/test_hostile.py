@@ -34,12 +34,16 @@ from aioqueue import (
     Backoff,
     ConfigurationError,
     EmbeddedServer,
+    Job,
+    JobState,
     PayloadTooLarge,
     SerializationError,
     ServerRefused,
     Worker,
+    current_job,
 )
 from aioqueue._model.keys import QueueKeys
+from aioqueue.testing import VirtualClock
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
@@ -450,6 +454,37 @@ async def test_a_worker_survives_every_kind_of_garbage_at_once(
         assert sorted(states.values()).count("completed") == 21
 
 
+async def test_a_planted_virtual_clock_offset_does_not_move_a_production_apps_time(
+    redis_url: str, redis: Redis
+) -> None:
+    """The testing kit's clock offset (``testclock``) is read only by Apps made with
+    ``testing=True``: planted under a production App's queue, a day ahead or garbage, it
+    makes no delayed job due early, expires no running job's lease, and shifts no reading of
+    the time (docs/security.md)."""
+    app = hostile_app(redis_url, lease=5)
+    async with running(app):
+        q = app.queue()
+        key = q._keys.testclock
+        later = await q.enqueue("echo", kwargs={"x": 1}, delay=3600)
+        held = await q.enqueue("hold", kwargs={"key": f"{app.prefix}:go"})
+        await wait_until(lambda: _state_is(redis, q._keys, held.id, b"active"), timeout=10)
+        await redis.set(key, 86_400_000)  # a day ahead: were it read, both would be overdue
+        await still_works(app)
+        assert abs(await q._scripts.server_ms() - await server_ms(redis)) < 5000
+        for garbage in (b"-86400000", b"nan", b"1e400", b"not a number"):
+            await redis.set(key, garbage)
+            await still_works(app)
+        await redis.delete(key)
+        await redis.hset(key, "x", "1")  # another type
+        await redis.set(f"{app.prefix}:go", 1)
+        await still_works(app)
+        assert await outcome(redis, q._keys, held.id) == "completed"
+        info = await held.info()
+        assert info.attempts == 1  # its lease never ran out under it
+        assert (await later.info()).state is JobState.SCHEDULED  # still an hour away
+        await check_invariants(redis, q._keys)
+
+
 # ---------------------------------------------------------------------- invalid options
 def _app(url: str, **options: Any) -> Callable[[], Any]:
     return lambda: App(url, **options)
@@ -500,6 +535,7 @@ INVALID: list[tuple[str, Callable[[App], Any]]] = [
     ("Worker(queues twice)", lambda a: Worker(a, queues=["q", "q"])),
     ("set_group_limit(0)", lambda a: a.queue().set_group_limit("g", 0)),
     ("set_rate_limit(5, period=0)", lambda a: a.queue().set_rate_limit(5, period=0)),
+    ("VirtualClock(production App)", lambda a: VirtualClock(a)),
 ]
 
 
@@ -1207,3 +1243,72 @@ async def test_garbage_in_what_why_reads_still_gives_an_answer(
         assert w.sentence()
         # and the queue goes on
         assert [r.id for r in await q.reserve(1)] == ["j"]
+
+
+#: the key families of job dependencies (lua/lib/deps.lua), each with garbage written where a
+#: dependency flow meets it: ``when`` "before" the dependent is enqueued, or "after" it
+DEPENDENCY_FAMILIES = {
+    "waiting-string": ("waiting", "before"),
+    "dependents-string": ("dependents", "before"),
+    "deps-hash": ("deps", "after"),
+    "dl-garbage": ("dl", "after"),
+    "dp-garbage": ("dp", "after"),
+}
+
+
+@pytest.mark.parametrize("family", list(DEPENDENCY_FAMILIES))
+async def test_garbage_in_every_dependency_key_is_contained(
+    redis_url: str, redis: Redis, family: str
+) -> None:
+    """Each key family of dependencies with garbage in it: a key of the wrong type is set
+    aside with its reason (a lost set of dependencies dead-letters its dependent, Garbled,
+    never runs it early), a garbage field reads as none; every other job runs to its end."""
+    what, when = DEPENDENCY_FAMILIES[family]
+    app = hostile_app(redis_url, lease=2.0)
+    ran: list[str] = []
+
+    @app.task
+    async def dep(x: int) -> int:
+        return x
+
+    @app.task
+    async def dependent(tag: str) -> dict[str, Any]:
+        ran.append(tag)
+        return await current_job().dependency_results()
+
+    async with app:
+        q = app.queue()
+        k = q._keys
+        a = await dep.enqueue(1)
+        key = {"waiting": k.waiting, "dependents": k.dependents(a.id)}.get(what, "")
+        if when == "before":
+            await redis.set(key, "garbage")
+        c = await dependent.options(depends_on=[a]).enqueue("c")
+        if what == "deps":
+            key = k.deps(c.id)
+            await redis.delete(key)
+            await redis.hset(key, "x", "garbage")
+        elif what in ("dl", "dp"):
+            await redis.hset(k.job(c.id), what, "\xff{garbage")
+        other = await dep.enqueue(2)
+        plain = await dependent.options(depends_on=[other]).enqueue("plain")
+        async with Worker(app, concurrency=4):
+            assert await plain.result(timeout=30) == {other.id: 2}
+            await a.result(timeout=30)
+            await wait_until(lambda: _ended(c), timeout=30, what="the dependent to end")
+        info = await c.info()
+        if what == "deps":
+            assert info.state is JobState.FAILED
+            assert info.error is not None
+            assert info.error.type == "Garbled"
+            assert "c" not in ran
+        else:
+            assert info.state is JobState.COMPLETED
+        if what in ("waiting", "dependents", "deps"):
+            assert key in await garbled_keys(redis, k)
+        assert (await q.jobs("waiting")).items == ()
+        await check_invariants(redis, k)
+
+
+async def _ended(job: Job[Any]) -> bool:
+    return (await job.state()).finished

@@ -39,7 +39,6 @@ PRIVATE_READS_LEFT: dict[str, int] = {
     "_worker/worker.py": 1,
     "metrics.py": 3,
     "otel.py": 2,
-    "testing/__init__.py": 2,
 }
 
 

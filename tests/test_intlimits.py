@@ -441,3 +441,26 @@ async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
             assert (await q.counts())["queued"] == 2
         else:  # 2^53+1 is past count_of's range: only values within it are a limit
             assert limit[0] == int(value)
+
+
+async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """The number lib/deps reads from a dependent's record (dt, the retention of its
+    cancelled end) at a limit: the dependent is cancelled when its dependency fails and kept
+    (a garbage retention is none: kept for good); nothing stops midway."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        dep = await q.enqueue("echo", kwargs={"x": 1})
+        waiting = await app.tasks["echo"].options(depends_on=[dep]).enqueue(x=2)
+        await redis.hset(k.job(waiting.id), "dt", value)
+        (r,) = await reserve_all(app, 1)
+        await q.fail(r, "for good", retry=False)
+        info = await waiting.info()
+        assert info.state.value == "cancelled"
+        assert info.error is not None
+        assert info.error.type == "DependencyFailed"
+        ttl = await redis.pttl(k.job(waiting.id))
+        assert ttl == -1 or ttl > 0  # kept: for good, or for a sane retention
+        await check_invariants(redis, k)

@@ -86,6 +86,15 @@ INVENTORY: tuple[Row, ...] = (
         "test_a_batch_and_chain_without_the_key_never_run",
     ),
     Row(
+        "dependents and workflow steps (`depends_on=`, `app.workflow`), stored waiting and "
+        "released by their dependencies; a parked parent (`wait_for_children`)",
+        ("deps", "lib/deps"),
+        "creates",
+        "MAC of each dependent's payload + options by the producer; released work is checked "
+        "by the worker like any job; a park only changes the state of the job it holds",
+        "test_a_dependent_or_workflow_without_the_key_never_runs",
+    ),
+    Row(
         "dynamic schedules (`app.schedules.add`): the scheduler makes each tick's job",
         ("schedule",),
         "creates",
@@ -312,6 +321,27 @@ async def test_a_batch_and_chain_without_the_key_never_run(redis_url: str) -> No
         assert len(members) >= 3
         for m in members:
             assert await dead_as_bad_signature(p.app, m.id)
+
+
+async def test_a_dependent_or_workflow_without_the_key_never_runs(redis_url: str) -> None:
+    async with pair(redis_url) as p:
+        good = await p.app.queue().enqueue("pay", [1])
+        planted = [
+            await p.unsigned.tasks["pay"].options(depends_on=[good.id]).enqueue(666),
+            await p.wrong.tasks["pay"].options(depends_on=[good.id]).enqueue(667),
+        ]
+        wf = p.unsigned.workflow("planted")
+        wf.step("a", p.unsigned.tasks["pay"].call(668))
+        wf.step("b", p.unsigned.tasks["pay"].call(669), after=["a"])
+        flow = await wf.enqueue()
+        steps = (await flow.graph())["steps"]
+        async with Worker(p.app, concurrency=4):
+            assert await good.result(timeout=60) == 1
+            for job_id in [j.id for j in planted] + [steps["a"]["id"]]:
+                await wait_until(functools.partial(dead_as_bad_signature, p.app, job_id))
+            await wait_until(lambda: _finished(p.app, steps["b"]["id"]), timeout=60)
+        assert p.ran == [1]
+        assert (await flow.nodes())["b"] == "cancelled"
 
 
 async def _batch_done(app: App, batch: Batch[Any]) -> bool:

@@ -2,7 +2,8 @@
 model of the job state machine, with the contract checked after every step.
 
 The machine (hypothesis ``RuleBasedStateMachine``) enqueues jobs (immediate or delayed, with
-priorities and attempt limits), reserves them with short or long leases, completes, fails
+priorities and attempt limits, or waiting for other jobs: ``depends_on``, released or
+cancelled as their dependencies end), reserves them with short or long leases, completes, fails
 (with or without a retry), releases and extends them, with current and stale reservations;
 lets time pass and runs maintenance; and garbles a key that holds none of the model's jobs
 (a counter, a setting, the ring, an empty lane: the wrong type or a garbage value), after
@@ -33,7 +34,7 @@ import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pytest
@@ -53,6 +54,8 @@ from redis.asyncio import Redis
 
 from aioqueue import App, JobNotFound, LeaseLost, Reservation
 from aioqueue._model.keys import QueueKeys
+from aioqueue._queue.deps import deps_run
+from aioqueue._queue.depsbox import door
 from aioqueue._store.embedded import EmbeddedServer
 
 from .support.apps import unique_prefix
@@ -173,6 +176,8 @@ class MJob:
     error: str | None = None  # failed: the reason's type
     expired: bool = False  # its last lease ended by running out, not by its holder
     released: bool = False  # its last lease ended by a release (that token is spent)
+    deps: set[str] = field(default_factory=set)  # waiting: the dependencies left
+    dependents: list[str] = field(default_factory=list)  # at most one (see enqueue_dependent)
 
 
 class Model:
@@ -211,6 +216,25 @@ class Model:
         else:
             self.ready.remove(job_id)
 
+    def finished(self, job_id: str, ok: bool) -> None:
+        """Job ``job_id`` ended for good (``ok``: completed): its dependents count it; the
+        last one released goes to the back of its lane; a failed one cancels them, down."""
+        job = self.jobs[job_id]
+        for d in job.dependents:
+            dep = self.jobs[d]
+            if dep.state != "waiting":
+                continue
+            if ok:
+                dep.deps.discard(job_id)
+                if not dep.deps:
+                    self.push(dep, front=False)
+                    EVENTS["dependent released"] += 1
+            else:
+                dep.state, dep.deps = "cancelled", set()
+                EVENTS["dependent cancelled"] += 1
+                self.finished(d, False)
+        job.dependents.clear()
+
     def recover(self, due: set[int]) -> int:
         """Expired leases back to the queue (front) or, out of attempts, to the dead letters."""
         expired = sorted(
@@ -223,6 +247,7 @@ class Model:
             if job.a >= job.m:
                 job.state, job.deadline, job.error = "failed", None, "LeaseExpired"
                 EVENTS["dead-lettered by expiry"] += 1
+                self.finished(job.id, False)
             else:
                 self.push(job, front=True)
         return len(expired)
@@ -338,6 +363,33 @@ class StoreMachine(RuleBasedStateMachine):
         else:
             self.model.push(job, front=False)
 
+    @precondition(lambda self: self._free())
+    @rule(data=st.data())
+    def enqueue_dependent(self, data: st.DataObject) -> None:
+        """A job waiting for one or two unfinished jobs that no other job waits for (one
+        dependent each keeps the lane order the model's: a finished job tells its
+        dependents in no set order)."""
+        deps = data.draw(
+            st.lists(st.sampled_from(self._free()), min_size=1, max_size=2, unique=True)
+        )
+        self.n += 1
+        job_id = f"j{self.n:04d}"
+        self.steps.append(f"enqueue {job_id} depending on {deps}")
+        q = self.queue.name
+        payload = self.app.codec.dump_args(q, job_id, "model.task", (self.n,), {}, b"")
+        members = [self.keys.member(d) for d in deps]
+        record = (job_id, "model.task", payload, 3, 0, "", "", "cancel", 3_600_000)
+        assert self.run(deps_run(door(self.app, q), "add", *record, *members)) == 1
+        job = MJob(job_id, 0, 3, state="waiting", deps=set(deps))
+        self.model.jobs[job_id] = job
+        for d in deps:
+            self.model.jobs[d].dependents.append(job_id)
+
+    def _free(self) -> list[str]:
+        unfinished = ("queued", "scheduled", "active", "waiting")
+        jobs = self.model.jobs.items()
+        return sorted(j for j, job in jobs if job.state in unfinished and not job.dependents)
+
     @rule(target=reservations, n=st.integers(1, 3), lease=LEASES)
     def reserve(self, n: int, lease: float) -> Any:
         soon = self._settle()
@@ -417,6 +469,7 @@ class StoreMachine(RuleBasedStateMachine):
             expect = "ok"
             job.state, job.deadline = "completed", None
             self._ended(job)
+            self.model.finished(job.id, True)
         elif job.state == "completed" and job.token == r.token:
             expect = "ok"  # an ack resent after a lost reply
         else:
@@ -452,6 +505,7 @@ class StoreMachine(RuleBasedStateMachine):
         job.released = False
         if not got:
             job.state, job.error = "failed", "RuntimeError"
+            self.model.finished(job.id, False)
         elif delay:
             job.state, job.due = "scheduled", self._field_int(r.id, "due")
         else:
@@ -552,7 +606,7 @@ class StoreMachine(RuleBasedStateMachine):
             if job.token is not None:
                 assert tok == job.token, f"{job_id}: token {tok!r}, model {job.token}"
             ttl = await self.redis.pttl(k.job(job_id))
-            if job.state in ("completed", "failed"):  # I8
+            if job.state in ("completed", "failed", "cancelled"):  # I8
                 assert ttl > 0, f"finished job {job_id} has no TTL ({ttl})"
             else:
                 assert ttl == -1, f"unfinished job {job_id} has a TTL ({ttl})"

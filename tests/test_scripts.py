@@ -134,11 +134,26 @@ def _parts_used(code: str, own: str | None = None) -> set[str]:
     return {DEFINED_BY[n] for n in _used(code) if n in DEFINED_BY} - {own}
 
 
+#: a function one part declares ahead (``local f``) and a later part defines (``f = function``):
+#: a script with the first part needs the second too (lib/batches' deps_outcome, lib/deps)
+ASSIGNED_BY = {
+    name: part
+    for part in LIB
+    for name in re.findall(r"^(\w+) = function", PART_CODE[part], re.MULTILINE)
+}
+
+
+def _completions(part: str) -> set[str]:
+    """The later parts that define what ``part`` declares ahead."""
+    return {ASSIGNED_BY[n] for n in _defined(PART_CODE[part]) if n in ASSIGNED_BY} - {part}
+
+
 def _with_needs(parts: set[str]) -> tuple[str, ...]:
     """These parts and every part they need, in library order."""
     todo, found = list(parts), set(parts)
     while todo:
-        for part in _parts_used(PART_CODE[todo.pop()]):
+        this = todo.pop()
+        for part in _parts_used(PART_CODE[this]) | _completions(this):
             if part not in found:
                 found.add(part)
                 todo.append(part)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -18,6 +17,7 @@ from .._model.checks import (
     check_prefix,
     check_task_name,
     lease_ms,
+    retention_seconds,
     to_ms,
     to_seconds,
 )
@@ -28,6 +28,7 @@ from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.isolation import Isolation
 from .._model.keys import QueueKeys
 from .._model.serialize import PickleSerializer, Serializer, get_serializer
+from .._queue.deps import DependencyPolicy
 from .._queue.events import JobEvent, JobEventKind, iterate_events
 from .._queue.queue import Queue
 from .._queue.sharded import ShardedQueue
@@ -36,11 +37,13 @@ from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
 from .batch import open_batch
 from .hooks import HookDecorators, Hooks
+from .lifecycle import Rebinding, State
 from .results import ResultWaiter
 from .scheddecl import ScheduleDecorators
 from .schedules import Schedules
 from .sync import SyncClient
-from .task import Backoff, Task, TaskDecorator, check_backoff, retention_seconds
+from .task import Backoff, Task, TaskDecorator, check_backoff
+from .workflow import Workflow
 
 if TYPE_CHECKING:
     from .._model.batchinfo import FailurePolicy
@@ -50,13 +53,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
-
-
-class App(HookDecorators, ScheduleDecorators):
+class App(HookDecorators, ScheduleDecorators, Rebinding):
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
@@ -108,6 +105,8 @@ class App(HookDecorators, ScheduleDecorators):
             pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
             connecting to ``url``; the App does not close it. ``app.sync()`` still
             connects to ``url``.
+        testing: test mode: the scripts' clock honours the testing kit's ``VirtualClock``
+            (docs/testing.md); every other App ignores it. Never in production.
 
     Use as ``async with App(...) as app:``; nothing touches the network before that.
     """
@@ -140,6 +139,7 @@ class App(HookDecorators, ScheduleDecorators):
         wait_timeout: float | timedelta = 1.0,
         wait_aof: bool = False,
         client: aioredis.Redis | aioredis.RedisCluster | aioredis.ConnectionPool | None = None,
+        testing: bool = False,
     ) -> None:
         self.url = resolve_url(url)
         self.prefix = check_prefix(prefix)
@@ -192,8 +192,9 @@ class App(HookDecorators, ScheduleDecorators):
         if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
             client = aioredis.Redis(connection_pool=client)
         self._given = cast("aioredis.Redis | None", client)
+        self.testing = bool(testing)
         self._results: ResultWaiter | None = None
-        self._state = _State.UNOPENED
+        self._state = State.UNOPENED
         self._sync: SyncClient | None = None
 
     def __repr__(self) -> str:
@@ -211,20 +212,20 @@ class App(HookDecorators, ScheduleDecorators):
                 an ACL user without a command aioqueue needs (retrying cannot help).
             ClosedError: the App was closed.
         """
-        if self._state is _State.OPEN:
+        if self._state is State.OPEN:
             return
-        if self._state is _State.CLOSED:
+        if self._state is State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
         opts = self._pool_options(Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
-            await adopt(self._given, self.socket_timeout, probe)
+            await adopt(self._given, self.socket_timeout, probe, self.testing)
             self._redis = self._given
         else:
-            self._redis = await connect(self.url, opts, self.socket_timeout, probe)
+            self._redis = await connect(self.url, opts, self.socket_timeout, probe, self.testing)
         set_durability(self._redis, self.durability)
-        self._state = _State.OPEN
+        self._state = State.OPEN
 
     def _pool_options(
         self, retry: Callable[..., Any], socket_timeout: float | None
@@ -255,7 +256,7 @@ class App(HookDecorators, ScheduleDecorators):
             if self._redis is not self._given:
                 await self._redis.aclose()
             self._redis = None
-        self._state = _State.CLOSED
+        self._state = State.CLOSED
 
     async def __aenter__(self) -> App:
         await self.open()
@@ -273,7 +274,7 @@ class App(HookDecorators, ScheduleDecorators):
     def redis(self) -> aioredis.Redis:
         """The shared client (and its pool). Raises ClosedError unless the App is open."""
         if self._redis is None:
-            if self._state is _State.CLOSED:
+            if self._state is State.CLOSED:
                 raise ClosedError("this App is closed")
             raise ClosedError("this App is not open: use `async with app:` or `await app.open()`")
         return self._redis
@@ -371,9 +372,7 @@ class App(HookDecorators, ScheduleDecorators):
             self.tasks[task_name] = t
             return t
 
-        if fn is not None:
-            return register(fn)
-        return TaskDecorator(register)
+        return register(fn) if fn is not None else TaskDecorator(register)
 
     async def batch(
         self,
@@ -409,16 +408,14 @@ class App(HookDecorators, ScheduleDecorators):
                 ends (default: the App's result_ttl).
         """
         return await open_batch(
-            self,
-            calls,
-            on_complete=on_complete,
-            on_failure=on_failure,
-            concurrency=concurrency,
-            priority=priority,
-            group=group,
-            queue=queue,
-            retention=to_seconds(retention, "retention"),
-        )
+            self, calls, on_complete=on_complete, on_failure=on_failure, concurrency=concurrency,
+            priority=priority, group=group, queue=queue, retention=to_seconds(retention),
+        )  # fmt: skip
+
+    def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
+        """A new DAG workflow (docs/workflows.md): ``wf.step(name, task.call(...), after=[...])``
+        then ``await wf.enqueue()``; ``WorkflowHandle(app.queue(q), id)`` reads one back."""
+        return Workflow(self, name, on_failure)
 
     @overload
     def queue(self, name: str | None = None) -> Queue: ...
@@ -438,8 +435,7 @@ class App(HookDecorators, ScheduleDecorators):
             ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
                 declared sharded and asked for without (or with other) ``shards``.
         """
-        if name is None:
-            name = self.default_queue
+        name = self.default_queue if name is None else name
         sharded = self._sharded.get(name)
         if sharded is None and shards is not None:
             if name in self._queues:

@@ -39,6 +39,7 @@ from .._queue import tasktable as tasktable
 from .._queue.core import job_info_from
 from .._queue.queue import state_counts, watched_outcome
 from .._queue.sharded import on_shard
+from .._store.clock import use_virtual_clock
 from .._store.cluster import is_cluster
 from .._store.connect import blocking_client
 from .._store.syncdoor import BlockingScripts, blocking_call, load_library_blocking
@@ -100,6 +101,8 @@ class SyncClient:
                     opts = self.app._pool_options(Retry, self.app.socket_timeout)
                     # the App's one endpoint: its URL, or the client it was given
                     self._redis = blocking_client(self.app.url, self.app._given, opts)
+                    if self.app.testing:
+                        use_virtual_clock(self._redis)
                     if not is_cluster(self._redis):
                         # FCALLs from now on (EVALSHAs if the library cannot be loaded now)
                         with contextlib.suppress(ServerUnavailable):

@@ -29,6 +29,7 @@ from .._model.isolation import Isolation, check_isolation
 from .._model.job import Job
 from .._model.record import JobOptions, JobRecord, Template
 from .._model.signature import Signature
+from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 from .batch import Call
@@ -156,6 +157,8 @@ class Task(Generic[P, R]):
         unique_for: float | timedelta | None = None,
         unique_scope: UniqueScope | None = None,
         on_conflict: OnConflict | None = None,
+        depends_on: Iterable[Job[Any] | str] | None = None,
+        on_dependency_failure: DependencyPolicy | None = None,
     ) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``await task.options(delay=5).enqueue(...)``.
 
@@ -184,6 +187,8 @@ class Task(Generic[P, R]):
                 returns that job; ``"replace"`` gives it this call's arguments while it
                 still waits; ``"debounce"`` also pushes its due time to this call's delay
                 from now (needs ``delay=`` or ``at=``).
+            depends_on: jobs (or ids on its queue) to wait for (docs/workflows.md).
+            on_dependency_failure: ``"cancel"`` (default), ``"run"`` or ``"fail"`` (same).
         """
         opts = JobOptions(
             delay=to_seconds(delay, "delay"),
@@ -204,6 +209,8 @@ class Task(Generic[P, R]):
                 on_conflict,
                 delay is not None or at is not None,
             ),
+            depends_on=dependency_refs(depends_on),
+            on_dependency_failure=check_policy(on_dependency_failure),
         )
         if opts.delay is not None and opts.at is not None:
             raise ConfigurationError("give delay= or at=, not both")
@@ -246,6 +253,11 @@ class Task(Generic[P, R]):
         if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
             opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
+        if opts.depends_on:
+            record = self._record(opts, args, kwargs, queue.name)
+            conv = self.result_converter
+            job: Job[R] = await enqueue_dependent(self.app, queue.name, record, opts, conv)
+            return job
         if opts.unique is not None:
             return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
         record = self._record(opts, args, kwargs, queue.name)
@@ -321,6 +333,11 @@ class Task(Generic[P, R]):
             pairs.append(job_id)
             pairs.append(dump(queue, job_id, name, args, kwargs, options))
         return pairs
+
+    def record_of(self, call: Call[R], queue: str, job_id: str) -> JobRecord:
+        """The record ``call`` (of this task) is stored as, on ``queue`` with id ``job_id``
+        (a workflow's steps are stored by ``lua/deps.lua``, not by ``enqueue``)."""
+        return self._record(call.opts, call.args, call.kwargs, queue, None, job_id)
 
     def _record(
         self,
@@ -415,24 +432,9 @@ class BoundTask(Generic[P, R]):
     ) -> list[Job[R]]:
         """Enqueue many jobs with the bound options in one round trip (``job_id`` is not
         allowed here: each job gets its own id)."""
-        if self.opts.job_id is not None:
-            raise ConfigurationError("job_id= names one job; it cannot be used with enqueue_many")
+        if self.opts.job_id is not None or self.opts.depends_on:
+            raise ConfigurationError("job_id= and depends_on= name one job: use enqueue()")
         return await self.task._enqueue_many(self.opts, calls)
-
-
-def retention_seconds(
-    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
-) -> float | None:
-    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
-    if keep_result is None:
-        return to_seconds(result_ttl, "result_ttl")
-    if result_ttl is not None:
-        raise ConfigurationError("give keep_result= or result_ttl=, not both")
-    if keep_result is True:
-        return -1.0
-    if keep_result is False:
-        return 0.0
-    return to_seconds(keep_result, "keep_result")
 
 
 def check_backoff(backoff: object) -> Backoff | None:

@@ -33,6 +33,7 @@ from .show import jobs as show_jobs
 from .show import queue_of
 from .show import why as show_why
 from .show import workers as show_workers
+from .workflow import show_workflow
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 STATES = ("scheduled", "queued", "active", "failed", "completed", "cancelled")
@@ -196,6 +197,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("id", metavar="ID")
     p = command("why", "why a job is not running (every block, from the server)", show_why)
     p.add_argument("id", metavar="ID")
+    command("workflow", "a workflow's steps as a tree, with their states", show_workflow)
+    sub.choices["workflow"].add_argument("id", metavar="ID", help="the workflow's id (wf-...)")
     selection(command("retry", "requeue dead letters, attempts reset", _retry), "retry", True)
     p = command("purge", "delete jobs that are not running (asks first)", _purge)
     p.add_argument("ids", nargs="*", metavar="ID", help="job ids to delete")

@@ -219,3 +219,18 @@ if hasattr(os, "register_at_fork"):
 
 def new_job_id() -> str:
     return _IDS.next()
+
+
+def retention_seconds(
+    result_ttl: float | timedelta | None, keep_result: float | timedelta | bool | None
+) -> float | None:
+    """A task's result retention in seconds (-1.0: for good; None: the App's)."""
+    if keep_result is None:
+        return to_seconds(result_ttl, "result_ttl")
+    if result_ttl is not None:
+        raise ConfigurationError("give keep_result= or result_ttl=, not both")
+    if keep_result is True:
+        return -1.0
+    if keep_result is False:
+        return 0.0
+    return to_seconds(keep_result, "keep_result")

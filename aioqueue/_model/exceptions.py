@@ -6,6 +6,8 @@
     │   ├── ConfigurationError    bad App/task/option values, bad URLs, invalid names
     │   ├── ClosedError           an App or worker used before opening or after closing
     │   ├── UnknownTask           enqueue by name of a task no live worker declared
+    │   ├── UnknownDependency     depends_on= or wait_for_children names no job
+    │   ├── WorkflowError         a workflow whose graph cannot run (a cycle, a missing step)
     │   └── SerializationError    arguments or a result that cannot be serialised
     │       └── PayloadTooLarge   a serialised payload over the configured limit
     ├── ServerError               the server failed: often worth retrying later
@@ -65,6 +67,20 @@ class JobError(AioQueueError):
 
 class ConfigurationError(UsageError, ValueError):
     """Raised when an option, a name or a URL is invalid, at the call that received it."""
+
+
+class UnknownDependency(UsageError, LookupError):
+    """Raised at enqueue (or ``wait_for_children``) when a dependency names no job: never
+    enqueued, or its record expired. Nothing was stored."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"dependency {job_id!r} is no job (never enqueued, or its record expired)")
+        self.job_id = job_id
+
+
+class WorkflowError(UsageError, ValueError):
+    """Raised by a workflow's ``enqueue`` (before anything is stored) when its graph cannot
+    run: a cycle, a step named twice, an edge to a step that does not exist."""
 
 
 class ClosedError(UsageError, RuntimeError):

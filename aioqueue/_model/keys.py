@@ -25,6 +25,8 @@ slot::
                                            so, b and w the highest backlog and wait (ms)
                                            sampled (lua/lib/trends.lua)
     <prefix>:{<queue>}:reaplock     STRING maintenance lock: one reaper per period
+    <prefix>:{<queue>}:testclock    STRING the virtual clock's offset (ms), read only by Apps
+                                           made with testing=True (see _store/clock.py)
     <prefix>:{<queue>}:idle         ZSET   workers parked idle, waiting for a hand-off, by the
                                            end of their registration (server ms)
     <prefix>:{<queue>}:idlew        HASH   worker -> "want lease_ms dead_ttl_ms" of its parking
@@ -59,6 +61,13 @@ Fan-out / fan-in (see lua/lib/batches.lua)::
     <prefix>:{<queue>}:outbox       LIST   outcomes of this queue's sub-jobs of batches homed on
                                            other queues, waiting to be handed over
     <prefix>:{<queue>}:outbox:garbled LIST outbox entries that could not be read, set aside
+
+Dependencies (see lua/lib/deps.lua; docs/workflows.md)::
+
+    <prefix>:{<queue>}:waiting      ZSET   jobs waiting for dependencies, by when they began
+    <prefix>:{<queue>}:deps:<id>    SET    the dependencies job <id> still waits for (members:
+                                           their queue's key base followed by their id)
+    <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise)
 
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
@@ -118,6 +127,11 @@ class QueueKeys:
         return self.base + "ready"
 
     @property
+    def testclock(self) -> str:
+        """The virtual clock's offset (ms; test mode only, see _store/clock.py)."""
+        return self.base + "testclock"
+
+    @property
     def prio(self) -> str:
         return self.base + "prio"
 
@@ -142,6 +156,23 @@ class QueueKeys:
     def cancelled(self) -> str:
         """The index of cancelled jobs (listing only; trimmed to its newest entries)."""
         return self.base + "cancelled"
+
+    @property
+    def waiting(self) -> str:
+        """The index of jobs waiting for their dependencies (listing only)."""
+        return self.base + "waiting"
+
+    def deps(self, job_id: str) -> str:
+        """The dependencies job ``job_id`` still waits for (SET of members)."""
+        return f"{self.base}deps:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """The jobs waiting for job ``job_id`` (SET of members)."""
+        return f"{self.base}dependents:{job_id}"
+
+    def member(self, job_id: str) -> str:
+        """Job ``job_id`` of this queue named from any queue (dependencies, batches)."""
+        return self.base + job_id
 
     @property
     def wake(self) -> str:
@@ -265,6 +296,13 @@ class QueueKeys:
 def queues_registry(prefix: str) -> str:
     """``<prefix>:queues`` (ZSET): the real queues, name -> last seen (``_queue/queuereg.py``)."""
     return f"{prefix}:queues"
+
+
+def prefix_testclock(prefix: str) -> str:
+    """``<prefix>:testclock`` (STRING): the virtual clock's offset for every queue of the
+    prefix whose own ``testclock`` is unset (test mode only, standalone servers; see
+    ``_store/clock.py``)."""
+    return f"{prefix}:testclock"
 
 
 def queue_head(prefix: str) -> str:

@@ -88,6 +88,10 @@ class JobOptions:
     expires: datetime | float | None = None
     #: unique jobs (see ``Task.options``): its lock's key ('' derived from the arguments)
     unique: UniqueOptions | None = None
+    #: the jobs it waits for, (queue name or '' for its own, id) pairs (``_queue/deps.py``)
+    depends_on: tuple[tuple[str, str], ...] = ()
+    #: what it does when one of them fails: "cancel" (None: the default), "run" or "fail"
+    on_dependency_failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

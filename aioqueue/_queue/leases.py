@@ -17,6 +17,7 @@ from .._model.checks import check_name
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._store.loader import FailMode, Outcome, Started
+from .depsbox import forward_call, forward_entry
 
 if TYPE_CHECKING:
     from .core import QueueCore
@@ -189,10 +190,17 @@ async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500
         if not items:
             break
         by_home: dict[str, list[bytes]] = {}
+        deps: dict[tuple[str, str], list[bytes]] = {}  # (kind, queue) -> values (deps.py)
         garbled: list[bytes] = []
         for raw in items:
             try:
-                bid, home, member, ok, value = _fields(raw)
+                fields = _fields(raw)
+                entry = forward_entry(fields)
+                if entry is not None:
+                    kind, name, values = entry
+                    deps.setdefault((kind, check_name("queue", name)), []).extend(values)
+                    continue
+                bid, home, member, ok, value = fields
                 name = check_name("queue", home.decode())
             except (ValueError, TypeError) as exc:  # UnicodeDecodeError, ConfigurationError
                 logger.warning(
@@ -208,10 +216,13 @@ async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500
             app.queue(name)._scripts.batch_apply_call(outcomes)
             for name, outcomes in by_home.items()
         ]
+        calls += [forward_call(app, name, kind, v) for (kind, name), v in deps.items()]
         if calls:
             await scripts.run_many(calls)
             await scripts.outbox_remove(items)
         done += len(items)
-        if len(items) + len(garbled) < chunk:
+        # applying dependency entries may have added more (the rest of a dependency's
+        # dependents, lib/deps): read again rather than wait for the next reap
+        if len(items) + len(garbled) < chunk and not deps:
             break
     return done

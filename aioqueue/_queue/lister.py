@@ -28,6 +28,7 @@ MAX_ANCHORS = 3
 MAX_CURSOR = 2048
 #: the states a listing can show: the ones an index holds
 LISTED = (
+    JobState.WAITING,
     JobState.SCHEDULED,
     JobState.QUEUED,
     JobState.ACTIVE,
@@ -35,8 +36,9 @@ LISTED = (
     JobState.COMPLETED,
     JobState.CANCELLED,
 )
-#: the states held in an index of finished jobs, which only lists (its entries may be stale)
-INDEXED = (JobState.COMPLETED, JobState.CANCELLED)
+#: the states held in an index, which only lists (its entries may be stale): finished jobs,
+#: and jobs waiting for their dependencies (``waiting``; a batch's callback is not in it)
+INDEXED = (JobState.WAITING, JobState.COMPLETED, JobState.CANCELLED)
 
 
 def _encode(cur: dict[str, Any]) -> str:

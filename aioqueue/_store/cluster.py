@@ -31,6 +31,7 @@ from redis.crc import key_slot
 
 from .._model.exceptions import ConfigurationError
 from .._model.safetext import redact_url, split_userinfo
+from .clock import SHIFTED_TIME, virtual_clock_on
 
 T = TypeVar("T")
 
@@ -219,8 +220,11 @@ def slot_runs(calls: Sequence[T], keys_of: Callable[[T], Sequence[str]]) -> list
 
 def server_time(target: Any, client: object, key: str) -> Any:
     """``TIME`` on ``target`` (the client, or a pipeline of it), asked of the server that
-    holds ``key`` (on a cluster: the primary that serves its slot, the clock its scripts
-    read; redis-py would send a keyless command to any node)."""
+    holds ``key``, a queue's ``testclock`` key (on a cluster: the primary that serves its
+    slot, the clock its scripts read; redis-py would send a keyless command to any node).
+    On a client in test mode, the time shifted by the virtual clock's offset (see clock.py)."""
+    if virtual_clock_on(client):
+        return target.execute_command("EVAL", SHIFTED_TIME, 1, key)
     if is_cluster(client):
         node = cast(RedisCluster, client).get_node_from_key(key)
         return target.execute_command("TIME", target_nodes=node)

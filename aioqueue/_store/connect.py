@@ -21,6 +21,7 @@ from redis.exceptions import RedisClusterException
 from .._model.exceptions import ConfigurationError, ServerUnavailable
 from .._model.safetext import redact_text, redact_url, split_userinfo
 from . import sentinel as _sentinel
+from .clock import use_virtual_clock
 from .cluster import (
     CLUSTER_SCHEMES,
     NODE_OPTIONS,
@@ -108,10 +109,11 @@ def pool_options(
 
 
 async def connect(
-    url: str, opts: dict[str, Any], socket_timeout: float, probe_key: str
+    url: str, opts: dict[str, Any], socket_timeout: float, probe_key: str, testing: bool = False
 ) -> aioredis.Redis:
     """A client on a blocking pool made with ``opts``, once the server answered, loaded the
-    scripts and let them run on ``probe_key`` (a key of the App's).
+    scripts (their test build with ``testing``, see clock.py) and let them run on ``probe_key``
+    (a key of the App's).
 
     Raises:
         ServerUnavailable: the server cannot be reached, or is loading its data (retry).
@@ -130,7 +132,7 @@ async def connect(
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
     use_fast_packing(client, socket_timeout)
     try:
-        await _prepare(client, probe_key)
+        await _prepare(client, probe_key, testing)
     except BaseException as exc:
         await client.aclose()
         wrapped = _refused(exc, url)
@@ -140,7 +142,9 @@ async def connect(
     return client
 
 
-async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -> None:
+async def adopt(
+    client: aioredis.Redis, socket_timeout: float, probe_key: str, testing: bool = False
+) -> None:
     """Make ready a client the user configured (``App(client=...)``): the same checks and
     script loading as ``connect``; the client stays the user's (never closed here).
 
@@ -153,7 +157,7 @@ async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -
     (client if pool is None else pool).aioqueue_timeout = socket_timeout  # type: ignore[union-attr]
     _sentinel.adopt_pool(pool)  # a Sentinel pool's connections: to the primary, always
     try:
-        await _prepare(client, probe_key)
+        await _prepare(client, probe_key, testing)
     except BaseException as exc:
         wrapped = _refused(exc, "the given client")
         if wrapped is exc:
@@ -161,7 +165,9 @@ async def adopt(client: aioredis.Redis, socket_timeout: float, probe_key: str) -
         raise wrapped from exc
 
 
-async def _prepare(client: aioredis.Redis, probe_key: str) -> None:
+async def _prepare(client: aioredis.Redis, probe_key: str, testing: bool) -> None:
+    if testing:
+        use_virtual_clock(client)
     await client.ping()
     # load every script once (on a cluster, on every primary), so that pipelines
     # (enqueue_many, batches) run in order rather than replaying the calls that met

@@ -31,10 +31,11 @@ from .._model.record import (
     enqueue_args,
     runs_args,
 )
+from .clock import virtual_build, virtual_clock_on
 from .cluster import MOVING_ERRORS, every_primary, is_cluster, on_each_primary, slot_runs
 from .funclib import FunctionLibrary
 from .funclib import function_missing as function_missing
-from .wire import call_timeout, evalsha_command, functions_on, use_functions
+from .wire import build_of, call_timeout, evalsha_command, functions_on, use_functions
 
 T = TypeVar("T")
 
@@ -157,6 +158,7 @@ LIB: Final = (
     "lanes",
     "batches",
     "deadletter",
+    "deps",
     "history",
     "acks",
     "maintenance",
@@ -172,23 +174,26 @@ def _lua(path: str) -> str:
 
 
 _LIB: Final = {part: _lua(f"lib/{part}") for part in LIB}
+#: the library's test build: now_ms() adds the virtual clock's offset (see _store/clock.py)
+_TEST_LIB: Final = {**_LIB, "core": virtual_build(_LIB["core"])}
 
 
 class Script:
     """One Lua script: its source (the library parts it needs, in ``LIB`` order, then its own
-    file), its SHA1 and its function's name in ``LIBRARY``."""
+    file), its SHA1, its function's name in ``LIBRARY``, its ``test`` build (see clock.py)."""
 
-    __slots__ = ("function", "name", "parts", "sha", "source")
+    __slots__ = ("function", "name", "parts", "sha", "source", "test")
 
-    def __init__(self, name: str, parts: str) -> None:
+    def __init__(self, name: str, parts: str, lib: dict[str, str] = _LIB) -> None:
         needs = parts.split()
         if unknown := set(needs) - set(LIB):
             raise ValueError(f"{name}: no library parts {sorted(unknown)}")
         self.name = name
         self.parts = tuple(part for part in LIB if part in needs)
-        self.source = "\n".join([*(_LIB[part] for part in self.parts), _lua(name)])
+        self.source = "\n".join([*(lib[part] for part in self.parts), _lua(name)])
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self.function = ""  # set below, once LIBRARY is made
+        self.test = self if lib is _TEST_LIB else Script(name, parts, _TEST_LIB)
 
 
 #: every script, with the library parts it needs: only those, as each part prepended costs
@@ -199,36 +204,37 @@ SCRIPTS: Final = {
     for name, parts in (
         (
             "enqueue",
-            "core events lanes batches deadletter history maintenance parking workers leasing"
+            "core events lanes batches deadletter deps history maintenance parking workers leasing"
             " handoff",
         ),
         (
             "claim",
-            "core events lanes batches deadletter history maintenance parking workers leasing",
+            "core events lanes batches deadletter deps history maintenance parking workers leasing",
         ),
-        ("complete", "core trends events lanes batches acks"),
+        ("complete", "core trends events lanes batches deadletter deps acks"),
         (
             "complete_claim",
-            "core trends events lanes batches deadletter history acks maintenance parking workers"
-            " leasing",
+            "core trends events lanes batches deadletter deps history acks maintenance parking"
+            " workers leasing",
         ),
-        ("fail", "core trends events lanes batches deadletter history acks"),
-        ("release", "core trends events lanes batches deadletter history acks"),
+        ("fail", "core trends events lanes batches deadletter deps history acks"),
+        ("release", "core trends events lanes batches deadletter deps history acks"),
         ("extend", "core"),
         ("watch", "core"),
-        ("reap", "core events lanes batches deadletter history maintenance parking workers"),
+        ("reap", "core events lanes batches deadletter deps history maintenance parking workers"),
         (
             "beat",
-            "core trends events lanes batches deadletter history maintenance parking workers",
+            "core trends events lanes batches deadletter deps history maintenance parking workers",
         ),
         ("configure", "core events lanes"),
-        ("batch", "core events lanes batches"),
-        ("cancel", "core events lanes batches"),
+        ("deps", "core events lanes batches deadletter deps"),
+        ("batch", "core events lanes batches deadletter deps"),
+        ("cancel", "core events lanes batches deadletter deps"),
         ("schedule", "core events lanes"),
-        ("schedules", ""),
+        ("schedules", "core"),
         ("requeue", "core events lanes"),
         ("promote", "core events lanes"),
-        ("purge", "core events lanes batches"),
+        ("purge", "core events lanes batches deadletter deps"),
         ("replace", "core events lanes"),
         ("page", ""),
         ("peek", "core"),
@@ -242,8 +248,14 @@ SCRIPTS: Final = {
 
 #: every script in one function library, loaded once (``load_scripts``)
 LIBRARY: Final = FunctionLibrary([_LIB[p] for p in LIB], [(n, _lua(n)) for n in SCRIPTS])
+TEST_LIBRARY: Final = FunctionLibrary([_TEST_LIB[p] for p in LIB], [(n, _lua(n)) for n in SCRIPTS])
 for _script in SCRIPTS.values():
     _script.function = LIBRARY.functions[_script.name]
+    _script.test.function = TEST_LIBRARY.functions[_script.name]
+
+
+def library_of(client: Any) -> FunctionLibrary:
+    return TEST_LIBRARY if virtual_clock_on(client) else LIBRARY  # test mode: see clock.py
 
 
 #: one script call of a pipeline: the script, its KEYS, its ARGV (ARGV[1]: the key base)
@@ -376,7 +388,7 @@ async def _evalsha(
         return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except rexc.NoScriptError:
         # on a cluster, on every primary: one just promoted or given slots has none
-        load = ("SCRIPT", "LOAD", script.source)
+        load = ("SCRIPT", "LOAD", build_of(client, script).source)
         await client.execute_command(*load, **every_primary(client))  # type: ignore[no-untyped-call]
     except rexc.ResponseError as exc:
         if not function_missing(exc):
@@ -388,7 +400,7 @@ async def _evalsha(
 async def load_library(client: aioredis.Redis) -> None:
     """FUNCTION LOAD the library (one that is there already is kept: its name is its code)."""
     try:
-        await client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+        await client.execute_command("FUNCTION", "LOAD", library_of(client).source)  # type: ignore[no-untyped-call]
     except rexc.ResponseError as exc:
         if "already exists" not in str(exc):
             raise
@@ -412,7 +424,7 @@ async def load_script_sources(client: aioredis.Redis) -> None:
     """SCRIPT LOAD every script, in one round trip (for EVALSHA)."""
     pipe = client.pipeline(transaction=False)
     for script in SCRIPTS.values():
-        pipe.execute_command("SCRIPT", "LOAD", script.source)
+        pipe.execute_command("SCRIPT", "LOAD", build_of(client, script).source)
     await pipe.execute()
 
 

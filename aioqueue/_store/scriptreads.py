@@ -66,7 +66,7 @@ class QueueReads:
         readable creation time)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.job(job_id), "ct")
-        server_time(pipe, self.client, self.keys.stats)
+        server_time(pipe, self.client, self.keys.testclock)
         ct, (sec, usec) = await self.read(pipe.execute())
         try:
             return int(sec) * 1000 + int(usec) // 1000 - int(ct)
@@ -80,7 +80,7 @@ class QueueReads:
         workers, (id, registration deadline ms, description, jobs held)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        server_time(pipe, self.client, k.stats)
+        server_time(pipe, self.client, k.testclock)
         pipe.zrange(k.workers, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000
@@ -172,7 +172,7 @@ class QueueReads:
 
     async def server_ms(self) -> int:
         """The server's clock (TIME), in ms."""
-        sec, usec = await self.read(server_time(self.client, self.client, self.keys.stats))
+        sec, usec = await self.read(server_time(self.client, self.client, self.keys.testclock))
         return int(sec) * 1000 + int(usec) // 1000
 
     async def throughput(self) -> dict[bytes, bytes]:
@@ -360,7 +360,7 @@ class QueueReads:
         """The server's clock (ms) and the schedules' stored next ticks, earliest first (as
         stored: a planted score may be any float, even infinite)."""
         pipe = self.client.pipeline(transaction=False)
-        server_time(pipe, self.client, self.keys.stats)
+        server_time(pipe, self.client, self.keys.testclock)
         pipe.zrange(self.keys.cron_next, 0, limit - 1, withscores=True)
         (sec, usec), entries = await self.read(pipe.execute())
         now = int(sec) * 1000 + int(usec) // 1000

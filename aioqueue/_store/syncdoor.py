@@ -17,7 +17,6 @@ from .._model.keys import QueueKeys
 from .._model.record import JobRecord, Template
 from .cluster import MOVING_ERRORS, every_primary, is_cluster, slot_runs
 from .loader import (
-    LIBRARY,
     SCRIPTS,
     Script,
     ScriptCall,
@@ -25,13 +24,14 @@ from .loader import (
     enqueue_run_calls,
     function_missing,
     group_names,
+    library_of,
     parse_watch,
     pipeline_failures,
     read_group_names,
     read_lane_counts,
     wrap_redis_error,
 )
-from .wire import evalsha_command, use_functions
+from .wire import build_of, evalsha_command, use_functions
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ def load_library_blocking(client: redis.Redis) -> None:
 
     def load() -> None:
         try:
-            client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+            client.execute_command("FUNCTION", "LOAD", library_of(client).source)  # type: ignore[no-untyped-call]
         except rexc.ResponseError as exc:
             if "already exists" not in str(exc):
                 use_functions(client, False)
@@ -71,12 +71,16 @@ def evalsha_blocking(
         try:
             return client.execute_command(*command)  # type: ignore[no-untyped-call]
         except rexc.NoScriptError:
-            load = ("SCRIPT", "LOAD", script.source)  # on a cluster, on every primary
+            load = (
+                "SCRIPT",
+                "LOAD",
+                build_of(client, script).source,
+            )  # on a cluster, on every primary
             client.execute_command(*load, **every_primary(client))  # type: ignore[no-untyped-call]
         except rexc.ResponseError as exc:
             if not function_missing(exc):
                 raise
-            client.execute_command("FUNCTION", "LOAD", LIBRARY.source)  # type: ignore[no-untyped-call]
+            client.execute_command("FUNCTION", "LOAD", library_of(client).source)  # type: ignore[no-untyped-call]
         return client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     return blocking_call(run)

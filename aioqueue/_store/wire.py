@@ -13,9 +13,11 @@ It relies on two redis-py internals, checked by tests/test_wire.py: a pool's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import redis.asyncio as aioredis
+
+from .clock import virtual_clock_on
 
 
 def _bulk(arg: bytes) -> bytes:
@@ -115,6 +117,17 @@ class ScriptName(Protocol):
     def sha(self) -> str: ...
     @property
     def function(self) -> str: ...
+    @property
+    def test(self) -> ScriptName: ...
+
+
+S = TypeVar("S", bound=ScriptName)
+
+
+def build_of(client: Any, script: S) -> S:
+    """The build of ``script`` that ``client`` runs: its test build (``script.test``) on a
+    client in test mode (see _store/clock.py), else itself."""
+    return cast(S, script.test) if virtual_clock_on(client) else script
 
 
 def use_functions(client: Any, on: bool) -> None:
@@ -136,6 +149,7 @@ def evalsha_command(
     an ``FCALL`` of its function where the library is loaded, else an ``EVALSHA`` (always on
     a cluster client, whose scripts are loaded on every primary with SCRIPT LOAD)."""
     pool = getattr(client, "connection_pool", None)  # None: a cluster client
+    script = build_of(client, script)
     if pool is not None and getattr(pool, "aioqueue_functions", False):
         command, target = "FCALL", script.function
     else:

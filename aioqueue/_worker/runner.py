@@ -19,6 +19,7 @@ from .._app.hooks import run_through
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
+from .._queue.deps import Parked
 from .isolation import ChildPool, ProcessIsolation, default_processes
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class Failure:
     retry_ms: int | None = None
     #: no task of that name here (the pool may hand the job back for a worker that has it)
     unknown_task: bool = False
+    #: not a failure: the job parked itself (``wait_for_children``); nothing to record
+    parked: bool = False
 
 
 class Runner:
@@ -113,7 +116,7 @@ class Runner:
         except Exception as exc:
             return Failure(corrupt(exc))
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch)
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
         _current.set(job)
         try:
             if batch is not None and opts.get("chain"):
@@ -154,6 +157,8 @@ class Runner:
                     result = await self._run_sync(task.fn, args, kwargs)
         except Retry as r:
             return _retry(task, c, r)
+        except Parked as p:  # the park script gave the lease back
+            return Failure(p, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:

@@ -417,6 +417,8 @@ class Worker(WorkerLoops):
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
+            if outcome.parked:  # wait_for_children gave the lease back: nothing to record
+                return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)
             else:

@@ -17,7 +17,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from aioqueue._model.exceptions import ConfigurationError
+from aioqueue._app.workflow import WorkflowHandle, workflow_tree
+from aioqueue._model.exceptions import ConfigurationError, WorkflowError
 from aioqueue.dashboard import _data, _find
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._charts import bars
@@ -121,6 +122,17 @@ async def job(request: Request) -> Response:
 
 
 @page
+async def workflow(request: Request) -> Response:
+    d = dash(request)
+    handle = WorkflowHandle(d.app, request.path_params["workflow_id"], queue_arg(request))
+    try:
+        tree = await workflow_tree(handle)
+    except WorkflowError as exc:
+        return error(request, 404, str(exc))
+    return d.render(request, "workflow.html", {"w": tree, "queue": handle.queue})
+
+
+@page
 async def job_json(request: Request) -> Response:
     job = await _data.job_page(dash(request).app, queue_arg(request), job_arg(request))
     keys = ("state", "attempts", "started", "lease", "finished", "progress", "result")
@@ -212,6 +224,7 @@ ROUTES: list[BaseRoute] = [
     Route("/queues/{queue}/bulk", _find.bulk, methods=["GET", "POST"]),
     Route("/queues/{queue}/jobs/{job_id:path}", job),
     Route("/api/queues/{queue}/jobs/{job_id:path}", job_json),
+    Route("/queues/{queue}/workflows/{workflow_id}", workflow),
     Route("/workers", workers),
     Route("/api/workers", workers_json),
     Route("/dead", dead),

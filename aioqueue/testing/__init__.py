@@ -6,6 +6,9 @@
   ``assert_not_enqueued(app, task)``: what is waiting to run (queued or scheduled), to check
   what code under test enqueued without running it;
 - ``unique_prefix()``: a key prefix no other test uses, to isolate tests on one server;
+- ``bind(app, url)``: lend a module-level App to one test (its server, a prefix of its own);
+- ``VirtualClock(app)``: fast-forward the time the scripts read (``await clock.advance(...)``),
+  for an App made with ``testing=True``;
 - the pytest plugin of the kit, the module ``pytest_aioqueue`` (registered under the name
   ``aioqueue`` when the package is installed), with the fixtures ``aioqueue_server``,
   ``aioqueue_url`` and ``aioqueue_app``. See docs/testing.md.
@@ -29,12 +32,19 @@ from .._model.exceptions import ConfigurationError, JobNotFound
 from .._model.job import JobInfo, JobState
 from .._queue.leases import forward_outbox
 from .._worker.worker import Worker
+from ._bind import bind
+from ._clock import VirtualClock, door
+
+# the public names are this module's, wherever in the kit they are written (as in aioqueue)
+VirtualClock.__module__ = bind.__module__ = __name__
 
 __all__ = [
     "Delayed",
     "RunSummary",
+    "VirtualClock",
     "assert_enqueued",
     "assert_not_enqueued",
+    "bind",
     "enqueued",
     "run_until_empty",
     "unique_prefix",
@@ -104,6 +114,7 @@ async def run_until_empty(
             that never ends, a delayed job due later than that with ``delayed="wait"``).
         ConfigurationError: an unknown ``delayed`` policy.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not the kit's
     if delayed not in ("run_now", "wait", "skip"):
         raise ConfigurationError(f"delayed must be 'run_now', 'wait' or 'skip', not {delayed!r}")
     seconds = to_seconds(timeout, "timeout") or 0.0
@@ -159,6 +170,7 @@ async def enqueued(
     Raises:
         ConfigurationError: more than ``MAX_LISTED`` waiting jobs (this is for tests).
     """
+    __tracebackhide__ = True
     name = _task_name(task)
     found: list[JobInfo] = []
     for qname in queues if queues is not None else _queues_of(app):
@@ -201,6 +213,7 @@ async def assert_enqueued(
     Raises:
         AssertionError: no (or not ``count``) such jobs; the message lists what does wait.
     """
+    __tracebackhide__ = True
     name = _task_name(task)
     waiting = await enqueued(app, name, queues=queues)
     want_args = None if args is None else _json_form(list(args))
@@ -232,6 +245,7 @@ async def assert_not_enqueued(
     Raises:
         AssertionError: some do; the message lists them.
     """
+    __tracebackhide__ = True
     waiting = await enqueued(app, task, queues=queues)
     if waiting:
         listed = ", ".join(f"{j.id}(*{j.args!r}, **{j.kwargs!r})" for j in waiting)
@@ -280,20 +294,22 @@ async def _make_due(app: App, names: Sequence[str]) -> None:
     scheduled set only inside scripts)."""
     redis = app.redis
     for name in names:
-        key = app.queue(name)._keys.scheduled
+        key = door(app, name).keys.scheduled
         ids = cast(list[bytes], await redis.zrange(key, 0, -1))
         for start in range(0, len(ids), _CHUNK):
             await redis.zadd(key, dict.fromkeys(ids[start : start + _CHUNK], 0), xx=True)
 
 
 async def _until_next_due(app: App, names: Sequence[str]) -> float:
-    """Seconds until the earliest delayed job of ``names`` falls due, by the server's clock."""
+    """Seconds until the earliest delayed job of ``names`` falls due, by the server's clock
+    (the virtual clock's, in test mode)."""
     redis = app.redis
-    sec, usec = await redis.time()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
-    due = []
+    waits = []
     for name in names:
-        key = app.queue(name)._keys.scheduled
-        first = cast(list[tuple[bytes, float]], await redis.zrange(key, 0, 0, withscores=True))
-        due += [int(score) for _, score in first]
-    return max((min(due, default=now_ms) - now_ms) / 1000, 0.001)
+        q = door(app, name)
+        now_ms = await q.server_ms()
+        first = cast(
+            list[tuple[bytes, float]], await redis.zrange(q.keys.scheduled, 0, 0, withscores=True)
+        )
+        waits += [(int(score) - now_ms) / 1000 for _, score in first]
+    return max(min(waits, default=0.0), 0.001)

@@ -22,3 +22,14 @@ def aioqueue_cli(
         check=False,
         env=full,
     )
+
+
+def user_pytest(*args: str) -> list[str]:
+    """The command that runs pytest on a user's test files (``args``) as a user would: no
+    cache, and pytest-asyncio in its default strict mode (docs/testing.md's examples must
+    work there)."""
+    return [
+        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+        *("-p", "pytest_asyncio", "--asyncio-mode=strict"),
+        *args,
+    ]

@@ -88,7 +88,12 @@ elseif op == 'cancel' then
   -- sub-jobs on this queue that have not started are cancelled here; those on other queues
   -- are cancelled by the caller on their own queues; running ones finish, uncounted
   for _, member in ipairs(call('ZRANGE', bk .. ':all', 0, -1)) do
-    if cancel_waiting(member, job_key(member), now, ttl) then n = n + 1 end
+    local mk = job_key(member)
+    if cancel_waiting(member, mk, now, ttl) then
+      n = n + 1
+      -- its dependents, if any, end with it (its batch is cancelled: not counted there)
+      if call('HGET', mk, 'dd') then deps_outcome(member, false, now) end
+    end
   end
   if n > 0 then call('HINCRBY', K_STATS, 'cancelled', n) end
   local own = call('HMGET', bk, 'grp', 'lim')

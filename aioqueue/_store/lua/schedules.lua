@@ -18,8 +18,8 @@
   contain: a definitions key that is not a hash, or a ticks key that is not a sorted set, is
     renamed aside. Returns the number renamed
   Every set-aside key is listed in the garbled record with its reason and counted in stats.
-  This script has no library parts (its keys are not a queue's transition keys), so it calls
-  Redis directly; put and remove read both keys before they write either, so a key of the
+  Of the library it uses only core's now_ms (its keys are not a queue's transition keys, so
+  it calls Redis directly); put and remove read both keys before they write either, so a key of the
   wrong type fails the call (a typed error to the caller, who then runs contain) before
   anything is changed. ]]
 local op = ARGV[2]
@@ -29,11 +29,6 @@ local MAX_TICK = 9007199254740992
 local function valid_tick(v)
   local n = tonumber(v)
   return n ~= nil and n == n and n >= 0 and n <= MAX_TICK and n == math.floor(n)
-end
-
-local function clock_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 local function free_name(key, now)
@@ -76,7 +71,7 @@ elseif op == 'put' then
 elseif op == 'aside_def' then
   local name = ARGV[3]
   if redis.call('HGET', KEYS[1], name) ~= ARGV[4] then return 0 end
-  local now = clock_ms()
+  local now = now_ms()
   local to = free_name(KEYS[1] .. ':' .. name, now)
   redis.call('SET', to, ARGV[4])
   redis.call('HDEL', KEYS[1], name)
@@ -84,7 +79,7 @@ elseif op == 'aside_def' then
   note(to, KEYS[1], 'schedule ' .. name .. ': ' .. ARGV[5], 1, now)
   return 1
 elseif op == 'aside_ticks' then
-  local now, to, moved = clock_ms(), nil, 0
+  local now, to, moved = now_ms(), nil, 0
   for i = 4, #ARGV do
     local name = ARGV[i]
     local tick = redis.call('ZSCORE', KEYS[2], name)
@@ -98,7 +93,7 @@ elseif op == 'aside_ticks' then
   if moved > 0 then note(to, KEYS[2], moved .. ' ' .. ARGV[3], moved, now) end
   return moved
 elseif op == 'contain' then
-  local now, n = clock_ms(), 0
+  local now, n = now_ms(), 0
   for i, want in ipairs({'hash', 'zset'}) do
     local kind = redis.call('TYPE', KEYS[i]).ok
     if kind ~= want and kind ~= 'none' then

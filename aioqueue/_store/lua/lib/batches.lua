@@ -26,6 +26,8 @@ local CANCELLED_ERROR = cjson.encode({type = 'Cancelled', message = 'cancelled'}
 -- batch_maybe_finish tells the next link of a chain that its step was cancelled, through
 -- batch_outcome, defined below
 local batch_outcome
+-- a finished job tells its dependents (lib/deps, which comes later and defines it)
+local deps_outcome
 
 -- count a sub-job into its batch (idempotent on the member); returns 1 if it was new
 local function batch_add(bid, member)
@@ -110,14 +112,16 @@ local function batch_apply(bid, member, ok, value, now)
   end
 end
 
--- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any
--- returns true when the outcome was handed over through the outbox (see batch.lua 'apply')
+-- a job finished for good (completed, dead-lettered or cancelled): tell its batch, if any,
+-- and its dependents (dd, lib/deps); returns true when something was handed over through the
+-- outbox (see batch.lua 'apply', deps.lua 'met')
 batch_outcome = function(id, jk, ok, value, now)
-  local r = call('HMGET', jk, 'b', 'bh', 'bm')
-  if not r[1] then return false end
+  local r = call('HMGET', jk, 'b', 'bh', 'bm', 'dd')
+  local forwarded = r[4] and deps_outcome(id, ok, now) or false
+  if not r[1] then return forwarded end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)
-    return false
+    return forwarded
   end
   -- the batch lives on another queue (another cluster slot): hand the outcome over, as
   -- length-prefixed fields (binary-safe: results may be pickles)

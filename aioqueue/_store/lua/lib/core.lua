@@ -92,6 +92,10 @@ local function check_count(n, cap)
   if n > cap then error('aioqueue: at most ' .. cap .. ' jobs a call, not ' .. n, 0) end
 end
 
+-- the server's clock in ms: the ONE place every script reads the time (never TIME
+-- elsewhere). An App made with testing=True runs a test build of the scripts in which it
+-- adds the virtual clock's offset (see aioqueue/_store/clock.py; tests/test_clock.py checks
+-- that no script reads TIME but here)
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -163,7 +163,8 @@ local function cancel_waiting(id, jk, now, ttl, err)
   unlock(id, r[4])
   call('HSET', jk, 's', 'cancelled', 'f', now, 'e', err or CANCELLED_BEFORE)
   call('ZREM', K_SCHED, id)
-  if s == 'queued' then leave_lane(id, r[2], r[3]) end
+  if s == 'queued' then leave_lane(id, r[2], r[3])
+  elseif s == 'waiting' then call('ZREM', BASE .. 'waiting', id) end
   if ttl > 0 then call('PEXPIRE', jk, ttl) end
   index_finished(K_CANCELLED, now, {id})
   emit_job('cancelled', id, jk, 'Cancelled')

@@ -1,0 +1,343 @@
+"""DAG workflows (issue 27, point 2; docs/workflows.md): ``app.workflow(name)`` builds a graph
+of task calls with edges, checks it before anything is stored (a cycle, a missing step), and
+enqueues it gated: a workflow record (``job:<workflow id>``, waiting) is stored first, every
+step waits for its dependencies (``_queue/deps.py``) and the steps without any wait for the
+record; the last call opens the record, which releases them. A producer that dies midway
+leaves a closed graph that never runs (``WorkflowHandle.cancel`` removes it).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, Final, Protocol
+
+from .._model.checks import new_job_id
+from .._model.exceptions import ConfigurationError, WorkflowError
+from .._model.job import Job
+from .._model.keys import QueueKeys
+from .._model.limits import MAX_JOBS_PER_CALL
+from .._model.record import JobOptions
+from .._queue.deps import POLICIES, DependencyPolicy, deps_run, put_blobs
+from .._queue.depsbox import deps_call, door
+from .._store.loader import ScriptCall
+
+# App and Call are not imported, even for types: each reaches back to App, which imports this
+# module (tests/test_layers.py keeps type-level cycles out)
+
+
+class StepCall(Protocol):
+    """A task call with its arguments bound (``task.call(...)``: a ``Call``)."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def opts(self) -> JobOptions: ...
+
+
+#: the most steps one workflow may have
+MAX_STEPS: Final = 100_000
+#: script calls sent in one round trip while storing a workflow
+_PIPELINE: Final = 1000
+
+
+class WorkflowState(enum.StrEnum):
+    """Where a workflow is: ``pending`` (stored but not released: its enqueue did not end),
+    ``running``, ``completed`` (every step), ``failed`` (a step was dead-lettered) or
+    ``cancelled`` (a step was cancelled, and none failed)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Workflow:
+    """A graph of task calls (``app.workflow(name)``): ``step`` adds one, ``after=`` names the
+    steps it waits for; ``enqueue`` stores it. A step runs once every step it waits for
+    completed; a step that fails for good or is cancelled follows ``on_failure`` (as
+    ``on_dependency_failure``: ``cancel`` its dependents, the default, ``run`` them anyway,
+    or ``fail`` them)."""
+
+    __slots__ = ("_steps", "app", "name", "on_failure")
+
+    def __init__(self, app: Any, name: str, on_failure: DependencyPolicy = "cancel") -> None:
+        if not name or len(name) > 200:
+            raise ConfigurationError("a workflow's name is 1 to 200 characters")
+        if on_failure not in POLICIES:
+            raise ConfigurationError(f"on_failure must be one of {POLICIES}")
+        self.app = app
+        self.name = name
+        self.on_failure = on_failure
+        self._steps: dict[str, tuple[StepCall, tuple[str, ...]]] = {}
+
+    def step(self, name: str, call: StepCall, *, after: Iterable[str] = ()) -> str:
+        """Add step ``name`` running ``call`` (``task.call(...)``) once the steps ``after``
+        completed; returns ``name`` (to use in another step's ``after``).
+
+        Raises:
+            WorkflowError: a step of that name exists.
+            ConfigurationError: ``call`` has options a step cannot have (unique, delay, at).
+        """
+        if name in self._steps:
+            raise WorkflowError(f"workflow {self.name!r}: step {name!r} is added twice")
+        o = call.opts
+        if o.unique is not None or o.delay is not None or o.at is not None:
+            raise ConfigurationError("a workflow's steps cannot be unique or delayed")
+        self._steps[name] = (call, tuple(dict.fromkeys(after)))
+        return name
+
+    def order(self) -> list[str]:
+        """The steps, each after the steps it waits for.
+
+        Raises:
+            WorkflowError: no steps, too many, an edge to a missing step, or a cycle.
+        """
+        steps = self._steps
+        if not steps or len(steps) > MAX_STEPS:
+            raise WorkflowError(f"workflow {self.name!r} has 1 to {MAX_STEPS} steps")
+        waits: dict[str, int] = {}
+        feeds: dict[str, list[str]] = {name: [] for name in steps}
+        for name, (_, after) in steps.items():
+            for dep in after:
+                if dep not in steps:
+                    raise WorkflowError(f"step {name!r} waits for {dep!r}, which is no step")
+                feeds[dep].append(name)
+            waits[name] = len(after)
+        ready = [name for name, n in waits.items() if n == 0]
+        out: list[str] = []
+        while ready:
+            name = ready.pop()
+            out.append(name)
+            for nxt in feeds[name]:
+                waits[nxt] -= 1
+                if waits[nxt] == 0:
+                    ready.append(nxt)
+        if len(out) < len(steps):
+            stuck = sorted(n for n, w in waits.items() if w > 0)[:5]
+            raise WorkflowError(f"workflow {self.name!r} has a cycle through {stuck}")
+        return out
+
+    async def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+        """Store the workflow (its record on ``queue``, default the App's) and release it.
+
+        Raises:
+            WorkflowError: the graph cannot run (nothing was stored).
+        """
+        order = self.order()
+        app = self.app
+        home: str = app.queue(queue).name
+        wid = f"wf-{uuid.uuid4().hex}"
+        queues: dict[str, str] = {}
+        ids: dict[str, str] = {}
+        for name in order:
+            call = self._steps[name][0]
+            queues[name] = app.queue(call.opts.queue or call.task.queue).name
+            ids[name] = call.opts.job_id or new_job_id()
+        member = {name: QueueKeys(app.prefix, queues[name]).member(ids[name]) for name in order}
+        fed = {dep for _, after in self._steps.values() for dep in after}
+        graph = {
+            "name": self.name,
+            "steps": {
+                name: {"q": queues[name], "id": ids[name], "after": list(after)}
+                for name, (_, after) in self._steps.items()
+            },
+            "sinks": [name for name in order if name not in fed],
+        }
+        doors = {q: door(app, q) for q in {home, *queues.values()}}
+        hd = doors[home]
+        calls: list[ScriptCall] = [deps_call(hd, "gate", wid, self.name, json.dumps(graph))]
+        gate = hd.keys.member(wid)
+        # steps go in runs per queue ("adds": at most 1,000 steps and dependencies a call);
+        # before a step's calls on other queues (its remote dependencies count it in there)
+        # or its further dependencies ("extend"), every run so far is flushed, so what they
+        # name is stored first
+        runs: dict[str, list[Any]] = {q: [] for q in doors}
+        work: dict[str, int] = dict.fromkeys(doors, 0)
+
+        def flush(*only: str) -> None:
+            for rq in only or tuple(runs):
+                if runs[rq]:
+                    calls.append(deps_call(doors[rq], "adds", *runs[rq]))
+                    runs[rq], work[rq] = [], 0
+
+        policy = (self.on_failure, app.dead_ttl_ms)
+        for name in order:
+            call, after = self._steps[name]
+            q = queues[name]
+            rec = call.task.record_of(call, q, ids[name])
+            await put_blobs(app, q, (rec.id,))
+            deps = [member[d] for d in after] or [gate]
+            first = deps[: MAX_JOBS_PER_CALL - 1]
+            if work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
+                flush(q)
+            t = rec.template
+            values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
+            runs[q] += (rec.id, *values, *policy, len(first), *first)
+            work[q] += 1 + len(first)
+            remote: dict[str, list[str]] = {}
+            for dep in after:
+                if queues[dep] != q:
+                    remote.setdefault(queues[dep], []).append(ids[dep])
+            if not after and home != q:
+                remote[home] = [wid]
+            rest = deps[len(first) :]
+            if not rest and not remote:
+                continue
+            flush()
+            for i in range(0, len(rest), MAX_JOBS_PER_CALL):
+                calls.append(
+                    deps_call(doors[q], "extend", rec.id, *rest[i : i + MAX_JOBS_PER_CALL])
+                )
+            for rq, rids in remote.items():
+                for i in range(0, len(rids), MAX_JOBS_PER_CALL):
+                    chunk = rids[i : i + MAX_JOBS_PER_CALL]
+                    calls.append(deps_call(doors[rq], "watch", member[name], *chunk))
+        flush()
+        for i in range(0, len(calls), _PIPELINE):
+            for res in await hd.scripts.run_many(calls[i : i + _PIPELINE]):
+                if isinstance(res, list) and res and res[0] == -3:
+                    raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
+        await deps_run(hd, "open", wid, max(app.result_ttl_default_ms, 0))
+        # what opening handed to the outbox, at once rather than at the workers' next reap:
+        # the first steps on other queues (counted once: the forwarder's copy is a no-op),
+        # and those past what one call tells
+        for name in order:
+            if not self._steps[name][1] and queues[name] != home:
+                await deps_run(doors[queues[name]], "met", ids[name], gate, "1")
+        while await deps_run(hd, "more", wid, "1"):
+            pass
+        return WorkflowHandle(app, wid, home)
+
+
+class WorkflowHandle:
+    """A stored workflow (from ``Workflow.enqueue``, or ``WorkflowHandle(app, id)`` for one
+    whose record is on ``queue``, default the App's)."""
+
+    __slots__ = ("app", "id", "queue")
+
+    def __init__(self, app: Any, workflow_id: str, queue: str | None = None) -> None:
+        self.app = app
+        self.id = workflow_id
+        self.queue: str = app.queue(queue).name
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle(id={self.id!r}, queue={self.queue!r})"
+
+    async def graph(self) -> dict[str, Any]:
+        """The stored graph: ``name``, ``steps`` (name -> ``q`` queue, ``id`` job id,
+        ``after``), ``sinks``, ``released`` (False while its enqueue has not ended) and
+        ``cancelled``.
+
+        Raises:
+            WorkflowError: no such workflow (never stored, or its record expired).
+        """
+        rows = await door(self.app, self.queue).scripts.job_fields([self.id], ["s", "wg"])
+        s, wg = rows[0]
+        try:
+            graph = json.loads(wg or b"")
+        except ValueError:
+            graph = None
+        if not isinstance(graph, dict) or not isinstance(graph.get("steps"), dict):
+            raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue!r}")
+        graph["released"] = s != b"waiting"
+        graph["cancelled"] = s == b"cancelled"
+        return graph
+
+    def _by_queue(self, graph: dict[str, Any]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for v in graph["steps"].values():
+            out.setdefault(v["q"], []).append(v["id"])
+        return out
+
+    async def nodes(self) -> dict[str, str | None]:
+        """Each step's state (a ``JobState`` value; None: its record is gone, expired or
+        purged)."""
+        graph = await self.graph()
+        states: dict[tuple[str, str], str | None] = {}
+        for name, qids in self._by_queue(graph).items():
+            rows = await door(self.app, name).scripts.job_fields(qids, ["s"])
+            for job_id, (s,) in zip(qids, rows, strict=True):
+                states[name, job_id] = s.decode(errors="replace") if s else None
+        return {n: states[v["q"], v["id"]] for n, v in graph["steps"].items()}
+
+    async def state(self) -> WorkflowState:
+        """The workflow's state, from its steps' (see ``WorkflowState``)."""
+        graph = await self.graph()
+        if graph["cancelled"]:
+            return WorkflowState.CANCELLED
+        if not graph["released"]:
+            return WorkflowState.PENDING
+        states = set((await self.nodes()).values())
+        if "failed" in states:
+            return WorkflowState.FAILED
+        if "cancelled" in states:
+            return WorkflowState.CANCELLED
+        if states == {"completed"}:
+            return WorkflowState.COMPLETED
+        return WorkflowState.RUNNING
+
+    async def result(self, timeout: float | timedelta | None = None) -> Any:
+        """The result of its sink (the step no other waits for); with several sinks, their
+        results by step name. Raises as ``Job.result`` does for the sink."""
+        graph = await self.graph()
+        steps = graph["steps"]
+        jobs: dict[str, Job[Any]] = {
+            n: Job(self.app.queue(steps[n]["q"]), steps[n]["id"]) for n in graph["sinks"]
+        }
+        if len(jobs) == 1:
+            return await next(iter(jobs.values())).result(timeout)
+        return {n: await job.result(timeout) for n, job in jobs.items()}
+
+    async def cancel(self) -> int:
+        """Cancel every step that has not ended (running ones are asked to stop); returns
+        how many were cancelled at once."""
+        n = 0
+        await self.app.queue(self.queue).cancel_jobs([self.id])  # a closed graph: none runs
+        for name, qids in self._by_queue(await self.graph()).items():
+            n += await self.app.queue(name).cancel_jobs(qids)
+        return n
+
+
+#: the most steps a tree shows (a larger workflow's tree ends with how many were left out)
+TREE_MAX: Final = 2000
+
+
+async def workflow_tree(handle: WorkflowHandle) -> dict[str, Any]:
+    """What the CLI and the dashboard show of a workflow: its ``id``, ``name``, ``state``
+    and ``rows``, its steps depth first from the first steps, each once (under the first
+    step it waits for), as dicts ``step``, ``depth``, ``state``, ``queue``, ``job``, ``after``
+    (at most ``TREE_MAX``; ``more`` counts the steps left out)."""
+    graph = await handle.graph()
+    states = await handle.nodes()
+    steps: dict[str, Any] = graph["steps"]
+    below: dict[str, list[str]] = {n: [] for n in steps}
+    for name, v in steps.items():
+        if v["after"]:
+            below[v["after"][0]].append(name)
+    rows: list[dict[str, Any]] = []
+    todo = [(n, 0) for n in reversed([n for n, v in steps.items() if not v["after"]])]
+    while todo and len(rows) < TREE_MAX:
+        name, depth = todo.pop()
+        v = steps[name]
+        row = {"step": name, "depth": depth, "state": states.get(name), "queue": v["q"]}
+        rows.append({**row, "job": v["id"], "after": v["after"]})
+        todo += [(n, depth + 1) for n in reversed(below[name])]
+    return {
+        "id": handle.id,
+        "name": graph["name"],
+        "state": (await handle.state()).value,
+        "rows": rows,
+        "more": len(steps) - len(rows),
+    }

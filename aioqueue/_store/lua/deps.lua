@@ -1,0 +1,176 @@
+--[[ deps: job dependencies (see lib/deps for the keys). Runs on one queue:
+  KEYS[1..13] the shared transition keys (see lib/core)
+  ARGV[1] key base   ARGV[2] operation, then by operation (Returns: below, per operation):
+    add    ARGV[3] id   ARGV[4] task   ARGV[5] payload   ARGV[6] max attempts   ARGV[7]
+           priority   ARGV[8] group ('' none)   ARGV[9] options JSON ('' none)   ARGV[10]
+           policy (cancel|run|fail)   ARGV[11] retention ms of a cancelled or dead end (0 for
+           good)   ARGV[12..] its dependencies (members, at most MAX_JOBS_PER_CALL)
+           stores the job waiting for them; returns 1 stored, 0 a job with this id exists
+           (nothing changed), or {-3, member}: that dependency on this queue is no job
+           (nothing stored)
+    adds   ARGV[3..] steps of a workflow, 10 values each then their dependencies: id, task,
+           payload, max attempts, priority, group, options, policy, retention ms, k, then k
+           dependencies (members); stores each as add does (a step's dependencies are stored
+           before it: earlier in this call or before it); at most MAX_JOBS_PER_CALL steps and
+           dependencies together; returns the number of steps stored
+    park   ARGV[3] id   ARGV[4] lease token   ARGV[5] policy   ARGV[6] retention ms
+           ARGV[7..] dependencies: the active job, fenced by its lease, leaves its lease
+           without spending the attempt and waits for them (its children); returns 1, -1 no
+           such job, -2 token mismatch or not active, {-3, member} as for add
+    check  ARGV[3..] ids on this queue: returns the first that is no job, or false
+    watch  ARGV[3] a dependent (member)   ARGV[4..] ids of its dependencies on this queue:
+           registers it with each; returns a code per id: 'c' completed, 'f' failed or
+           cancelled, 'x' no such job, 'w' registered
+    met    ARGV[3..] triples: dependent id (on this queue), dependency (member), 1 completed
+           / 0 failed: each counted once; returns the number of triples
+    extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
+           node with more than one call holds); returns 1, 0 when it is not waiting
+    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
+           workflow's record, waiting (closed); returns 1, 0 when it exists
+    open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
+           which releases the nodes that wait for it; returns 1, 0 when it was not closed
+    more   ARGV[3..] pairs: id on this queue, 1 / 0: tell more of its dependents (the rest
+           of a dependency's dependents, handed on through the outbox); returns 1 when some
+           are left for another call ]]
+local op = ARGV[2]
+local now = now_ms()
+
+local function tail(from)
+  local out = {}
+  for i = from, #ARGV do out[#out + 1] = ARGV[i] end
+  check_count(#out)
+  return out
+end
+
+-- store job id waiting for deps (ARGV[at..at + 8]: id, task, payload, max attempts,
+-- priority, group, options, policy, retention ms)
+local function store(at, deps)
+  local id = ARGV[at]
+  local jk = job_key(id)
+  if call('EXISTS', jk) == 1 then return 0 end
+  call('HSET', jk, 't', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now,
+    's', 'waiting')
+  if ARGV[at + 4] ~= '0' then call('HSET', jk, 'pr', ARGV[at + 4]) end
+  if ARGV[at + 5] ~= '' then call('HSET', jk, 'g', ARGV[at + 5]) end
+  if ARGV[at + 6] ~= '' then call('HSET', jk, 'o', ARGV[at + 6]) end
+  emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
+  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now)
+  return 1
+end
+
+if op == 'add' then
+  local id = ARGV[3]
+  local jk = job_key(id)
+  local deps = tail(12)
+  if call('EXISTS', jk) == 1 then return 0 end
+  local missing = dep_missing(deps)
+  if missing then return {-3, missing} end
+  store(3, deps)
+  call('HINCRBY', K_STATS, 'enqueued', 1)
+  emit_flush()
+  return 1
+end
+
+if op == 'adds' then
+  -- the steps and their dependencies, counted before any write
+  local steps, at, work = {}, 3, 0
+  while at <= #ARGV do
+    local k = tonumber(ARGV[at + 9]) or 0
+    steps[#steps + 1] = {at, k}
+    work = work + 1 + k
+    check_count(work)
+    at = at + 10 + k
+  end
+  local n = 0
+  for _, st in ipairs(steps) do
+    local deps = {}
+    for i = st[1] + 10, st[1] + 9 + st[2] do deps[#deps + 1] = ARGV[i] end
+    n = n + store(st[1], deps)
+  end
+  if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end
+  emit_flush()
+  return n
+end
+
+if op == 'park' then
+  local id, tok = ARGV[3], ARGV[4]
+  local jk = job_key(id)
+  local deps = tail(7)
+  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk')
+  if not r[1] then return -1 end
+  if r[1] ~= 'active' or r[2] ~= tok then return -2 end
+  local missing = dep_missing(deps)
+  if missing then return {-3, missing} end
+  call('ZREM', K_ACTIVE, id)
+  unhold(r[5], id)
+  release_slot(r[4])
+  -- the attempt is not spent: a park is not a failure
+  local a = count_of(r[3]) or 1
+  call('HSET', jk, 'a', math.max(a - 1, 0), 'rl', tok)
+  dep_wait(id, jk, deps, ARGV[5], tonumber(ARGV[6]) or 0, now)
+  if has_ready() then wake() end
+  return 1
+end
+
+if op == 'extend' then
+  local id = ARGV[3]
+  local jk = job_key(id)
+  local deps = tail(4)
+  local r = call('HMGET', jk, 's', 'dp', 'dt')
+  if r[1] ~= 'waiting' or not r[2] then return 0 end
+  local missing = dep_missing(deps)
+  if missing then return {-3, missing} end
+  dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true)
+  return 1
+end
+
+if op == 'gate' then
+  local jk = job_key(ARGV[3])
+  if call('EXISTS', jk) == 1 then return 0 end
+  call('HSET', jk, 's', 'waiting', 't', '', 'wn', ARGV[4], 'wg', ARGV[5], 'ct', now)
+  return 1
+end
+
+if op == 'open' then
+  local id = ARGV[3]
+  local jk = job_key(id)
+  if call('HGET', jk, 's') ~= 'waiting' or call('HEXISTS', jk, 'wg') == 0 then return 0 end
+  call('HSET', jk, 's', 'completed', 'f', now)
+  local ttl = tonumber(ARGV[4]) or 0
+  if ttl > 0 then call('PEXPIRE', jk, ttl) end
+  deps_outcome(id, true, now)
+  emit_flush()
+  return 1
+end
+
+if op == 'check' then
+  local missing = dep_missing(tail(3))
+  if missing then return string.sub(missing, #BASE + 1) end
+  return false
+end
+
+if op == 'watch' then
+  local member = ARGV[3]
+  local out = {}
+  for _, id in ipairs(tail(4)) do out[#out + 1] = dep_register(id, member) end
+  return out
+end
+
+if op == 'met' then
+  local n = (#ARGV - 2) / 3
+  check_count(n)
+  for i = 3, #ARGV - 2, 3 do dep_met(ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', now) end
+  emit_flush()
+  return n
+end
+
+if op == 'more' then
+  check_count((#ARGV - 2) / 2)
+  local left = 0
+  for i = 3, #ARGV - 1, 2 do
+    if deps_outcome(ARGV[i], ARGV[i + 1] == '1', now) then left = 1 end
+  end
+  emit_flush()
+  return left
+end
+return redis.error_reply('unknown operation ' .. tostring(op))

@@ -1,0 +1,241 @@
+"""Job dependencies and parked parents (issue 27, points 1 and 3): ``depends_on=`` keeps a job
+``waiting`` until each dependency completed, on its queue or another (another Cluster slot);
+a failed or cancelled dependency follows ``on_dependency_failure``; unknown ids are refused
+before anything is stored; ``wait_for_children`` parks a running job without a slot or an
+attempt, and it runs again once its children ended.
+
+In-process workers here; real worker processes killed with SIGKILL in test_deps_crash.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from aioqueue import (
+    App,
+    Batch,
+    ConfigurationError,
+    JobCancelled,
+    JobFailed,
+    JobState,
+    UnknownDependency,
+    Worker,
+)
+from aioqueue._model.limits import MAX_JOBS_PER_CALL
+
+from .support.apps import open_app
+from .support.invariants import check_invariants
+from .support.server import text
+from .wfapp import OTHER, WfTasks, register
+
+# also on a local Valkey Cluster (tests/conftest.py): there the two queues are two slots
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+async def wapp(redis_url: str, prefix: str) -> AsyncIterator[App]:
+    async with open_app(redis_url, prefix=prefix, lease=2.0) as opened:
+        yield opened
+
+
+@pytest.fixture
+def tasks(wapp: App) -> WfTasks:
+    return register(wapp)
+
+
+async def log(redis: Redis, t: WfTasks) -> list[str]:
+    return [text(v) for v in await redis.lrange(t.keys.log, 0, -1)]
+
+
+async def runs(redis: Redis, t: WfTasks) -> dict[str, int]:
+    return {text(k): int(v) for k, v in (await redis.hgetall(t.keys.runs)).items()}
+
+
+def both(app: App) -> list[str]:
+    return [app.default_queue, OTHER]
+
+
+async def test_a_dependent_waits_for_every_dependency_then_reads_their_results(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    t = tasks
+    gate = f"{{{wapp.prefix}:w}}:gate"
+    a = await t.slow.enqueue(1, gate)
+    b = await t.step_other.enqueue(2)  # another queue (another slot on a cluster)
+    c = await t.join.options(depends_on=[a, b]).enqueue("c")
+    assert await c.state() is JobState.WAITING
+    page = await wapp.queue().jobs("waiting")
+    assert [j.id for j in page.items] == [c.id]
+    async with Worker(wapp, queues=both(wapp), concurrency=4):
+        await b.result(timeout=30)
+        assert await c.state() is JobState.WAITING  # a still holds it
+        await redis.set(gate, 1)
+        out = await c.result(timeout=30)
+    assert out == {"tag": "c", "results": {a.id: 10, b.id: 20}}
+    order = await log(redis, t)
+    assert order.index(c.id) > order.index(a.id)
+    assert order.index(c.id) > order.index(b.id)
+    assert (await wapp.queue().jobs("waiting")).items == ()
+    assert sorted((await check_invariants(redis, wapp.queue()._keys)).values()) == [
+        "completed",
+        "completed",
+    ]
+
+
+async def test_a_dependency_that_completed_already_counts_at_once(
+    wapp: App, tasks: WfTasks
+) -> None:
+    t = tasks
+    a = await t.step.enqueue(3)
+    async with Worker(wapp, concurrency=2):
+        assert await a.result(timeout=30) == 30
+        c = await t.join.options(depends_on=[a.id]).enqueue("late")
+        assert (await c.result(timeout=30))["results"] == {a.id: 30}
+
+
+async def test_unknown_dependencies_are_refused_and_nothing_is_stored(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    t = tasks
+    a = await t.step.enqueue(1)
+    with pytest.raises(UnknownDependency) as e:
+        await t.join.options(depends_on=[a, "no-such-job"], job_id="j1").enqueue("x")
+    assert e.value.job_id == "no-such-job"
+    with pytest.raises(UnknownDependency):  # on another queue
+        await t.join.options(depends_on=[a, wapp.queue(OTHER).job("nope")]).enqueue("x")
+    assert not await redis.exists(wapp.queue()._keys.job("j1"))
+    states = await check_invariants(redis, wapp.queue()._keys)
+    assert states == {a.id: "queued"}
+    with pytest.raises(ConfigurationError):
+        t.join.options(depends_on=[])
+    with pytest.raises(ConfigurationError):
+        t.join.options(depends_on=["x"] * 2 + [str(i) for i in range(MAX_JOBS_PER_CALL)])
+    with pytest.raises(ConfigurationError):
+        t.join.options(depends_on=[a], on_dependency_failure="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        await t.join.options(depends_on=[a], delay=5).enqueue("x")
+
+
+@pytest.mark.parametrize("where", ["same", "other"])
+async def test_a_failed_dependency_cancels_its_dependents_down_the_graph(
+    wapp: App, tasks: WfTasks, redis: Redis, where: str
+) -> None:
+    t = tasks
+    bad = await t.boom.options(queue=OTHER if where == "other" else None).enqueue(1)
+    ok = await t.step.enqueue(2)
+    mid = await t.join.options(depends_on=[bad, ok]).enqueue("mid")
+    low = await t.join.options(depends_on=[mid]).enqueue("low")
+    async with Worker(wapp, queues=both(wapp), concurrency=4):
+        with pytest.raises(JobCancelled):
+            await low.result(timeout=30)
+    for job in (mid, low):
+        info = await job.info()
+        assert info.state is JobState.CANCELLED
+        assert info.error is not None
+        assert info.error.type == "DependencyFailed"
+    assert mid.id not in await runs(redis, t)
+    assert low.id not in await runs(redis, t)
+
+
+async def test_policy_run_runs_anyway_and_fail_dead_letters(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    t = tasks
+    bad = await t.boom.enqueue(1)
+    ok = await t.step.enqueue(2)
+    anyway = await t.join.options(depends_on=[bad, ok], on_dependency_failure="run").enqueue("r")
+    dead = await t.join.options(depends_on=[bad], on_dependency_failure="fail").enqueue("f")
+    async with Worker(wapp, concurrency=4):
+        assert await anyway.result(timeout=30) == {"tag": "r", "results": {ok.id: 20}}
+        with pytest.raises(JobFailed) as e:
+            await dead.result(timeout=30)
+    assert e.value.error_type == "DependencyFailed"
+
+
+async def test_cancelling_a_dependency_cancels_its_dependents(wapp: App, tasks: WfTasks) -> None:
+    t = tasks
+    a = await t.step.enqueue(1)
+    c = await t.join.options(depends_on=[a]).enqueue("c")
+    assert await a.cancel()
+    assert await c.state() is JobState.CANCELLED
+    # and a waiting dependent can itself be cancelled: it leaves the waiting listing
+    b = await t.step.enqueue(2)
+    d = await t.join.options(depends_on=[b]).enqueue("d")
+    assert await d.cancel()
+    assert (await wapp.queue().jobs("waiting")).items == ()
+
+
+async def test_more_dependents_than_one_call_tells_are_all_released(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """I13: one script call tells at most 1,000 dependents; the rest go on through the
+    outbox (continuation entries) and the forwarder."""
+    t = tasks
+    gate = f"{{{wapp.prefix}:w}}:gate"
+    root = await t.slow.enqueue(0, gate)
+    n = 2 * MAX_JOBS_PER_CALL + 300
+    deps = [await t.step.options(depends_on=[root]).enqueue(i) for i in range(n)]
+    assert await redis.scard(wapp.queue()._keys.dependents(root.id)) == n
+    await redis.set(gate, 1)
+    async with Worker(wapp, concurrency=32):
+        await root.result(timeout=30)
+        for job in deps:
+            await job.result(timeout=120)
+    assert len(await log(redis, t)) == n + 1
+
+
+async def test_a_parent_waits_for_its_children_without_a_slot_and_resumes(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    t = tasks
+    p = await t.parent.enqueue(5, -1, "")
+    # one slot: the children can only run because the parent gave its slot back
+    async with Worker(wapp, concurrency=1):
+        assert await p.result(timeout=60) == [0, 10, 20, 30, 40]
+    r = await runs(redis, t)
+    assert r[p.id] == 2  # parked once, ran again from the top
+    assert all(r[f"{p.id}.c{i}"] == 1 for i in range(5))  # children enqueued once each
+    info = await p.info()
+    assert info.attempts == 1  # the park spent no attempt
+    order = await log(redis, t)
+    assert order[-1] == p.id
+    assert len(order) == 6
+    assert json.loads((await redis.hget(t.keys.seen, p.id)) or b"{}") == {
+        f"{p.id}.c{i}": i * 10 for i in range(5)
+    }
+
+
+async def test_a_failed_child_cancels_its_parent(wapp: App, tasks: WfTasks, redis: Redis) -> None:
+    t = tasks
+    p = await t.parent.enqueue(3, 1, "")
+    async with Worker(wapp, concurrency=2):
+        with pytest.raises(JobCancelled):
+            await p.result(timeout=60)
+    info = await p.info()
+    assert info.error is not None
+    assert info.error.type == "DependencyFailed"
+    assert p.id not in await log(redis, t)
+
+
+async def test_a_cancelled_batch_ends_the_dependents_of_its_sub_jobs(
+    wapp: App, tasks: WfTasks
+) -> None:
+    t = tasks
+    batch: Batch[Any] = await wapp.batch([t.step.call(1)])
+    (member,) = [item async for item in _members(wapp, batch.id)]
+    c = await t.join.options(depends_on=[member]).enqueue("c")
+    assert await batch.cancel() == 1
+    info = await c.info()
+    assert info.state is JobState.CANCELLED
+    assert info.error is not None
+    assert info.error.type == "DependencyFailed"
+
+
+async def _members(app: App, batch_id: str) -> AsyncIterator[str]:
+    for m in await app.queue()._scripts.batch_members(batch_id):
+        yield text(m)
