@@ -288,3 +288,24 @@ async def test_the_dashboards_job_page_has_the_why_line_escaped(app: App) -> Non
         page = (await c.get(f"/queues/default/jobs/{job.id}")).text
     assert "<tr><th>Why</th><td>Its group &lt;b&gt;g&lt;/b&gt; is paused." in page
     assert "<b>g</b>" not in page
+
+
+async def test_a_dependent_names_what_it_waits_for(app: App) -> None:
+    @app.task
+    async def step(i: int) -> int:
+        return i
+
+    q = app.queue()
+    a, b = await step.enqueue(1), await step.enqueue(2)
+    total = await step.options(depends_on=[a, b]).enqueue(3)
+    w = await total.why()
+    assert (w.state, reasons(w)) == (JobState.WAITING, [WhyReason.DEPENDENCIES])
+    row = w.rows[0]
+    assert row.left == 2
+    assert sorted(row.waits_for) == sorted([(q.name, a.id), (q.name, b.id)])
+    assert "It waits for 2 job(s) it depends on: " in w.sentence()
+    # one done: one left
+    [r] = await q.reserve()
+    await q.complete(r, 1)
+    w = await total.why()
+    assert w.rows[0].left == 1

@@ -28,8 +28,10 @@ class WhyReason(enum.StrEnum):
         RUNNING: leased to ``worker`` (``worker_alive``: its registration is fresh) until
             ``until_ms``, started at ``started_ms``.
         SCHEDULED: delayed until ``until_ms`` (a time past: the next claim or reap promotes it).
-        WAITING: held until something else ends: the batch ``batch`` (a batch's callback or a
-            chain's next step).
+        WAITING: held until its batch ``batch`` ends (a batch's callback or a chain's next
+            step), or until something else ends (no batch named).
+        DEPENDENCIES: held until the ``left`` jobs it depends on (``depends_on=``, a
+            workflow's steps) end; ``waits_for`` names up to 10 of them (queue, job id).
         QUEUE_PAUSED: the queue is paused.
         GROUP_PAUSED: its group ``group`` is paused.
         GROUP_FULL: its group runs ``active`` jobs, its limit ``limit``; ``holders`` are up to
@@ -48,6 +50,7 @@ class WhyReason(enum.StrEnum):
     RUNNING = "running"
     SCHEDULED = "scheduled"
     WAITING = "waiting"
+    DEPENDENCIES = "dependencies"
     QUEUE_PAUSED = "queue_paused"
     GROUP_PAUSED = "group_paused"
     GROUP_FULL = "group_full"
@@ -74,6 +77,8 @@ class WhyRow:
     limit: int | None = None
     active: int | None = None
     holders: tuple[tuple[str, str], ...] = ()
+    waits_for: tuple[tuple[str, str], ...] = ()
+    left: int | None = None
     workers: int | None = None
     ahead: int | None = None
 
@@ -115,10 +120,24 @@ def _row(r: dict[str, Any]) -> WhyRow:
         batch=r.get("b") or None,
         limit=_int(r.get("limit")),
         active=_int(r.get("active")),
+        left=_int(r.get("n")),
+        waits_for=tuple(_member(str(m)) for m in (r.get("deps") or [])),
         holders=tuple((str(h[0]), str(h[1])) for h in (r.get("holders") or [])),
         workers=_int(r.get("workers")),
         ahead=None if ahead is None or ahead < 0 else ahead,
     )
+
+
+def _member(member: str) -> tuple[str, str]:
+    """A dependency's member, ``<prefix>:{<queue>}:<id>``, as (queue, id)."""
+    _, brace, rest = member.partition("{")
+    queue, close, job_id = rest.partition("}:")
+    return (queue, job_id) if brace and close else ("", member)
+
+
+def _dependencies(r: WhyRow, now: int) -> str:
+    named = ", ".join(f"{escape(j)} (queue {escape(q)})" for q, j in r.waits_for)
+    return f"It waits for {r.left} job(s) it depends on" + (f": {named}." if named else ".")
 
 
 def _at(ms: int | None, now_ms: int) -> str:
@@ -173,6 +192,7 @@ _SENTENCES: dict[WhyReason, Callable[[WhyRow, int], str]] = {
     WhyReason.WAITING: lambda r, n: (
         f"It waits for batch {escape(r.batch)} to end." if r.batch else "It waits for other jobs."
     ),
+    WhyReason.DEPENDENCIES: _dependencies,
     WhyReason.QUEUE_PAUSED: lambda r, n: "The queue is paused.",
     WhyReason.GROUP_PAUSED: lambda r, n: f"Its group {_group(r)} is paused.",
     WhyReason.GROUP_FULL: _full,

@@ -9,7 +9,9 @@
     running     w, until, st, live leased to worker w (live: its registration is fresh) until
                                    the lease deadline, started at st
     scheduled   at                 due at (a time past: promoted by the next claim or reap)
-    waiting     b                  held until something else ends (b: the batch it follows)
+    waiting     b                  held until its batch ends (b: the batch it follows)
+    dependencies n, deps           held until the jobs it depends on end: n of them left, deps
+                                   up to HOLDERS of their members (key base and id)
     queue_paused                   the queue is paused
     group_paused g                 its group is paused
     group_full  g, limit, active, holders   its group runs its limit of jobs: holders, up to
@@ -141,7 +143,18 @@ local BY_STATE = {
     row({r = 'scheduled', at = num(at, now)})
     check_workers()
   end,
-  waiting = function() row({r = 'waiting', b = job.cb or ''}) end,
+  waiting = function()
+    -- its dependencies (lib/deps), read without repair: a set of the wrong type is deps.lua's
+    -- to set aside (and dead-letter the job), not a reader's
+    local dk = BASE .. 'deps:' .. id
+    local n = redis.pcall('SCARD', dk)
+    if type(n) == 'number' and n > 0 and not job.cb then
+      local some = redis.pcall('SRANDMEMBER', dk, HOLDERS)
+      row({r = 'dependencies', n = n, deps = type(some) == 'table' and some or {}})
+    else
+      row({r = 'waiting', b = job.cb or ''})
+    end
+  end,
   active = function()
     local wk = job.wk or ''
     row({r = 'running', w = wk, ['until'] = num(call('ZSCORE', K_ACTIVE, id), 0),
