@@ -443,6 +443,7 @@ async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
             assert limit[0] == int(value)
 
 
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
 async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
     redis_url: str, redis: Redis, value: Any
 ) -> None:
