@@ -10,7 +10,7 @@ names a parameter the signature does not have fails the strict build.
 from __future__ import annotations
 
 import inspect
-import typing
+from pathlib import Path
 from typing import Any
 
 MARKER = "<!-- api-reference -->"
@@ -60,6 +60,21 @@ MODULES = (
 )
 
 
+def definitions() -> dict[str, list[str]]:
+    """Where each top-level class and function of the package's private modules is defined
+    (its name: the dotted modules that define one of that name), read from the source."""
+    import ast
+
+    root = Path(__file__).resolve().parent / "aioqueue"
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("_*/*.py")):
+        dotted = ".".join(("aioqueue", *path.relative_to(root).with_suffix("").parts))
+        for node in ast.parse(path.read_text("utf-8")).body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                found.setdefault(node.name, []).append(dotted)
+    return found
+
+
 def public_names() -> dict[str, list[str]]:
     """Every public name (``aioqueue.App``, ``aioqueue.testing.run_until_empty``), by the
     module that defines it, in page order."""
@@ -67,14 +82,24 @@ def public_names() -> dict[str, list[str]]:
 
     import aioqueue
 
+    defined = definitions()
     groups: dict[str, list[str]] = {}
     for package in (aioqueue, *(importlib.import_module(m) for m in MODULES)):
         for name in package.__all__:
             if name.startswith("__"):
                 continue
-            module = inspect.getmodule(getattr(package, name))
-            # a name that is no class or function (a type alias) stays with its package
-            home = module.__name__ if module and module is not typing else package.__name__
+            # the private module that defines it (public names say ``__module__ ==
+            # "aioqueue"``); a name that is no class or function (a type alias) stays with
+            # its package
+            value = getattr(package, name)
+            home = next(
+                (
+                    m
+                    for m in defined.get(name, [])
+                    if vars(importlib.import_module(m)).get(name) is value
+                ),
+                package.__name__,
+            )
             if package is not aioqueue:
                 home = package.__name__  # a public module's names stay in its section
             groups.setdefault(home, []).append(f"{package.__name__}.{name}")

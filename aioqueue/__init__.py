@@ -6,6 +6,8 @@ Every exception it raises derives from ``AioQueueError``, in three families: ``U
 reference, under "Exceptions".
 """
 
+import types as _types
+
 from ._app.app import App as App
 from ._app.batch import Batch as Batch
 from ._app.batch import Call as Call
@@ -185,3 +187,17 @@ __all__ = [
     "current_job",
     "sweep_payloads",
 ]
+
+
+def _home_public_names() -> None:
+    """Every public class and function says it comes from ``aioqueue`` (its ``__module__``),
+    not from the private module that defines it: reprs, tracebacks, pickles and the API
+    reference show the import path users have, and the layout stays free to move."""
+    for name in __all__:
+        value = globals()[name]
+        homed = isinstance(value, type | _types.FunctionType)
+        if homed and value.__module__.startswith("aioqueue._"):
+            value.__module__ = __name__
+
+
+_home_public_names()

@@ -37,7 +37,7 @@ from ._worker.runner import Failure
 if TYPE_CHECKING:
     from ._app.app import App
     from ._model.record import Claimed
-    from ._worker.worker import Worker
+    from ._worker.observe import Observed
 
 __all__ = ["QueueCollector", "WorkerMetrics", "serve"]
 
@@ -146,15 +146,15 @@ class WorkerMetrics:
             ("queue",),
             registry=reg,
         )
-        self._worker: Worker | None = None
+        self._worker: Observed | None = None
         self._t0: dict[tuple[str, str], float] = {}
         # the labelled children per (queue, task): a labels() lookup per job costs more
         # than the increment itself
         self._series: dict[tuple[str, str], _Series] = {}
-        reg.register(_WorkerGauges(self))
+        reg.register(_WorkerGauges(lambda: self._worker))
 
     # ------------------------------------------------------------------ the observer
-    def bind(self, worker: Worker) -> None:
+    def bind(self, worker: Observed) -> None:
         """Called by the Worker this is given to."""
         if self._worker is not None and self._worker is not worker:
             raise ValueError("a WorkerMetrics observes one worker; make one per worker")
@@ -251,8 +251,8 @@ class _Series:
 class _WorkerGauges(Collector):
     """The worker's gauges, read when scraped: jobs running, prefetched, its concurrency."""
 
-    def __init__(self, metrics: WorkerMetrics) -> None:
-        self.metrics = metrics
+    def __init__(self, worker: Callable[[], Observed | None]) -> None:
+        self.worker = worker  # the worker observed, once bound
 
     def describe(self) -> Iterable[Metric]:
         """The metric families, without samples (prometheus_client's Collector protocol)."""
@@ -260,16 +260,16 @@ class _WorkerGauges(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """The metric families with their samples (prometheus_client's Collector protocol)."""
-        return list(self._families(self.metrics._worker))
+        return list(self._families(self.worker()))
 
     @staticmethod
-    def _families(w: Worker | None) -> Iterator[Metric]:
-        running = len(w._running) if w is not None else 0
+    def _families(w: Observed | None) -> Iterator[Metric]:
+        running = len(w.slots.running) if w is not None else 0
         yield GaugeMetricFamily("aioqueue_jobs_running", "Jobs running now", running)
         yield GaugeMetricFamily(
             "aioqueue_jobs_prefetched",
             "Jobs leased ahead, waiting for a free slot",
-            len(w._buffer) if w is not None else 0,
+            len(w.slots.buffer) if w is not None else 0,
         )
         yield GaugeMetricFamily(
             "aioqueue_worker_concurrency",

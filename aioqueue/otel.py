@@ -87,8 +87,7 @@ def instrument(app: App, tracer_provider: TracerProvider | None = None) -> None:
     app.after_enqueue(_send_end)
     app.middleware(functools.partial(_consume, tracer))
     attrs = {name: _traced_admin(tracer, name, getattr(Queue, name)) for name in ADMIN_OPERATIONS}
-    app._queue_type = cast(type[Queue], type("TracedQueue", (Queue,), attrs))
-    app._queues.clear()
+    app.queues.retype(cast(type[Queue], type("TracedQueue", (Queue,), attrs)))
 
 
 # ---------------------------------------------------------------------- producers

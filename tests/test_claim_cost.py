@@ -135,7 +135,10 @@ async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
 ) -> None:
     """Claiming jobs of 100 groups 10 a claim, completing each with its own call: about 20
     Redis commands per job inside the scripts (30 before the ring was read in one go and a
-    finished job's group checked in one lookup; 31 with a limit)."""
+    finished job's group checked in one lookup; 31 with a limit), and 2 more since the
+    dashboard's trends count each completion in their minute and hour buckets
+    (lib/trends.lua: a worker's acks count a whole batch in those 2, a pull-API completion
+    is a batch of one)."""
     url = private.connection_pool.connection_kwargs
     app = App(f"redis://{url['host']}:{url['port']}")
     async with app:
@@ -152,7 +155,7 @@ async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
             done += len(held)
         per_job = (await commands(private) - before) / done
     assert done == 400
-    assert per_job <= 24, per_job
+    assert per_job <= 26, per_job
 
 
 # ---------------------------------------------------------------------------- ids, old records

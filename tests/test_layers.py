@@ -184,11 +184,11 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_app.batch",
     "_app.context",
     "_app.hooks",
-    "_app.results",
     "_app.scheddecl",
     "_app.schedules",
     "_app.sync",
     "_app.task",
+    "_app.taskdecl",  # @app.task's registration, moved out of _app.app (issue 25)
     "_queue.admin",
     "_queue.core",
     "_queue.events",
@@ -200,10 +200,6 @@ TYPE_KNOTS_LEFT: set[str] = {
     "_queue.rekey",
     "_queue.tasktable",
     "_queue.unique",
-    "_worker.fetch",
-    "_worker.loops",
-    "_worker.observe",
-    "_worker.worker",
 }
 
 

@@ -189,3 +189,43 @@ async def test_text_lines_end_with_the_job(app: App) -> None:
     assert hello.endswith(
         f" INFO tasks.text: hello [job {job.id} task=say queue=default attempt=1]"
     )
+
+
+def test_the_json_formatter_keeps_a_cached_traceback_and_a_stack() -> None:
+    # a record whose exc_info was already formatted (and dropped) by another handler, and
+    # one logged with stack_info=True
+    fmt = JsonLogFormatter()
+    cached = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", None, None)
+    cached.exc_text = "Traceback (most recent call last):\nValueError: boom"
+    out = json.loads(fmt.format(cached))
+    assert out["exception"] == cached.exc_text
+    assert "stack" not in out
+    stacked = logging.LogRecord("x", logging.INFO, __file__, 1, "here", None, None)
+    stacked.stack_info = "Stack (most recent call last):\n  File 'a.py', line 1"
+    out = json.loads(fmt.format(stacked))
+    assert out["stack"] == stacked.stack_info
+    assert "exception" not in out
+
+
+@pytest.mark.parametrize(("fmt", "kind"), [("json", JsonLogFormatter), ("text", logging.Formatter)])
+def test_the_worker_command_configures_one_root_handler_with_the_job_filter(
+    fmt: str, kind: type[logging.Formatter]
+) -> None:
+    from aioqueue._app.logs import configure
+
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        configure("WARNING", fmt)
+        (handler,) = root.handlers
+        assert root.level == logging.WARNING
+        assert any(isinstance(f, JobContextFilter) for f in handler.filters)
+        assert isinstance(handler.formatter, kind)
+        if fmt == "text":  # control characters escaped, the job's context appended
+            assert not isinstance(handler.formatter, JsonLogFormatter)
+            assert handler.formatter._fmt is not None
+            assert handler.formatter._fmt.endswith("%(job_context)s")
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)

@@ -339,7 +339,9 @@ async def test_the_table_keeps_a_bounded_list_of_live_workers_per_task(
 
 
 async def test_heartbeats_do_not_rewrite_the_task_table(redis_url: str, redis: Redis) -> None:
-    async with App(redis_url, prefix=unique_prefix(), heartbeat=0.05) as app:
+    # a beat late by 3 intervals re-registers the worker (and writes the table): 0.5 s
+    # leaves 1.5 s of a stalled loop on a loaded machine before that
+    async with App(redis_url, prefix=unique_prefix(), heartbeat=0.5) as app:
 
         @app.task(max_attempts=1)
         async def once() -> None: ...

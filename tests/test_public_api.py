@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import pickle
 import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -40,6 +41,42 @@ def test_public_objects_come_from_the_package() -> None:
     for name in public_names():
         module = getattr(getattr(aioqueue, name), "__module__", "aioqueue")
         assert module.startswith("aioqueue"), f"{name} comes from {module}"
+
+
+def test_public_classes_and_functions_say_they_come_from_aioqueue() -> None:
+    # as anyio does: users never see the private layout (reprs, tracebacks, pickles, docs)
+    homed = []
+    for name in public_names():
+        value = getattr(aioqueue, name)
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert value.__module__ == "aioqueue", f"{name}.__module__ is {value.__module__}"
+            assert value.__qualname__ == name
+            homed.append(name)
+    assert {"App", "Worker", "Queue", "AioQueueError", "current_job"} <= set(homed)
+    assert "aioqueue._" not in repr(aioqueue.App)
+
+
+def test_public_classes_and_errors_pickle_by_their_public_path() -> None:
+    for name in public_names():
+        value = getattr(aioqueue, name)
+        if isinstance(value, type) or inspect.isfunction(value):
+            data = pickle.dumps(value)
+            assert b"aioqueue._" not in data, name
+            assert pickle.loads(data) is value
+    # errors cross process boundaries (a worker pool, a result): they pickle and come back whole
+    samples: list[BaseException] = [
+        aioqueue.ConfigurationError("bad option"),
+        aioqueue.ServerUnavailable("down"),
+        aioqueue.BadSignature("tampered"),
+        aioqueue.ResultTimeout("no result"),
+        aioqueue.Retry(1.5),
+    ]
+    for error in samples:
+        data = pickle.dumps(error)
+        assert b"aioqueue._" not in data
+        back = pickle.loads(data)
+        assert type(back) is type(error)
+        assert back.args == error.args
 
 
 def test_version_is_a_string_and_matches_the_installed_metadata() -> None:
@@ -110,7 +147,7 @@ def test_the_drawn_exception_tree_is_the_real_one() -> None:
         while parents and parents[-1][0] >= depth:
             parents.pop()
         base = (
-            next(b for b in getattr(aioqueue, name).__bases__ if b.__module__ == module.__name__)
+            next(b for b in getattr(aioqueue, name).__bases__ if b.__module__ == "aioqueue")
             if parents
             else None
         )

@@ -20,7 +20,7 @@ from aioqueue import (
     Worker,
     current_job,
 )
-from aioqueue._queue.sharded import ShardedQueue, shard_index, shard_name, shard_names
+from aioqueue._queue.sharded import ShardedQueue, shard_index, shard_name
 
 from .shardapp import ran_key
 from .support.processes import WorkerProcesses
@@ -49,8 +49,8 @@ def test_declaring_a_sharded_queue(app: App) -> None:
     with pytest.raises(ConfigurationError):
         app.queue("zero", shards=0)
     assert shard_name("hot", 2) == "hot:s2"
-    assert shard_names(app._sharded, "hot") == ["hot:s0", "hot:s1", "hot:s2"]
-    assert shard_names(app._sharded, "plain") == ["plain"]
+    assert app.queues.consumed("hot") == ["hot:s0", "hot:s1", "hot:s2"]
+    assert app.queues.consumed("plain") == ["plain"]
     with pytest.raises(ConfigurationError, match="twice"):
         Worker(app, queues=["hot", "hot:s1"])  # a shard of a queue listed as well
 

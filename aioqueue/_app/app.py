@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -15,19 +15,16 @@ from .._model.checks import (
     check_int,
     check_name,
     check_prefix,
-    check_task_name,
-    lease_ms,
-    retention_seconds,
-    to_ms,
     to_seconds,
 )
 from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
+from .._model.cron import MissedPolicy
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.isolation import Isolation
 from .._model.keys import QueueKeys
-from .._model.serialize import PickleSerializer, Serializer, get_serializer
+from .._model.serialize import Serializer, get_serializer
 from .._queue.deps import DependencyPolicy
 from .._queue.events import JobEvent, JobEventKind, iterate_events
 from .._queue.queue import Queue
@@ -35,14 +32,17 @@ from .._queue.sharded import ShardedQueue
 from .._store.connect import adopt, connect, pool_options, resolve_url
 from .._store.durable import durability_setting, set_durability
 from .._store.hot import close_hot_connection
+from . import options as settings
 from .batch import open_batch
-from .hooks import HookDecorators, Hooks
-from .lifecycle import Rebinding, State
+from .hooks import EH, LH, MW, Hooks
+from .lifecycle import State
+from .queues import Queues
 from .results import ResultWaiter
-from .scheddecl import ScheduleDecorators
-from .schedules import Schedules
+from .scheddecl import TaskT, cron_decorator
+from .schedules import Schedules, make_spec
 from .sync import SyncClient
-from .task import Backoff, Task, TaskDecorator, check_backoff
+from .task import Backoff, Task, check_backoff
+from .taskdecl import TaskDecorator, register_task
 from .workflow import Workflow
 
 if TYPE_CHECKING:
@@ -53,25 +53,22 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App(HookDecorators, ScheduleDecorators, Rebinding):
+class App:
     """An aioqueue application: one connection pool shared by producers and workers.
 
     Args:
         url: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL, with credentials for ACL
             users; default ``$AIOQUEUE_REDIS_URL``, else ``redis://localhost:6379/0``.
-        prefix: first part of every key; two apps with different prefixes never see each
-            other's jobs on one server.
+        prefix: first part of every key (apps with different prefixes never see each other's).
         queue: the default queue of tasks that name none.
         serializer: ``"json"`` (default), ``"pickle"`` (explicit opt-in: unsafe if anyone
             untrusted can write to Redis), or a Serializer object.
         max_payload_bytes: refuse arguments over this once serialised and compressed (0: none).
-        lease: seconds a consumer holds a job before it is handed out again (workers renew it
-            while the job runs).
+        lease: seconds a consumer holds a job before another gets it (workers renew it).
         heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
             if that is shorter; at most half the lease). A worker that misses three in a row
             is declared dead, and its jobs are handed back without waiting for their leases.
-        result_ttl: seconds results and completed job records are kept (None: forever,
-            0: not kept).
+        result_ttl: seconds results and completed job records are kept (None: forever, 0: no).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
         max_attempts: default for tasks that do not set their own.
         timeout: default for tasks that do not set their own.
@@ -146,52 +143,29 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         self.default_queue = check_name("queue name", queue)
         self.serializer = get_serializer(serializer)
         self.max_payload_bytes = check_int(max_payload_bytes, 0, "max_payload_bytes", " (0: none)")
-        self.lease = lease_ms(lease, minimum_ms=100) / 1000
-        hb = to_seconds(heartbeat, "heartbeat")
-        if hb is None:
-            hb = min(2.0, self.lease / 3)
-        elif not 0.05 <= hb <= self.lease / 2:
-            raise ConfigurationError("heartbeat must be at least 0.05 s and at most half the lease")
-        #: seconds between a worker's heartbeats
-        self.heartbeat = hb
-        rt = to_seconds(result_ttl, "result_ttl")
-        self.result_ttl_default_ms = -1 if rt is None else to_ms(rt, "result_ttl")
-        dt = to_seconds(dead_ttl, "dead_ttl")
-        self.dead_ttl_ms = 0 if dt is None else max(to_ms(dt, "dead_ttl"), 1)
+        #: seconds of a lease, and between a worker's heartbeats
+        self.lease, self.heartbeat = settings.lease_and_heartbeat(lease, heartbeat)
+        self.result_ttl_default_ms, self.dead_ttl_ms = settings.retention_ms(result_ttl, dead_ttl)
         self.max_attempts = check_attempts(max_attempts)
         self.timeout = to_seconds(timeout, "timeout")
         self.backoff = check_backoff(backoff) or Backoff()
         self.max_connections = check_int(max_connections, 2, "max_connections")
         self.redis_options = dict(redis_options or {})
-        st = to_seconds(self.redis_options.get("socket_timeout", socket_timeout), "socket_timeout")
-        if st is None or st < 1:
-            raise ConfigurationError("socket_timeout must be at least 1 s")
-        self.socket_timeout = st
+        self.socket_timeout = st = settings.socket_timeout_s(self.redis_options, socket_timeout)
         self.durability = durability_setting(wait_replicas, wait_timeout, wait_aof, st)
         #: how job records are encoded and decoded (arguments, options, results, errors)
         keys = (signing_key, verify_keys, encryption_key)
         self.codec = Codec.of(self, keys, compression, payload_store)
-        pickled = isinstance(self.serializer, PickleSerializer)
-        if pickled and self.codec.signer is None and not allow_unsigned_pickle:
-            raise ConfigurationError(
-                "serializer='pickle' without a signing_key lets anyone who can write to "
-                "Redis run code in your workers and producers: give signing_key=..., or "
-                "allow_unsigned_pickle=True if only trusted code can reach Redis"
-            )
+        settings.check_pickle(self.serializer, self.codec.signer is not None, allow_unsigned_pickle)
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks, middleware and enqueue hooks (see ``on_startup`` and the others)
         self.hooks = Hooks()
-        self._queues: dict[str, Queue] = {}
-        #: the class of its queues (aioqueue.otel.instrument swaps in one that traces)
-        self._queue_type: type[Queue] = Queue
-        self._sharded: dict[str, ShardedQueue] = {}
+        #: its queues by name (``app.queue(name)`` is the way to one)
+        self.queues = Queues(self)
         #: periodic schedules: declared in code, and managed in Redis at run time
         self.schedules = Schedules(self)
         self._redis: aioredis.Redis | None = None
-        #: the user's client (App(client=...)): used, never closed
-        if isinstance(client, aioredis.ConnectionPool):  # a client on it (the pool stays yours)
-            client = aioredis.Redis(connection_pool=client)
-        self._given = cast("aioredis.Redis | None", client)
+        self._given = settings.given_client(client)  # App(client=...): used, never closed
         self.testing = bool(testing)
         self._results: ResultWaiter | None = None
         self._state = State.UNOPENED
@@ -217,7 +191,7 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         if self._state is State.CLOSED:
             raise ClosedError("this App was closed; create a new App to connect again")
         # None: see socket_timeout above; our calls carry their own asyncio timeout
-        opts = self._pool_options(Retry, None)
+        opts = pool_options(self.url, self.max_connections, self.redis_options, Retry, None)
         probe = QueueKeys(self.prefix, self.default_queue).seq
         if self._given is not None:
             await adopt(self._given, self.socket_timeout, probe, self.testing)
@@ -227,15 +201,6 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         set_durability(self._redis, self.durability)
         self._state = State.OPEN
 
-    def _pool_options(
-        self, retry: Callable[..., Any], socket_timeout: float | None
-    ) -> dict[str, Any]:
-        """The connection pool's options, for the async client and the blocking one
-        (``app.sync()``), each with its own ``Retry`` class."""
-        return pool_options(
-            self.url, self.max_connections, self.redis_options, retry, socket_timeout
-        )
-
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
         scripts): ``app.sync().enqueue(task, ...)``. It needs no ``open()``: its own pool of
@@ -243,7 +208,7 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         ``close()``d."""
         client = self._sync
         if client is None or client.closed:
-            client = self._sync = SyncClient(self)
+            client = self._sync = SyncClient(self, self._given)
         return client
 
     async def aclose(self) -> None:
@@ -258,16 +223,25 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
             self._redis = None
         self._state = State.CLOSED
 
+    def rebind(self, url: str, prefix: str, *, testing: bool) -> None:
+        """Make this App, unopened or closed, a new unopened App on ``url`` under ``prefix``
+        in that mode (``testing``: see App), keeping its tasks, hooks, code-declared schedules,
+        sharded queues (made again) and codec. For tests (``aioqueue.testing.bind``); no I/O.
+        Raises ConfigurationError if the App is open."""
+        if self._state is State.OPEN:
+            raise ConfigurationError(f"{self!r} is open: close it before rebinding it")
+        if self._sync is not None:
+            self._sync.close()
+        self.url, self.prefix, self.testing = resolve_url(url), check_prefix(prefix), testing
+        self._state = State.UNOPENED
+        self._redis = self._results = self._sync = None
+        self.queues.remake()
+
     async def __aenter__(self) -> App:
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     @property
@@ -283,9 +257,89 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
     def result_waiter(self) -> ResultWaiter:
         """The App's shared listener for result notifications (created on first use)."""
         if self._results is None:
-            self.redis  # noqa: B018 - raises ClosedError unless open
-            self._results = ResultWaiter(self)
+            self._results = ResultWaiter(self.redis)  # ClosedError unless open
         return self._results
+
+    # ------------------------------------------------------------------ hooks
+    def on_startup(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker starts, before
+        it fetches a job, in registration order; its tasks read what it stores in ``state``
+        from ``current_job().state``. If it raises, the worker stops (``StartupFailed``)."""
+        return self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
+
+    def on_shutdown(self, fn: LH) -> LH:
+        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
+        its last job, in reverse registration order. What it raises is logged."""
+        return self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
+
+    def middleware(self, fn: MW) -> MW:
+        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
+        job in workers made after this call: it must ``return await call_next()`` (the result,
+        which it may replace). The first registered is outermost. What it raises fails the
+        attempt like the task's own exception."""
+        return self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
+
+    def before_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
+        App's producers, async and blocking, before jobs are stored; raising refuses the
+        enqueue (nothing is stored)."""
+        return self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
+
+    def after_enqueue(self, fn: EH) -> EH:
+        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
+        jobs are stored; what it raises is logged, not raised."""
+        return self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
+
+    # ------------------------------------------------------------------ schedules
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+    ) -> Callable[[TaskT], TaskT]:
+        """Run a task on a cron schedule; put it above ``@app.task``::
+
+            @app.cron("*/5 * * * *", tz="Europe/Berlin")
+            @app.task
+            async def report() -> None: ...
+
+        Workers consuming the task's queue store the schedule when they start and enqueue one
+        job per tick (see ``app.schedules.add`` for the arguments; docs/scheduling.md).
+        Needs the ``aioqueue[cron]`` extra.
+        """
+        declare = functools.partial(self.schedule, tz=tz, args=args, kwargs=kwargs, name=name)
+        return cron_decorator(declare, expression, missed=missed, jitter=jitter, grace=grace)
+
+    def schedule(
+        self,
+        task: Task[Any, Any] | str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: MissedPolicy = "skip",
+        jitter: float | timedelta | None = None,
+        grace: float | timedelta | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Declare a periodic schedule in code: a cron expression or an interval, and the
+        task's arguments. No I/O: workers consuming its queue store it when they start (the
+        arguments are those of ``app.schedules.add``).
+
+        Raises:
+            ConfigurationError: a bad value, or a schedule of that name already declared.
+        """
+        spec = (cron, every, tz, args, kwargs, name, missed, jitter, grace, queue)
+        self.schedules.declare(make_spec(self, task, *spec, declared=True))
 
     # ------------------------------------------------------------------ tasks and queues
     @overload
@@ -335,43 +389,18 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
                 unique within the App.
             queue: the queue its jobs go to (default: the App's).
             max_attempts: runs before a failing job is dead-lettered.
-            timeout: seconds one run may take before it is cancelled and counts as failed
-                (a sync task's thread runs on: see docs/workers.md, and ``isolation``).
+            timeout: seconds one run may take before it is cancelled and counts as failed.
             backoff: delay between failed attempts (default: the App's).
             result_ttl: seconds its results are kept (default: the App's).
-            keep_result: the same setting, by the name other queues use: seconds (or a
-                timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
-                to keep them at all (give this or ``result_ttl``, not both).
+            keep_result: ``result_ttl`` by another name: seconds (or a timedelta), ``True``
+                for good, ``False`` not at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
-            isolation: ``"process"``: each run in a child process that a timeout kills and
-                whose crash fails only the job (docs/flow-control.md#isolation).
+            isolation: ``"process"``: run in a child a timeout kills (flow-control.md).
         """
 
-        def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name if name is not None else getattr(f, "__name__", None)
-            if not task_name:
-                raise ConfigurationError(f"cannot name task {f!r}: pass name=")
-            check_task_name(task_name)
-            if task_name in self.tasks:
-                raise ConfigurationError(
-                    f"a task named {task_name!r} is already registered; "
-                    "pass name= to tell them apart"
-                )
-            t: Task[Any, Any] = Task(
-                self,
-                f,
-                name=task_name,
-                queue=check_name("queue name", self.default_queue if queue is None else queue),
-                max_attempts=self.max_attempts if max_attempts is None else max_attempts,
-                timeout=self.timeout if timeout is None else to_seconds(timeout, "timeout"),
-                backoff=check_backoff(backoff) or self.backoff,
-                result_ttl=retention_seconds(result_ttl, keep_result),
-                priority=priority,
-                isolation=isolation,
-            )
-            self.tasks[task_name] = t
-            return t
-
+        options = (name, queue, max_attempts, timeout, backoff, result_ttl, keep_result, priority)
+        make = functools.partial(Task, self, isolation=isolation)
+        register = functools.partial(register_task, self, make, *options)
         return register(fn) if fn is not None else TaskDecorator(register)
 
     async def batch(
@@ -409,7 +438,7 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
         """
         return await open_batch(
             self, calls, on_complete=on_complete, on_failure=on_failure, concurrency=concurrency,
-            priority=priority, group=group, queue=queue, retention=to_seconds(retention),
+            priority=priority, group=group, queue=queue, retention=retention,
         )  # fmt: skip
 
     def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
@@ -435,22 +464,9 @@ class App(HookDecorators, ScheduleDecorators, Rebinding):
             ConfigurationError: ``name`` is not a valid queue name (``""`` included), or is
                 declared sharded and asked for without (or with other) ``shards``.
         """
-        name = self.default_queue if name is None else name
-        sharded = self._sharded.get(name)
-        if sharded is None and shards is not None:
-            if name in self._queues:
-                raise ConfigurationError(f"queue {name!r} is in use unsharded: declare it first")
-            sharded = self._sharded[name] = ShardedQueue(self, name, shards)
-        if sharded is not None:
-            if shards != sharded.shards:
-                raise ConfigurationError(
-                    f"queue {name!r} is sharded: use app.queue({name!r}, shards={sharded.shards})"
-                )
-            return sharded
-        q = self._queues.get(name)
-        if q is None:
-            q = self._queues[name] = self._queue_type(self, name)
-        return q
+        if name is None:
+            name = self.default_queue
+        return self.queues.get(name, shards)
 
     def events(
         self,

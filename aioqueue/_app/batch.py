@@ -390,7 +390,7 @@ async def open_batch(
     priority: int | None = None,
     group: str | None = None,
     queue: str | None = None,
-    retention: float | None = None,
+    retention: float | timedelta | None = None,
 ) -> Batch[R]:
     if on_failure not in _POLICIES:
         raise ConfigurationError(f"on_failure must be one of {_POLICIES}, not {on_failure!r}")

@@ -49,6 +49,13 @@ def _name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+# the hooks' decorators return the function they are given, with its own type
+LH = TypeVar("LH", bound=LifecycleHook)
+MW = TypeVar("MW", bound=Middleware)
+EH = TypeVar("EH", bound=EnqueueHook)
+T = TypeVar("T")
+
+
 class Hooks:
     """The hooks and middleware registered on one App (``app.hooks``)."""
 
@@ -70,18 +77,22 @@ class Hooks:
         #: True when any enqueue hook is registered (the producers' one check)
         self.on_enqueue = False
 
-    def add_enqueue_hook(self, hooks: list[EnqueueHook], fn: EnqueueHook) -> None:
+    def add_enqueue_hook(self, hooks: list[EnqueueHook], fn: EH) -> EH:
+        """Register a before- or after-enqueue hook (a plain function); returns it."""
         if not callable(fn) or _is_async(fn):
             raise TypeError(f"an enqueue hook must be a plain (not async) function, not {fn!r}")
         hooks.append(fn)
         self.on_enqueue = True
+        return fn
 
     @staticmethod
-    def add_async(hooks: list[Any], fn: object, what: str) -> None:
-        """Register a startup or shutdown hook or a middleware: an async function."""
+    def add_async(hooks: list[Any], fn: T, what: str) -> T:
+        """Register a startup or shutdown hook or a middleware (an async function); returns
+        it."""
         if not _is_async(fn):
             raise TypeError(f"{what} must be an async function (async def), not {fn!r}")
         hooks.append(fn)
+        return fn
 
     # ------------------------------------------------------------------ workers
     async def start(self, state: State) -> None:
@@ -128,51 +139,3 @@ async def run_through(middleware: Sequence[Middleware], job: JobContext, body: C
     for m in reversed(middleware):
         call = functools.partial(m, job, call)
     return await call()
-
-
-# the hooks' decorators return the function they are given, with its own type
-LH = TypeVar("LH", bound=LifecycleHook)
-MW = TypeVar("MW", bound=Middleware)
-EH = TypeVar("EH", bound=EnqueueHook)
-
-
-class HookDecorators:
-    """The App's decorators that register hooks (``App`` inherits them): each adds the
-    function to ``hooks`` and returns it unchanged."""
-
-    hooks: Hooks
-
-    def on_startup(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker starts,
-        before it fetches a job, in registration order; what it stores in ``state`` its tasks
-        read from ``current_job().state``. If it raises, the worker stops with
-        ``StartupFailed``."""
-        self.hooks.add_async(self.hooks.startup, fn, "a startup hook")
-        return fn
-
-    def on_shutdown(self, fn: LH) -> LH:
-        """Register ``async def hook(state: State) -> None`` to run when a worker stops, after
-        its last job, in reverse registration order. What it raises is logged."""
-        self.hooks.add_async(self.hooks.shutdown, fn, "a shutdown hook")
-        return fn
-
-    def middleware(self, fn: MW) -> MW:
-        """Register ``async def m(job: JobContext, call_next) -> Any`` around every run of a
-        job in workers made after this call: it must ``return await call_next()`` (the result,
-        which it may replace). The first registered is outermost. What it raises fails the
-        attempt like the task's own exception (retried by the task's policy)."""
-        self.hooks.add_async(self.hooks.middleware, fn, "a middleware")
-        return fn
-
-    def before_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run in this
-        App's producers, async and blocking, before jobs are stored; raising refuses the
-        enqueue (nothing is stored)."""
-        self.hooks.add_enqueue_hook(self.hooks.before_enqueue, fn)
-        return fn
-
-    def after_enqueue(self, fn: EH) -> EH:
-        """Register ``def hook(event: EnqueueEvent) -> None`` (a plain function) to run once
-        jobs are stored; what it raises is logged, not raised."""
-        self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
-        return fn

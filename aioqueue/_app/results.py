@@ -23,9 +23,8 @@ from .._model.timeutil import Deadline
 from .._store.cluster import is_cluster
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
     from redis.asyncio.client import PubSub
-
-    from .app import App
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +38,9 @@ T = TypeVar("T")
 class ResultWaiter:
     """Per-App multiplexer of result notifications."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, redis: aioredis.Redis) -> None:
+        #: the App's client (its pub/sub connection comes from its pool)
+        self.redis = redis
         self._waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._subscribed: dict[str, asyncio.Event] = {}
         self._pubsub: PubSub | None = None
@@ -94,8 +94,8 @@ class ResultWaiter:
         if event is None:
             event = self._subscribed[channel] = asyncio.Event()
             if self._pubsub is None:
-                self._pubsub = self.app.redis.pubsub()
-                self._sharded = is_cluster(self.app.redis)
+                self._pubsub = self.redis.pubsub()
+                self._sharded = is_cluster(self.redis)
             if self._sharded:  # on a cluster: on the node that serves the queue's slot
                 await self._pubsub.ssubscribe(channel)
             else:

@@ -95,7 +95,6 @@ class ScheduleInfo:
 def make_spec(
     app: App,
     task: Task[Any, Any] | str,
-    *,
     cron: str | None,
     every: float | timedelta | None,
     tz: str | None,

@@ -41,7 +41,7 @@ from .._queue.queue import state_counts, watched_outcome
 from .._queue.sharded import on_shard
 from .._store.clock import use_virtual_clock
 from .._store.cluster import is_cluster
-from .._store.connect import blocking_client
+from .._store.connect import blocking_client, pool_options
 from .._store.syncdoor import BlockingScripts, blocking_call, load_library_blocking
 from .task import BoundTask, Task
 
@@ -62,8 +62,10 @@ class SyncClient:
     its connections. It needs no open App: only the App's settings and tasks.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, client: object = None) -> None:
         self.app = app
+        # the client the App was given, if any (its one endpoint: see blocking_client)
+        self._given = client
         self.closed = False
         self._redis: redis.Redis | None = None
         self._doors: dict[str, BlockingScripts] = {}
@@ -98,9 +100,12 @@ class SyncClient:
                 if self.closed:
                     raise ClosedError("this SyncClient was closed; call app.sync() for a new one")
                 if self._redis is None:
-                    opts = self.app._pool_options(Retry, self.app.socket_timeout)
+                    app = self.app
+                    opts = pool_options(
+                        app.url, app.max_connections, app.redis_options, Retry, app.socket_timeout
+                    )
                     # the App's one endpoint: its URL, or the client it was given
-                    self._redis = blocking_client(self.app.url, self.app._given, opts)
+                    self._redis = blocking_client(self.app.url, self._given, opts)
                     if self.app.testing:
                         use_virtual_clock(self._redis)
                     if not is_cluster(self._redis):
@@ -204,7 +209,7 @@ class SyncClient:
         kwargs: Mapping[str, Any] | None = None,
     ) -> str:
         """``queue``, or the shard of it a job goes to if it is sharded (docs/scaling.md)."""
-        sharded = self.app._sharded.get(queue)
+        sharded = self.app.queues.sharded.get(queue)
         if sharded is None:
             return queue
         return on_shard(sharded, opts, task, args, kwargs or {}).queue or queue

@@ -6,10 +6,10 @@ import asyncio
 import inspect
 import math
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .._model.checks import (
     at_to_ms,
@@ -249,7 +249,7 @@ class Task(Generic[P, R]):
         self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> Job[R]:
         self._sig.check(args, kwargs)
-        sharded = self.app._sharded.get(opts.queue or self.queue)
+        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
         if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
             opts = on_shard(sharded, opts, self.name, args, kwargs)
         queue = self.app.queue(opts.queue or self.queue)
@@ -290,7 +290,7 @@ class Task(Generic[P, R]):
         opts: JobOptions,
         calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
     ) -> list[Job[R]]:
-        sharded = self.app._sharded.get(opts.queue or self.queue)
+        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
         if sharded is not None:  # each shard's calls in one round trip of their own
             split = [_split(call) for call in calls]
             parts = spread(sharded, opts, self.name, split)
@@ -445,21 +445,3 @@ def check_backoff(backoff: object) -> Backoff | None:
             f"backoff must be a Backoff(base=..., factor=..., max=...), not {backoff!r}"
         )
     return backoff
-
-
-class TaskDecorator:
-    """What ``@app.task(...)`` returns: apply it to a function to register it."""
-
-    __slots__ = ("_register",)
-
-    def __init__(self, register: Callable[[Callable[..., Any]], Task[Any, Any]]) -> None:
-        self._register = register
-
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Task[Any, Any]:
-        return self._register(fn)

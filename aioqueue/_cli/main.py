@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -440,21 +439,9 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
             error(exc)
             return EXIT_USAGE
         warn_unconsumed_queues(app, worker.queue_names)
-        loop = asyncio.get_running_loop()
-        signals = 0
+        from .supervisor import stop_on_signals
 
-        def on_signal(signame: str) -> None:
-            nonlocal signals
-            signals += 1
-            if signals == 1:
-                logger.info("%s: stopping (again to force)", signame)
-                worker.stop()
-            else:
-                logger.warning("%s again: stopping now", signame)
-                worker.stop(force=True)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig.name)
+        stop_on_signals(worker)
         health = None
         if args.health_port is not None:
             from .._worker.health import start_health_server

@@ -41,8 +41,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from .format import error
+
+if TYPE_CHECKING:
+    from .._worker.worker import Worker
 
 logger = logging.getLogger("aioqueue.supervisor")
 
@@ -416,3 +420,24 @@ def app_directory(target: str) -> Path:
     module = target.partition(":")[0] if ":" in target else target.rpartition(".")[0]
     top = sys.modules[module.split(".")[0]]
     return Path(top.__file__ or ".").resolve().parent
+
+
+def stop_on_signals(worker: Worker) -> None:
+    """In a worker process: SIGTERM or SIGINT stops the worker (its grace period applies); a
+    second one forces (logged as the command line's)."""
+    signals = 0
+    logger = logging.getLogger("aioqueue.cli")
+
+    def on_signal(signame: str) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            logger.info("%s: stopping (again to force)", signame)
+            worker.stop()
+        else:
+            logger.warning("%s again: stopping now", signame)
+            worker.stop(force=True)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig.name)

@@ -1,7 +1,8 @@
 """The fetch side of a worker, one ``Fetcher`` per queue: lease as many jobs per round trip as
 the pool has free slots (sending its pending acks along), and when the queue is empty park and
 block until a producer hands jobs over, leaves a wake token, or a delayed job falls due (no
-polling). The jobs it gets go to the pool (``Worker``), which runs them.
+polling). The jobs it gets go to the pool (``Worker``), which runs them; what the pool lends
+its fetchers is a ``Crew``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rexc
@@ -19,10 +21,12 @@ from .._model.limits import MAX_ACKS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._queue.leases import Leases
 from .._store.loader import Outcome
+from .shield import Shield
+from .slots import Slots
 
 if TYPE_CHECKING:
     from .._queue.queue import Queue
-    from .worker import Worker
+    from .observe import WorkerObserver
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +37,37 @@ ACK_CHUNK = MAX_ACKS_PER_CALL
 TRANSIENT = (AioQueueError, rexc.RedisError, OSError)
 
 
+@dataclass(frozen=True, slots=True)
+class Crew:
+    """What a worker lends its fetchers: who claims and how, where the jobs go, the acks to
+    send along."""
+
+    #: the worker's id (its leases and parking are under it)
+    id: str
+    burst: bool
+    max_batch: int
+    idle_block: float
+    lease_ms: int
+    #: how long a parking lasts (a worker that died parked stops getting jobs after it)
+    park_ms: int
+    slots: Slots[Fetcher]
+    shield: Shield
+    #: set when the worker stops fetching
+    stop: asyncio.Event
+    #: the pool's hand for jobs leased by ``Fetcher``: run them or buffer them
+    take: Callable[[Fetcher, list[Claimed]], None]
+    flush_acks: Callable[[], Awaitable[bool]]
+    check_acks: Callable[[list[Outcome]], None]
+    metrics: WorkerObserver | None
+
+
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "idle", "leases", "pool", "queue", "sampled", "started")
+    __slots__ = ("acks", "crew", "idle", "leases", "queue", "sampled", "started")
 
-    def __init__(self, pool: Worker, queue: Queue) -> None:
-        self.pool = pool
+    def __init__(self, crew: Crew, queue: Queue) -> None:
+        self.crew = crew
         self.queue = queue
         self.leases = Leases(queue)
         self.acks: list[tuple[str, str, bytes, int]] = []
@@ -53,38 +81,36 @@ class Fetcher:
         """What a claim tells the server: the leases started (or given up) so far, and how
         many of the jobs it gets start at once (free slots, none while jobs wait in the
         buffer)."""
-        pool = self.pool
-        free = 0 if pool._buffer else max(pool.concurrency - len(pool._running), 0)
-        return self.started, free
+        return self.started, self.crew.slots.free()
 
     async def run(self) -> None:
         """The fetch loop: until the pool stops (or, in burst mode, the queue is drained)."""
-        pool = self.pool
+        crew = self.crew
         backoff = 0.05
-        while not pool._stop.is_set():
-            free = pool.concurrency + pool.prefetch - len(pool._running) - len(pool._buffer)
+        while not crew.stop.is_set():
+            free = crew.slots.room()
             if free <= 0:
                 await self.wait_slot()
                 continue
-            want = min(free, pool.max_batch)
+            want = min(free, crew.max_batch)
             try:
                 res = await self._claim(want)
-                pool._take(self, res.jobs)
-                if pool.metrics is not None:
-                    pool.metrics.claimed(self.queue.name, len(res.jobs))
+                crew.take(self, res.jobs)
+                if crew.metrics is not None:
+                    crew.metrics.claimed(self.queue.name, len(res.jobs))
                 backoff = 0.05
                 if len(res.jobs) >= want:
                     continue
-                if pool.burst:
+                if crew.burst:
                     if await self._burst_done(res):
                         return
                     continue
                 # parked by that claim: new jobs may be handed over in the wait
                 handed = await self._wait_for_work(res)
                 if handed:
-                    pool._take(self, handed)
-                    if pool.metrics is not None:
-                        pool.metrics.handed(self.queue.name, len(handed))
+                    crew.take(self, handed)
+                    if crew.metrics is not None:
+                        crew.metrics.handed(self.queue.name, len(handed))
                     # let the handed jobs start before the next claim is prepared and sent
                     await asyncio.sleep(0)
             except TRANSIENT as exc:  # includes a blocking wait that overran its timeout
@@ -100,25 +126,25 @@ class Fetcher:
     async def _burst_done(self, res: ClaimResult) -> bool:
         """Burst mode found the queue drained for now: True once nothing more can come from
         this worker's own jobs; else wait for one of them to finish and look again."""
-        pool = self.pool
-        if pool._running or pool._buffer:
+        crew = self.crew
+        if crew.slots:
             await self.wait_slot()
             return False
-        if self.acks or pool._shielded:  # our own acks may still hold group slots
-            await pool._flush_acks()
-            await asyncio.gather(*list(pool._shielded), return_exceptions=True)
+        if self.acks or crew.shield:  # our own acks may still hold group slots
+            await crew.flush_acks()
+            await crew.shield.settle()
             return False
         return True
 
     async def _wait_for_work(self, res: ClaimResult) -> list[Claimed]:
         """Parked: block until a producer hands over jobs (returned) or leaves a wake token, or
         the next delayed job falls due or lease runs out (no polling)."""
-        pool = self.pool
-        block = pool.idle_block
+        crew = self.crew
+        block = crew.idle_block
         timer = None
         if res.next_wake_ms >= 0:
             block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            if block < pool.idle_block:
+            if block < crew.idle_block:
                 # the server checks BLPOP timeouts only on its clock tick (100 ms at hz 10):
                 # leave ourselves a wake token at the due time instead
                 timer = asyncio.get_running_loop().call_later(block, self._wake_soon)
@@ -126,33 +152,31 @@ class Fetcher:
         try:
             # wait_for_handoff bounds the blocking call itself (block + half the socket
             # timeout), so it cannot hang even if the socket silently died
-            handed: list[Claimed] = await self._idle(self.leases.wait_for_handoff(block, pool.id))
+            handed: list[Claimed] = await self._idle(self.leases.wait_for_handoff(block, crew.id))
             return handed
         finally:
             if timer is not None:
                 timer.cancel()
 
     def _wake_soon(self) -> None:
-        pool = self.pool
-        pool._shield(self.leases.wake(), log=True)
+        crew = self.crew
+        crew.shield(self.leases.wake(), log=True)
 
     async def _claim(self, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
-        pool = self.pool
-        lease = pool._lease_ms
+        crew = self.crew
+        lease = crew.lease_ms
         acks, self.acks = self.acks[:ACK_CHUNK], self.acks[ACK_CHUNK:]
         coro: Any
         # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
-        park = 0 if pool.burst else pool._park_ms
+        park = 0 if crew.burst else crew.park_ms
         report = self.report()
         if acks:
-            coro = self.leases.complete_claim(acks, want, lease, pool.id, park, report)
+            coro = self.leases.complete_claim(acks, want, lease, crew.id, park, report)
         else:
-            coro = _with_no_outcomes(self.leases.claim(want, lease, pool.id, park, report))
+            coro = _with_no_outcomes(self.leases.claim(want, lease, crew.id, park, report))
         # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
-        fut = asyncio.ensure_future(coro)
-        pool._shielded.add(fut)
-        fut.add_done_callback(pool._shielded.discard)
+        fut = crew.shield.track(coro)
         try:
             res, outcomes = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -162,45 +186,44 @@ class Fetcher:
         except TRANSIENT:
             self.acks[:0] = acks
             raise
-        pool._check_acks(outcomes)
+        crew.check_acks(outcomes)
         return res  # type: ignore[no-any-return]
 
     async def leave_parking(self) -> None:
         """Leave the queue's parking, and hand back what was handed over but never reached
         us (if the server cannot be reached, the leases bring those jobs back)."""
-        pool = self.pool
+        crew = self.crew
         try:
             async with asyncio.timeout(5.0):
-                res = await self.leases.claim(0, pool._lease_ms, pool.id, 0, self.report())
+                res = await self.leases.claim(0, crew.lease_ms, crew.id, 0, self.report())
         except (TimeoutError, *TRANSIENT) as exc:
             logger.warning("queue %s: could not leave the parking: %r", self.queue.name, exc)
             return
         pairs = [(c.id, c.token) for c in res.jobs]
         self.started += len(pairs)
         if pairs:
-            pool._shield(self.leases.release(pairs), log=True)
+            crew.shield(self.leases.release(pairs), log=True)
 
     def _release_claimed(self, fut: asyncio.Future[Any]) -> None:
-        pool = self.pool
+        crew = self.crew
         if fut.cancelled() or fut.exception() is not None:
             return  # nothing reached us: any lease it took runs out and the job comes back
         res: ClaimResult = fut.result()[0]
         pairs = [(c.id, c.token) for c in res.jobs]
         self.started += len(pairs)
         if pairs:
-            pool._shield(self.leases.release(pairs), log=True)
+            crew.shield(self.leases.release(pairs), log=True)
 
     async def wait_slot(self) -> None:
-        pool = self.pool
-        pool._slot_freed.clear()
-        await self._idle(pool._slot_freed.wait())
+        crew = self.crew
+        await self._idle(crew.slots.wait_freed())
 
     async def _idle(self, waiting: Awaitable[Any]) -> Any:
         """Await ``waiting`` marked as idle: shutdown may cancel the fetch loop there."""
-        pool = self.pool
+        crew = self.crew
         self.idle = True
         try:
-            if pool._stop.is_set():  # stopping: do not start a blocking wait
+            if crew.stop.is_set():  # stopping: do not start a blocking wait
                 if inspect.iscoroutine(waiting):
                     waiting.close()
                 return []

@@ -1,5 +1,5 @@
-"""The background loops of a worker (``WorkerLoops``, which ``Worker`` inherits), each a task
-of its own while the worker runs:
+"""The background loops of a worker (``Loops``, which a ``Worker`` holds), each a task of its
+own while the worker runs:
 
 - the heartbeat: every ``App.heartbeat`` seconds, on each queue, renews the worker's entry in
   the worker registry and every lease it holds there (running jobs, prefetched ones and
@@ -10,18 +10,16 @@ of its own while the worker runs:
 - the forwarder: hands batch outcomes that an ack put in an outbox to their batch's queue;
 - the reaper: queue maintenance once per period across all workers (lock in Redis).
 
-Each loop stops once the worker sets ``_finished``, and survives a server that is away.
+Each loop stops once ``finished`` is set, and survives a server that is away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .._model.codec import Unrunnable
 from .._model.limits import MAX_JOBS_PER_CALL
@@ -30,15 +28,14 @@ from .._queue.leases import forward_outbox
 from .._queue.queuereg import declare_queues
 from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
 from .._store.loader import FailMode, Outcome
-from .._version import __version__
 from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
+from .shield import Shield
+from .slots import Slots
 
 if TYPE_CHECKING:
     from .._app.app import App
     from .._app.schedules import Scheduler
     from .observe import WorkerObserver
-    from .runner import Ack, Failure
-    from .worker import _Running
 
 # the worker's logger: what its loops log is the worker's, for those who filter on it
 logger = logging.getLogger("aioqueue._worker.worker")
@@ -46,79 +43,109 @@ logger = logging.getLogger("aioqueue._worker.worker")
 TREND_SAMPLE_SECONDS = 20.0
 
 
-class WorkerLoops:
-    """The heartbeat, acker, forwarder and reaper of ``Worker`` (it inherits them), with the
-    state of the worker they read and change."""
+class Loops:
+    """The heartbeat, acker, forwarder and reaper of a worker, with the state they keep:
+    whether the worker finished, when each queue's heartbeat last succeeded, the signals
+    that acks or batch outcomes wait to be sent.
 
-    app: App
-    id: str
-    queue_names: list[str]
-    concurrency: int
-    completed: int
-    failed: int
-    _queues: list[Fetcher]
-    _running: dict[asyncio.Task[Ack | Failure], _Running]
-    _buffer: deque[tuple[Fetcher, Claimed]]
-    _ack_event: asyncio.Event
-    _forward: asyncio.Event
-    _finished: bool
-    _beat_s: float
-    _period_ms: int
-    _lease_ms: int
-    _beat_ok: dict[str, float]
-    _started_ms: int
-    metrics: WorkerObserver | None
-    scheduler: Scheduler | None
-    #: when (loop time) this worker last wrote its task table on its queues
-    _tables_at: float = 0.0
+    Args:
+        app: the worker's App.
+        worker_id: the worker's id in the registries.
+        queue_names: the queues it consumes.
+        slots: its running and prefetched jobs (their leases are renewed).
+        shield: its calls that run to the end.
+        info: what the registry shows of the worker (see beat.lua), asked at each beat.
+        metrics: its observer (None: none).
+        scheduler: its scheduler (None: none).
+    """
 
-    def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        app: App,
+        worker_id: str,
+        queue_names: list[str],
+        slots: Slots[Fetcher],
+        shield: Shield,
+        info: Callable[[], tuple[object, ...]],
+        metrics: WorkerObserver | None,
+        scheduler: Scheduler | None,
+    ) -> None:
+        self.app = app
+        self.id = worker_id
+        self.queue_names = queue_names
+        self.slots = slots
+        self.shield = shield
+        self.info = info
+        self.metrics = metrics
+        self.scheduler = scheduler
+        #: one per queue, made when the worker starts
+        self.fetchers: list[Fetcher] = []
+        #: completions wait to be sent
+        self.acks_due = asyncio.Event()
+        #: batch outcomes wait in an outbox to be handed to their batch's queue
+        self.forward = asyncio.Event()
+        self.finished = False
+        self.lease_ms = int(app.lease * 1000)
+        self.beat_s = max(app.heartbeat, 0.05)
+        # three missed heartbeats and the worker counts as dead
+        self.period_ms = int(self.beat_s * 3000)
+        # per queue, when (monotonic) its last heartbeat succeeded
+        self.beat_ok: dict[str, float] = {}
+        #: when (loop time) this worker last wrote its task table on its queues
+        self.tables_at = 0.0
 
-    async def _ack_loop(self) -> None:
-        while not self._finished:
-            await self._ack_event.wait()
+    def alive(self) -> bool:
+        """Not finished, and the last heartbeat on every queue succeeded within three
+        heartbeat periods (the registry's rule, seen from inside)."""
+        if self.finished or len(self.beat_ok) < len(self.fetchers):
+            return False
+        oldest = min(self.beat_ok.values(), default=0.0)
+        return time.monotonic() - oldest < self.period_ms / 1000
+
+    async def ack_loop(self) -> None:
+        while not self.finished:
+            await self.acks_due.wait()
             # let a fetch loop that is about to claim take these acks along first
             await asyncio.sleep(0)
-            self._ack_event.clear()
-            if not await self._flush_acks():
+            self.acks_due.clear()
+            if not await self.flush_acks():
                 await asyncio.sleep(0.1)
-                self._ack_event.set()
+                self.acks_due.set()
 
-    async def _flush_acks(self) -> bool:
+    async def flush_acks(self) -> bool:
         """Send the completions gathered so far, one script call per queue (shielded: once
         sent, an ack finishes even if the acker is cancelled). False if some could not be
         sent; they stay queued and are covered by the heartbeat meanwhile."""
         ok = True
-        for qs in self._queues:
+        for qs in self.fetchers:
             if not qs.acks:
                 continue
             while qs.acks:
                 batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]
                 try:
-                    outcomes = await self._shield(qs.leases.complete(batch))
+                    outcomes = await self.shield(qs.leases.complete(batch))
                 except TRANSIENT as exc:
                     logger.warning("could not send %d acks (%r); will retry", len(batch), exc)
                     qs.acks[:0] = batch
                     ok = False
                     break
-                self._check_acks(outcomes)
+                self.check_acks(outcomes)
         return ok
 
-    def _check_acks(self, outcomes: list[Outcome]) -> None:
+    def check_acks(self, outcomes: list[Outcome]) -> None:
         lost = outcomes.count(Outcome.STALE) + outcomes.count(Outcome.NO_JOB)
         if lost:
             logger.warning("%d acks found their lease gone (the jobs were re-handed)", lost)
         if Outcome.FORWARD in outcomes:
-            self._forward.set()
+            self.forward.set()
 
-    async def _forward_loop(self) -> None:
+    async def forward_loop(self) -> None:
         """Hand batch outcomes waiting in the outboxes to batches on other queues as soon as
         an ack reports one (failures and cancellations are caught by the reap loop)."""
-        while not self._finished:
-            await self._forward.wait()
-            self._forward.clear()
-            for qs in self._queues:
+        while not self.finished:
+            await self.forward.wait()
+            self.forward.clear()
+            for qs in self.fetchers:
                 try:
                     await forward_outbox(qs.queue)
                 except TRANSIENT as exc:
@@ -126,35 +153,35 @@ class WorkerLoops:
                 except Exception:  # a bug, or garbage nobody expected: never stop forwarding
                     logger.exception("forwarding batch outcomes failed; going on")
 
-    async def _heartbeat_loop(self) -> None:
+    async def heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while not self._finished:
-            await asyncio.sleep(self._beat_s)
-            for qs in self._queues:
-                before = self._beat_ok.get(qs.queue.name, 0.0)
-                await self._renew(qs)
-                if self._beat_ok.get(qs.queue.name, 0.0) - before > self._period_ms / 1000:
-                    self._tables_at = 0.0  # back after its deadline: maybe dropped meanwhile
-            await self._declare()
-            if loop.time() - self._tables_at > REFRESH:  # once a minute, not every beat
-                await self._declare_tasks()
+        while not self.finished:
+            await asyncio.sleep(self.beat_s)
+            for qs in self.fetchers:
+                before = self.beat_ok.get(qs.queue.name, 0.0)
+                await self.renew(qs)
+                if self.beat_ok.get(qs.queue.name, 0.0) - before > self.period_ms / 1000:
+                    self.tables_at = 0.0  # back after its deadline: maybe dropped meanwhile
+            await self.declare()
+            if loop.time() - self.tables_at > REFRESH:  # once a minute, not every beat
+                await self.declare_tasks()
 
-    async def _declare(self) -> None:
+    async def declare(self) -> None:
         """Name this worker's queues in the registry of real queues (``_queuereg``)."""
         try:
             await declare_queues(self.app.redis, self.app.prefix, self.queue_names)
         except TRANSIENT as exc:  # bookkeeping (an ACL without its commands too): go on
             logger.warning("could not record the queues in the registry: %s", exc)
 
-    async def _register(self) -> None:
+    async def register_worker(self) -> None:
         """Before the first claim: register on every queue (only a registered worker is handed
         jobs it can get back if it dies), declare the tasks it serves, warn about jobs of
         tasks it does not know, and store the schedules declared in code (so that even a
         burst worker that finds nothing to do stores them before it exits)."""
-        for qs in self._queues:
-            await self._renew(qs)
-        await self._declare_tasks()
-        for qs in self._queues:
+        for qs in self.fetchers:
+            await self.renew(qs)
+        await self.declare_tasks()
+        for qs in self.fetchers:
             try:
                 found = await strangers(qs.queue._scripts, set(self.app.tasks))
             except TRANSIENT as exc:
@@ -167,24 +194,24 @@ class WorkerLoops:
             except Exception as exc:  # the scheduler's loop tries again (and logs it)
                 logger.warning("could not store the declared schedules yet: %r", exc)
 
-    async def _declare_tasks(self) -> None:
+    async def declare_tasks(self) -> None:
         """Write the tasks this worker serves, with their declared defaults, in each queue's
         task table (``_tasktable.py``)."""
-        self._tables_at = asyncio.get_running_loop().time()
+        self.tables_at = asyncio.get_running_loop().time()
         table = declared_table(self.app)
-        for qs in self._queues:
+        for qs in self.fetchers:
             try:
                 await register(qs.queue._scripts, self.id, table)
             except TRANSIENT as exc:
                 logger.warning("queue %s: could not declare its tasks: %r", qs.queue.name, exc)
-                self._tables_at = 0.0  # again at the next heartbeat
+                self.tables_at = 0.0  # again at the next heartbeat
 
-    async def _leave_registry(self) -> None:
+    async def leave_registry(self) -> None:
         """Leave each queue's worker registry (a worker that cannot is buried later)."""
-        for qs in self._queues:
+        for qs in self.fetchers:
             try:
                 async with asyncio.timeout(5.0):
-                    await qs.leases.beat(self.id, 0, self._lease_ms, qs.started, self._info(), [])
+                    await qs.leases.beat(self.id, 0, self.lease_ms, qs.started, self.info(), [])
             except (TimeoutError, *TRANSIENT) as exc:
                 logger.warning("queue %s: could not leave the registry: %r", qs.queue.name, exc)
 
@@ -203,25 +230,25 @@ class WorkerLoops:
             logger.debug("queue %s: no trend sample: %r", qs.queue.name, exc)
             return None
 
-    async def _renew(self, qs: Fetcher) -> None:
+    async def renew(self, qs: Fetcher) -> None:
         """The heartbeat on ``qs``: renew this worker's registration and every lease it holds
         there (running jobs, prefetched ones and finished ones whose ack is not sent yet);
         then act on what the renewal found."""
-        running = [(t, e) for t, e in self._running.items() if e.qs is qs and not e.lost]
-        held = [c for q, c in self._buffer if q is qs]
+        running = self.slots.running_on(qs)
+        held = self.slots.held_on(qs)
         pairs = [(e.claimed.id, e.claimed.token) for _, e in running]
         pairs += [(c.id, c.token) for c in held]
         pairs += [(a[0], a[1]) for a in qs.acks]
         try:
             sample = await self._trend_sample(qs)
             outcomes = await qs.leases.beat(
-                self.id, self._period_ms, self._lease_ms, qs.started, self._info(), pairs, sample
+                self.id, self.period_ms, self.lease_ms, qs.started, self.info(), pairs, sample
             )
         except TRANSIENT as exc:
             logger.warning("heartbeat failed (%s); will retry", exc)
             return
-        self._beat_ok[qs.queue.name] = time.monotonic()
-        self._drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
+        self.beat_ok[qs.queue.name] = time.monotonic()
+        self.drop_buffered(qs, held, outcomes[len(running) : len(running) + len(held)])
         for (task, entry), outcome in zip(running, outcomes, strict=False):
             if task.done() or outcome is Outcome.OK:
                 continue
@@ -236,7 +263,7 @@ class WorkerLoops:
             gone = sum(o is not Outcome.OK and o is not Outcome.CANCEL_REQUESTED for o in outcomes)
             self.metrics.leases_renewed(qs.queue.name, len(pairs), gone)
 
-    def _drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
+    def drop_buffered(self, qs: Fetcher, held: list[Claimed], outcomes: list[Outcome]) -> None:
         """Forget prefetched jobs whose lease is gone; record cancelled ones as cancelled."""
         gone = {c.id for c, o in zip(held, outcomes, strict=True) if o is not Outcome.OK}
         if not gone:
@@ -245,13 +272,13 @@ class WorkerLoops:
         for c, outcome in zip(held, outcomes, strict=True):
             if outcome is Outcome.CANCEL_REQUESTED:
                 why = Unrunnable("Cancelled", "cancelled before it ran")
-                self._shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
-        self._buffer = deque(e for e in self._buffer if e[0] is not qs or e[1].id not in gone)
+                self.shield(qs.leases.fail(c.id, c.token, why, FailMode.CANCELLED), log=True)
+        self.slots.forget(qs, gone)
 
-    async def _stop_loops(self, helpers: list[asyncio.Task[None]]) -> None:
-        # the loops also check _finished: a Redis call that swallows a cancellation (redis-py
+    async def stop(self, helpers: list[asyncio.Task[None]]) -> None:
+        # the loops also check finished: a Redis call that swallows a cancellation (redis-py
         # can, on Python 3.11) must not keep the worker from stopping
-        self._finished = True
+        self.finished = True
         for t in helpers:
             t.cancel()
         _, pending = await asyncio.wait(helpers, timeout=1.0)
@@ -260,11 +287,11 @@ class WorkerLoops:
         if pending:
             logger.debug("%d background loops did not stop in time; leaving them", len(pending))
 
-    async def _reap_loop(self) -> None:
+    async def reap_loop(self) -> None:
         interval = max(self.app.lease / 2, 0.05)
         lock_ms = max(int(interval * 1000) - 10, 1)
-        while not self._finished:
-            for qs in self._queues:
+        while not self.finished:
+            for qs in self.fetchers:
                 try:
                     await qs.leases.reap(MAX_JOBS_PER_CALL, lock_ms)
                     await forward_outbox(qs.queue)
@@ -273,17 +300,3 @@ class WorkerLoops:
                 except Exception:  # a bug, or garbage nobody expected: never stop maintenance
                     logger.exception("maintenance failed; going on")
             await asyncio.sleep(interval)
-
-    def _info(self) -> tuple[object, ...]:
-        """What the registry shows of this worker (see beat.lua)."""
-        return (
-            socket.gethostname(),
-            os.getpid(),
-            __version__,
-            ",".join(self.queue_names),
-            self.concurrency,
-            self._started_ms,
-            self.completed,
-            self.failed,
-            1 if self.app.codec.signer is not None else 0,
-        )

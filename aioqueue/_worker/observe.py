@@ -12,14 +12,28 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .._app.app import App
     from .._model.record import Claimed
-    from .worker import Worker
+    from .slots import Slots
+
+
+class Observed(Protocol):
+    """What an observer may read of the worker it watches (a ``Worker`` is one)."""
+
+    @property
+    def app(self) -> App: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def unknown_task_grace(self) -> float: ...
+    @property
+    def slots(self) -> Slots[Any]: ...
 
 
 class WorkerObserver(Protocol):
     """What a ``Worker(observer=...)`` reports, as it happens."""
 
-    def bind(self, worker: Worker) -> None:
+    def bind(self, worker: Observed) -> None:
         """The worker this observer watches, once, when the worker is made (an observer
         may read ``worker.running_jobs`` and the like when it is scraped)."""
 

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 #: a run that succeeded: the ack to send (id, lease token, result, result_ttl_ms)
 Ack = tuple[str, str, bytes, int]
+#: a job as read: (args, kwargs, options, timeout, result_ttl_ms, batch)
+_Loaded = tuple[
+    tuple[Any, ...], dict[str, Any], dict[str, Any], float | None, int, "Batch[Any] | None"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,13 @@ class Runner:
         """Whether the task runs in a child process."""
         return task.isolation == "process" or self.isolation.every_task
 
+    def _timing(self, task: Task[Any, Any], timeout: float | None) -> tuple[bool, float | None]:
+        """Whether the task runs isolated, and the timeout the run's own scope enforces: an
+        isolated run's is its child's (a wait for a free child and the child's start do not
+        count), enforced by the pool, which kills the child."""
+        isolated = self.isolated(task)
+        return isolated, None if isolated else timeout
+
     @property
     def children(self) -> ChildPool:
         """The pool of child processes (made on first use)."""
@@ -90,14 +101,56 @@ class Runner:
         app = self.app
         task = app.tasks.get(c.task)
         if task is None:
-            known = ", ".join(sorted(app.tasks)) or "none"
-            msg = f"no task named {c.task!r} in this worker (known: {known})"
-            # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
-            named = bool(c.task) and "\ufffd" not in c.task
-            return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
-        batch: Batch[Any] | None = None
-        isolated = self.isolated(task)
-        try:  # a claim-checked payload's blob (_claimcheck.py); the store's trouble: a retry
+            return _unknown(c.task, app.tasks)
+        loaded = await self._load(task, leases, c)
+        if isinstance(loaded, Failure):
+            return loaded
+        args, kwargs, opts, timeout, ttl_ms, batch = loaded
+        # each job runs in its own asyncio task, hence its own context: no reset needed
+        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
+        _current.set(job)
+        isolated, own = self._timing(task, timeout)
+        scope = asyncio.timeout(own)
+        try:
+            chain = batch if opts.get("chain") else None
+            if _prepares_arguments(task, chain, isolated):
+                given = await _arguments(task, chain, args, kwargs, decode=not isolated)
+                if isinstance(given, Failure):
+                    return given
+                args, kwargs = given
+            async with scope:  # the one timeout of the run, middleware included
+                if self._middleware:  # around the body (_model/hooks.py)
+                    body = functools.partial(self._body, task, args, kwargs, timeout, isolated)
+                    result = await run_through(self._middleware, job, body)
+                elif isolated:
+                    result = await self._run_isolated(task, args, kwargs, timeout)
+                else:  # the body awaited here, not in a helper: no extra coroutine per job
+                    result = await (
+                        task.fn(*args, **kwargs)
+                        if task.is_async
+                        else self._run_sync(task.fn, args, kwargs)
+                    )
+        except Retry as r:
+            return _retry(task, c, r)
+        except Parked as p:  # the park script gave the lease back
+            return Failure(p, parked=True)
+        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
+            return Failure(exc)
+        except Exception as exc:
+            return _failed(task, c, exc, scope, timeout)
+        try:
+            data = app.codec.dump_result(
+                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _load(self, task: Task[Any, Any], leases: Leases, c: Claimed) -> _Loaded | Failure:
+        """Read the leased job ``c``: its arguments, options, timeout, result retention and
+        batch (a batch's callback, a chain's step), or the Failure that ends it."""
+        app = self.app
+        try:  # a claim-checked payload's blob (_model/claimcheck.py); the store's trouble: a retry
             blob = await app.codec.fetch_blob(leases.name, c.id, c.payload)
         except Exception as exc:
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
@@ -109,69 +162,14 @@ class Runner:
             )
             timeout = to_seconds(opts["timeout"]) if "timeout" in opts else task.timeout
             ttl_ms = app.codec.result_ttl_ms(opts, task.result_ttl)
+            batch: Batch[Any] | None = None
             if "batch" in opts:  # a batch's callback (or a chain's second step)
                 batch = Batch(app.queue(str(opts["bq"])), str(opts["batch"]))
         except (BadSignature, Unrunnable) as exc:
             return Failure(exc)
         except Exception as exc:
             return Failure(corrupt(exc))
-        # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
-        _current.set(job)
-        try:
-            if batch is not None and opts.get("chain"):
-                # verified (with signing on) as made by a member for this very batch
-                items = await batch.results()
-                if not items or not items[0].ok:
-                    # released only once the first step succeeded: its result was removed
-                    why = f"chain step: batch {batch.id!r} holds no result of the first step"
-                    return Failure(Unrunnable("MissingInput", why))
-                args = (items[0].result, *args[1:])
-            # None for tasks whose hints JSON already answers; an isolated task's child
-            # decodes its arguments itself (they cross as the serializer's bytes)
-            decode = None if isolated else task.args_decoder
-            if decode is not None:
-                try:
-                    args, kwargs = decode(args, kwargs)
-                except Exception as exc:  # arguments that cannot fit do not fit on retry
-                    return Failure(Unrunnable("InvalidArguments", str(exc)))
-            # an isolated run's timeout is the child's (its start and a wait for a free
-            # child do not count), enforced by the pool, which kills it
-            scope = asyncio.timeout(None if isolated else timeout)
-            if self._middleware:  # around the body, within the run's timeout (_hooks.py)
-                async with scope:
-                    body = functools.partial(self._body, task, args, kwargs, timeout, isolated)
-                    result = await run_through(self._middleware, job, body)
-            elif isolated:
-                result = await self._run_isolated(task, args, kwargs, timeout)
-            # without middleware the body is awaited here, not in a helper: no extra
-            # coroutine per job
-            elif task.is_async:
-                if timeout is None:
-                    result = await task.fn(*args, **kwargs)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        result = await task.fn(*args, **kwargs)
-            else:
-                async with scope:
-                    result = await self._run_sync(task.fn, args, kwargs)
-        except Retry as r:
-            return _retry(task, c, r)
-        except Parked as p:  # the park script gave the lease back
-            return Failure(p, parked=True)
-        except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
-            return Failure(exc)
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout is not None and scope.expired():
-                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
-            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
-        try:
-            data = app.codec.dump_result(
-                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
-            )
-            return (c.id, c.token, data, ttl_ms)
-        except AioQueueError as exc:
-            return Failure(exc)
+        return args, kwargs, opts, timeout, ttl_ms, batch
 
     async def _body(
         self,
@@ -211,6 +209,58 @@ class Runner:
         payload = serializer.dumps([list(args), kwargs])
         data = await self.children.run(fn.__module__, fn.__qualname__, payload, timeout)
         return serializer.loads(data)
+
+
+def _failed(
+    task: Task[Any, Any], c: Claimed, exc: Exception, scope: asyncio.Timeout, timeout: float | None
+) -> Failure:
+    """The outcome of a run that raised: retried with backoff; one that ran past its own
+    scope's timeout is recorded as ``JobTimeout``."""
+    if isinstance(exc, TimeoutError) and scope.expired():
+        exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+    return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
+
+
+def _unknown(name: str, tasks: dict[str, Task[Any, Any]]) -> Failure:
+    """The outcome of a job of a task this worker does not have."""
+    known = ", ".join(sorted(tasks)) or "none"
+    msg = f"no task named {name!r} in this worker (known: {known})"
+    # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
+    named = bool(name) and "\ufffd" not in name
+    return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
+
+
+def _prepares_arguments(task: Task[Any, Any], chain: Batch[Any] | None, isolated: bool) -> bool:
+    """Whether a run's arguments need ``_arguments``: a chain's step, or hints to decode (an
+    isolated task's child decodes its own: they cross as the serializer's bytes)."""
+    return chain is not None or (task.args_decoder is not None and not isolated)
+
+
+async def _arguments(
+    task: Task[Any, Any],
+    chain: Batch[Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    decode: bool = True,
+) -> tuple[tuple[Any, ...], dict[str, Any]] | Failure:
+    """The arguments the task is called with: a chain's second step gets the result of the
+    first (verified, with signing on, as made by a member for this very batch) as its first
+    argument; then the task's hints convert them. Or the Failure of arguments that cannot be.
+    """
+    if chain is not None:
+        items = await chain.results()
+        if not items or not items[0].ok:
+            # released only once the first step succeeded: its result was removed
+            why = f"chain step: batch {chain.id!r} holds no result of the first step"
+            return Failure(Unrunnable("MissingInput", why))
+        args = (items[0].result, *args[1:])
+    decoder = task.args_decoder if decode else None  # None: JSON already answers its hints
+    if decoder is None:
+        return args, kwargs
+    try:
+        return decoder(args, kwargs)
+    except Exception as exc:  # arguments that cannot fit do not fit on retry
+        return Failure(Unrunnable("InvalidArguments", str(exc)))
 
 
 def _retry(task: Task[Any, Any], c: Claimed, r: Retry) -> Failure:

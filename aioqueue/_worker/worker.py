@@ -1,17 +1,19 @@
 """The consumer pool: one event loop runs up to ``concurrency`` jobs at once.
 
-Per queue, a fetch loop (``_fetch.py``) leases as many jobs per round trip as there are free
+Per queue, a fetch loop (``fetch.py``) leases as many jobs per round trip as there are free
 slots and, when it finds nothing, blocks on the queue's wake list (no polling) until a producer
 adds work, a delayed job falls due or a lease runs out. Each job runs in its own task
-(``_runner.py``), whose outcome the pool settles. Around them run the background loops
-(``_loops.py``, inherited): the heartbeat that renews the worker's registration and every lease
-it holds (a dead worker is noticed after three missed beats and its jobs handed back at once),
-the acker that sends completions in batches, the forwarder of batch outcomes and the reaper.
+(``runner.py``), whose outcome the pool settles; its slots (``slots.py``) hold the jobs running
+and the prefetched ones. Around them run the background loops (``loops.py``, held): the
+heartbeat that renews the worker's registration and every lease it holds (a dead worker is
+noticed after three missed beats and its jobs handed back at once), the acker that sends
+completions in batches, the forwarder of batch outcomes and the reaper.
 
-Failures, retries and releases are shielded from cancellation and tracked, so shutdown waits for
-them: cancelling the worker at any await point leaves every job in a valid state. Shutdown is a
-sequence of named steps (``_shutdown``): stop fetching, leave the parking, return prefetched
-jobs, the grace period, cancel what still runs, finish the acks, stop the loops.
+Failures, retries and releases are shielded from cancellation and tracked (``shield.py``), so
+shutdown waits for them: cancelling the worker at any await point leaves every job in a valid
+state. Shutdown is a sequence of named steps (``_shutdown``): stop fetching, leave the parking,
+return prefetched jobs, the grace period, cancel what still runs, finish the acks, stop the
+loops.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -38,26 +38,20 @@ from .._model.codec import Unrunnable, describe_error
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.hooks import State
 from .._model.record import Claimed
-from .._queue.sharded import shard_names
 from .._store.loader import FailMode, Outcome
-from .fetch import TRANSIENT, Fetcher
+from .._version import __version__
+from .fetch import TRANSIENT, Crew, Fetcher
 from .isolation import ProcessIsolation
-from .loops import WorkerLoops
+from .loops import Loops
 from .observe import WorkerObserver
 from .runner import Ack, Failure, Runner
+from .shield import Shield
+from .slots import Running, Slots
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _Running:
-    qs: Fetcher
-    claimed: Claimed
-    lost: bool = False
-    cancelled: bool = False
-
-
-class Worker(WorkerLoops):
+class Worker:
     """Runs jobs of an App's tasks from one or more queues.
 
     Args:
@@ -109,7 +103,7 @@ class Worker(WorkerLoops):
         check_int(concurrency, 1, "concurrency")
         self.app = app
         names = list(queues) if queues else [app.default_queue]
-        names = [n for name in names for n in shard_names(app._sharded, name)]
+        names = [n for name in names for n in app.queues.consumed(name)]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"queues listed twice: {names}")
         self.queue_names = names
@@ -122,7 +116,6 @@ class Worker(WorkerLoops):
         self.prefetch = check_int(prefetch, 0, "prefetch")
         # half the room by default: the server leases the next batch while this one runs
         self.max_batch = max(1, min(max_batch or (concurrency + self.prefetch + 1) // 2, 500))
-        self._buffer: deque[tuple[Fetcher, Claimed]] = deque()
         self.idle_block = to_seconds(idle_block, "idle_block") or 0.1
         if self.idle_block > app.socket_timeout / 2:
             raise ConfigurationError("idle_block must be at most half of the App's socket_timeout")
@@ -131,43 +124,51 @@ class Worker(WorkerLoops):
         self.failed = 0
         #: jobs still running after shutdown because they ignored their cancellation
         self.abandoned = 0
-        self._queues: list[Fetcher] = []
-        self._running: dict[asyncio.Task[Ack | Failure], _Running] = {}
-        self._shielded: set[asyncio.Future[Any]] = set()
-        self._slot_freed = asyncio.Event()
-        self._ack_event = asyncio.Event()
-        self._forward = asyncio.Event()
+        self._fetchers: list[Fetcher] = []
+        #: its jobs running and prefetched
+        self.slots: Slots[Fetcher] = Slots(concurrency, self.prefetch)
+        self._shield = Shield()
         self._stop = asyncio.Event()
         self._force = False
         self._forced = asyncio.Event()
         self._stopping = False
-        self._finished = False
         self._main: asyncio.Task[None] | None = None
         #: objects the startup hooks share with the tasks (``current_job().state``)
         self.state = State()
         self._runner = Runner(app, concurrency, isolation)
-        self._lease_ms = int(app.lease * 1000)
-        # a parking outlasts the longest wait by a second: a worker that died parked stops
-        # getting jobs handed over that long after
-        self._park_ms = int(self.idle_block * 1000) + 1000
-        self._beat_s = max(app.heartbeat, 0.05)
-        # three missed heartbeats and the worker counts as dead
-        self._period_ms = int(self._beat_s * 3000)
         self._started = False
         #: set once the worker is registered on its queues and about to fetch
         self.ready = asyncio.Event()
-        # per queue, when (monotonic) its last heartbeat succeeded
-        self._beat_ok: dict[str, float] = {}
         #: fires the queues' periodic schedules (None: scheduler=False)
         self.scheduler = Scheduler(app, names) if scheduler else None
         self._started_ms = 0
         #: the observer of its jobs, leases and claims (None: none)
         self.metrics = metrics
+        self._loops = Loops(
+            app, self.id, names, self.slots, self._shield, self._info, metrics, self.scheduler
+        )
+        self._crew = Crew(
+            id=self.id,
+            burst=burst,
+            max_batch=self.max_batch,
+            idle_block=self.idle_block,
+            lease_ms=self._loops.lease_ms,
+            # a parking outlasts the longest wait by a second: a worker that died parked stops
+            # getting jobs handed over that long after
+            park_ms=int(self.idle_block * 1000) + 1000,
+            slots=self.slots,
+            shield=self._shield,
+            stop=self._stop,
+            take=self._take,
+            flush_acks=self._loops.flush_acks,
+            check_acks=self._loops.check_acks,
+            metrics=metrics,
+        )
         if metrics is not None:
             metrics.bind(self)
 
     def __repr__(self) -> str:
-        return f"<Worker {self.id} queues={self.queue_names} running={len(self._running)}>"
+        return f"<Worker {self.id} queues={self.queue_names} running={len(self.slots.running)}>"
 
     # ------------------------------------------------------------------ control
     def stop(self, *, force: bool = False) -> None:
@@ -176,7 +177,7 @@ class Worker(WorkerLoops):
         if force:
             self._force = True
             self._forced.set()
-            for task in list(self._running):
+            for task in list(self.slots.running):
                 task.cancel()
         self._stop.set()
 
@@ -185,15 +186,12 @@ class Worker(WorkerLoops):
         """The registry's rule for a live worker, seen from inside: it is registered, not
         stopped, and its last heartbeat on every queue succeeded within three heartbeat
         periods (what ``--health-port`` reports)."""
-        if not self.ready.is_set() or self._finished or len(self._beat_ok) < len(self._queues):
-            return False
-        oldest = min(self._beat_ok.values(), default=0.0)
-        return time.monotonic() - oldest < self._period_ms / 1000
+        return self.ready.is_set() and self._loops.alive()
 
     @property
     def running_jobs(self) -> int:
         """Jobs running now, plus prefetched ones waiting for a slot."""
-        return len(self._running) + len(self._buffer)
+        return len(self.slots)
 
     async def __aenter__(self) -> Worker:
         self._main = asyncio.create_task(self.run())
@@ -239,25 +237,27 @@ class Worker(WorkerLoops):
         self.app.redis  # noqa: B018 - raises ClosedError early if the App is not open
         _worker_state.set(self.state)  # every task started below inherits it (JobContext.state)
         await self.app.hooks.start(self.state)  # StartupFailed: nothing fetched, nothing to undo
-        self._queues = [Fetcher(self, self.app.queue(n)) for n in self.queue_names]
+        self._fetchers = [Fetcher(self._crew, self.app.queue(n)) for n in self.queue_names]
+        loops = self._loops
+        loops.fetchers = self._fetchers
         self._started_ms = int(time.time() * 1000)
-        await self._register()  # registered, its tasks declared, before the first claim
-        await self._declare()  # and its queues named in the registry of real queues
+        await loops.register_worker()  # registered, its tasks declared, before the first claim
+        await loops.declare()  # and its queues named in the registry of real queues
         logger.info(
             "worker %s consuming %s at concurrency %d",
             self.id,
             ", ".join(self.queue_names),
             self.concurrency,
         )
-        fetchers = [asyncio.create_task(qs.run()) for qs in self._queues]
+        fetchers = [asyncio.create_task(qs.run()) for qs in self._fetchers]
         helpers = [
-            asyncio.create_task(self._heartbeat_loop()),
-            asyncio.create_task(self._reap_loop()),
-            asyncio.create_task(self._forward_loop()),
+            asyncio.create_task(loops.heartbeat_loop()),
+            asyncio.create_task(loops.reap_loop()),
+            asyncio.create_task(loops.forward_loop()),
         ]
         if self.scheduler is not None:
-            helpers.append(asyncio.create_task(self.scheduler.run(lambda: self._finished)))
-        acker = asyncio.create_task(self._ack_loop())
+            helpers.append(asyncio.create_task(self.scheduler.run(lambda: loops.finished)))
+        acker = asyncio.create_task(loops.ack_loop())
         self.ready.set()  # registered and serving: ``async with`` and ``started()`` return
         stop_waiter: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:
@@ -284,7 +284,7 @@ class Worker(WorkerLoops):
     ) -> None:
         self._stopping = True
         self._stop.set()
-        self._slot_freed.set()
+        self.slots.freed.set()
         await self._stop_fetching(fetchers)
         if not self.burst:
             await self._unpark()
@@ -292,8 +292,8 @@ class Worker(WorkerLoops):
         await self._grace_period()
         await self._cancel_running()
         await self._finish_acks(acker)
-        await self._stop_loops(helpers)
-        await self._leave_registry()
+        await self._loops.stop(helpers)
+        await self._loops.leave_registry()
         self._runner.close()
         logger.info(
             "worker %s stopped (%d completed, %d failed)", self.id, self.completed, self.failed
@@ -303,7 +303,7 @@ class Worker(WorkerLoops):
         """A fetch loop blocked idle is cancelled; one in the middle of a claim finishes it and
         starts the jobs it got (they then get the grace period like the others), unless the
         stop is forced."""
-        for qs, t in zip(self._queues, fetchers, strict=True):
+        for qs, t in zip(self._fetchers, fetchers, strict=True):
             if qs.idle or self._force:
                 t.cancel()
         _, stuck = await asyncio.wait(fetchers, timeout=max(min(self.grace, 5.0), 0.1))
@@ -313,8 +313,8 @@ class Worker(WorkerLoops):
 
     def _return_prefetched(self) -> None:
         """Prefetched jobs never started: back to their queues at once, attempt refunded."""
-        buffered, self._buffer = self._buffer, deque()
-        for qs in self._queues:
+        buffered = self.slots.take_buffer()
+        for qs in self._fetchers:
             pairs = [(c.id, c.token) for q, c in buffered if q is qs]
             qs.started += len(pairs)
             if pairs:
@@ -323,16 +323,16 @@ class Worker(WorkerLoops):
     async def _grace_period(self) -> None:
         """Let running jobs finish, for up to ``grace`` seconds; a forced stop (a second
         signal) ends it at once."""
-        if not self._running or self._force or self.grace <= 0:
+        if not self.slots.running or self._force or self.grace <= 0:
             return
-        logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self._running))
+        logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self.slots.running))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace
         forced = asyncio.ensure_future(self._forced.wait())
         try:
-            while self._running and not forced.done() and loop.time() < deadline:
+            while self.slots.running and not forced.done() and loop.time() < deadline:
                 await asyncio.wait(
-                    [*self._running, forced],
+                    [*self.slots.running, forced],
                     timeout=deadline - loop.time(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -343,12 +343,12 @@ class Worker(WorkerLoops):
         """Cancel the jobs still running: each goes back to its queue (see ``_settle``). One
         that ignores its cancellation cannot hold the worker: after a short wait it is left
         behind, and its lease brings it back."""
-        if not self._running:
+        if not self.slots.running:
             return
-        logger.warning("returning %d unfinished jobs to their queues", len(self._running))
-        for job in list(self._running):
+        logger.warning("returning %d unfinished jobs to their queues", len(self.slots.running))
+        for job in list(self.slots.running):
             job.cancel()
-        _, stubborn = await asyncio.wait(list(self._running), timeout=2.0)
+        _, stubborn = await asyncio.wait(list(self.slots.running), timeout=2.0)
         if stubborn:
             logger.warning("%d jobs ignored their cancellation; leaving them", len(stubborn))
             self.abandoned = len(stubborn)
@@ -358,44 +358,41 @@ class Worker(WorkerLoops):
         we leave (if the server is gone they cannot, and the leases bring those jobs back)."""
         acker.cancel()
         await asyncio.wait([acker], timeout=5.0)
-        await self._flush_acks()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (5.0 if self._force else 30.0)
-        while self._shielded and loop.time() < deadline:  # one may start another (a release)
-            await asyncio.wait(list(self._shielded), timeout=deadline - loop.time())
+        await self._loops.flush_acks()
+        await self._shield.wait(5.0 if self._force else 30.0)
 
     def _take(self, qs: Fetcher, jobs: list[Claimed]) -> None:
         for c in jobs:
-            if len(self._running) < self.concurrency:
+            if self.slots.has_free_slot():
                 self._start_job(qs, c)
             else:
-                self._buffer.append((qs, c))
+                self.slots.buffer.append((qs, c))
 
     async def _unpark(self) -> None:
         """Leave every queue's parking (see ``Fetcher.leave_parking``)."""
-        for qs in self._queues:
+        for qs in self._fetchers:
             await qs.leave_parking()
 
     def _start_job(self, qs: Fetcher, c: Claimed) -> None:
         qs.started += 1
         task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
-        self._running[task] = _Running(qs, c)
+        self.slots.running[task] = Running(qs, c)
         task.add_done_callback(self._job_done)
         if self.metrics is not None:
             self.metrics.job_started(qs.queue.name, c)
 
     def _job_done(self, task: asyncio.Task[Ack | Failure]) -> None:
-        entry = self._running.pop(task, None)
+        entry = self.slots.running.pop(task, None)
         if entry is not None:
             if self.metrics is not None:
                 q, c = entry.qs.queue.name, entry.claimed
                 self.metrics.job_done(q, c, task, cancelled=entry.cancelled, lost=entry.lost)
             self._settle(entry, task)
-        if self._buffer and not self._stopping:
-            self._start_job(*self._buffer.popleft())
-        self._slot_freed.set()
+        if self.slots.buffer and not self._stopping:
+            self._start_job(*self.slots.buffer.popleft())
+        self.slots.freed.set()
 
-    def _settle(self, entry: _Running, task: asyncio.Task[Ack | Failure]) -> None:
+    def _settle(self, entry: Running[Fetcher], task: asyncio.Task[Ack | Failure]) -> None:
         """Record how a run ended: ack it, record its failure, or, if it was cancelled, hand
         the job back (shutdown) or record it as cancelled (a cancellation request)."""
         qs, c = entry.qs, entry.claimed
@@ -413,7 +410,7 @@ class Worker(WorkerLoops):
         outcome = task.result()
         if type(outcome) is tuple:
             qs.acks.append(outcome)
-            self._ack_event.set()
+            self._loops.acks_due.set()
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
@@ -478,24 +475,22 @@ class Worker(WorkerLoops):
         try:
             outcome = await self._shield(qs.leases.fail(c.id, c.token, exc, mode, retry_ms or 0))
             if outcome is Outcome.DEAD or outcome is Outcome.CANCELLED:
-                self._forward.set()  # its batch may live on another queue
+                self._loops.forward.set()  # its batch may live on another queue
         except TRANSIENT as e:
             logger.warning(
                 "could not record the failure of job %s (%r); its lease expires", c.id, e
             )
 
-    def _shield(self, coro: Any, *, log: bool = False) -> asyncio.Future[Any]:
-        """Run an ack-like call to the end even if the caller is cancelled; shutdown waits
-        for every one of them. ``log``: nobody awaits it, so log its failure."""
-        fut = asyncio.ensure_future(coro)
-        self._shielded.add(fut)
-        fut.add_done_callback(self._shielded.discard)
-        if log:
-            fut.add_done_callback(_log_failure)
-        return asyncio.shield(fut)
-
-
-def _log_failure(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        # the lease brings the job back; nothing is lost
-        logger.warning("could not record a job outcome: %r", fut.exception())
+    def _info(self) -> tuple[object, ...]:
+        """What the registry shows of this worker (see beat.lua)."""
+        return (
+            socket.gethostname(),
+            os.getpid(),
+            __version__,
+            ",".join(self.queue_names),
+            self.concurrency,
+            self._started_ms,
+            self.completed,
+            self.failed,
+            1 if self.app.codec.signer is not None else 0,
+        )
