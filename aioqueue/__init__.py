@@ -41,13 +41,16 @@ from ._model.exceptions import ClosedError as ClosedError
 from ._model.exceptions import ConfigurationError as ConfigurationError
 from ._model.exceptions import CorruptRecord as CorruptRecord
 from ._model.exceptions import DecryptionFailed as DecryptionFailed
+from ._model.exceptions import DuplicateStep as DuplicateStep
 from ._model.exceptions import EmbeddedServerError as EmbeddedServerError
 from ._model.exceptions import InvalidHandle as InvalidHandle
 from ._model.exceptions import JobCancelled as JobCancelled
 from ._model.exceptions import JobError as JobError
 from ._model.exceptions import JobFailed as JobFailed
+from ._model.exceptions import JobNotChangeable as JobNotChangeable
 from ._model.exceptions import JobNotFound as JobNotFound
 from ._model.exceptions import LeaseLost as LeaseLost
+from ._model.exceptions import NonRetryable as NonRetryable
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
 from ._model.exceptions import QueueFull as QueueFull
@@ -62,6 +65,7 @@ from ._model.exceptions import SyncTimeoutWarning as SyncTimeoutWarning
 from ._model.exceptions import UnknownDependency as UnknownDependency
 from ._model.exceptions import UnknownTask as UnknownTask
 from ._model.exceptions import UsageError as UsageError
+from ._model.exceptions import WaitTimedOut as WaitTimedOut
 from ._model.exceptions import WorkflowError as WorkflowError
 from ._model.hooks import CallNext as CallNext
 from ._model.hooks import EnqueueEvent as EnqueueEvent
@@ -120,6 +124,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptRecord",
     "DecryptionFailed",
+    "DuplicateStep",
     "EmbeddedServer",
     "EmbeddedServerError",
     "EnqueueEvent",
@@ -136,6 +141,7 @@ __all__ = [
     "JobEventKind",
     "JobFailed",
     "JobInfo",
+    "JobNotChangeable",
     "JobNotFound",
     "JobPage",
     "JobState",
@@ -144,6 +150,7 @@ __all__ = [
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
+    "NonRetryable",
     "NotReplicated",
     "PayloadStore",
     "PayloadTooLarge",
@@ -175,6 +182,7 @@ __all__ = [
     "UnknownDependency",
     "UnknownTask",
     "UsageError",
+    "WaitTimedOut",
     "WhyReason",
     "WhyRow",
     "Worker",

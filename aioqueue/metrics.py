@@ -200,7 +200,7 @@ class WorkerMetrics:
             if t0 is not None:
                 series.completed_seconds.observe(time.monotonic() - t0)
             return
-        if outcome.parked:  # wait_for_children gave the job back until its children end
+        if outcome.parked:  # a durable wait, or wait_for_children, gave the job back
             self.returned.labels(queue, series.task, "parked").inc()
             return
         if outcome.unknown_task and self._worker is not None and self._worker.unknown_task_grace:

@@ -25,7 +25,7 @@ from aioqueue._store.embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster
-from .support.processes import WorkerProcesses
+from .support.processes import WorkerProcesses, worker_processes
 from .support.sentinel import SentinelGroup
 
 pytest_plugins = ["pytester"]
@@ -141,12 +141,8 @@ def prefix() -> str:
 @pytest.fixture
 def workers(tmp_path: Path, redis_url: str, prefix: str) -> Iterator[WorkerProcesses]:
     """Real worker processes of the suite's server on ``prefix`` (their logs printed after)."""
-    procs = WorkerProcesses(tmp_path, redis_url, prefix)
-    try:
+    with worker_processes(tmp_path, redis_url, prefix) as procs:
         yield procs
-    finally:
-        procs.close()
-        print(procs.logs())  # shown when the test failed
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from aioqueue import (
     PayloadTooLarge,
     SerializationError,
     ServerRefused,
+    WaitTimedOut,
     Worker,
     current_job,
 )
@@ -1090,6 +1091,75 @@ async def test_every_key_family_of_the_wrong_type_or_at_an_integer_limit_the_que
             await q.groups()
             await q.events_page(count=10)
             assert all(0 <= n < 2**53 for n in (await q.stats()).values())
+        await check_invariants(redis, k)
+
+
+#: the workflow key families (issue 27): a job's step hash, its log, an event's waiters, with
+#: a wrong type; a recorded wait end and a log's byte count at integer limits. ``aside``: the
+#: script meeting it lists it in ``garbled``; ``ends``: how the job ends ("completed", or
+#: "failed" when a value it must trust cannot be read)
+WORKFLOW_FAMILIES: dict[str, tuple[Callable[[QueueKeys, str], str], str, bool, str]] = {
+    "steps-string": (lambda k, j: k.steps(j), "string", True, "completed"),
+    "steps-list": (lambda k, j: k.steps(j), "list", True, "completed"),
+    "log-hash": (lambda k, j: k.job_log(j), "hash", True, "completed"),
+    "log-zset": (lambda k, j: k.job_log(j), "zset", True, "completed"),
+    "event-string": (lambda k, j: k.event("e"), "string", True, "completed"),
+    "event-hash": (lambda k, j: k.event("e"), "hash", True, "completed"),
+}
+for _i, _v in enumerate(INT_LIMITS):
+    # a recorded wait end that is garbage counts as passed (the wait ends, never hangs)
+    WORKFLOW_FAMILIES[f"wait-end-{_i}"] = (lambda k, j: k.steps(j), f"d:1={_v}", False, "completed")
+    WORKFLOW_FAMILIES[f"log-bytes-{_i}"] = (lambda k, j: k.job(j), f"lb={_v}", False, "completed")
+
+
+@pytest.mark.parametrize("family", list(WORKFLOW_FAMILIES))
+async def test_every_workflow_key_family_with_garbage_the_job_ends_and_the_queue_goes_on(
+    redis_url: str, redis: Redis, family: str
+) -> None:
+    """A job that logs, records a step, sleeps and waits for an event, with garbage planted
+    in one of its keys before it runs: it ends (its steps recorded once), a key of the wrong
+    type is set aside with the reason, and other jobs run on."""
+    key_of, kind, aside, ends = WORKFLOW_FAMILIES[family]
+    app = hostile_app(redis_url, lease=2.0)
+    runs: list[str] = []
+
+    @app.task
+    async def flow() -> str:
+        ctx = current_job()
+        ctx.log("start")
+
+        def make() -> str:
+            runs.append("s")
+            return "v"
+
+        value = await ctx.step("s", make)
+        await ctx.sleep(0.05)
+        with contextlib.suppress(WaitTimedOut):
+            await ctx.wait_for_event("e", timeout=0.05)
+        ctx.log("end")
+        return str(value)
+
+    async with app:
+        q = app.queue()
+        k = q._keys
+        job = await flow.options(job_id="wf1", delay=60).enqueue()
+        key = key_of(k, job.id)
+        if kind.startswith("lb="):
+            await redis.hset(key, "lb", kind.partition("=")[2])
+        elif "=" in kind:  # a wait end recorded by this very job (its creation time)
+            ct = await redis.hget(k.job(job.id), "ct")
+            assert ct is not None
+            await redis.hset(key, mapping={"ct": ct, kind.split("=")[0]: kind.split("=")[1]})
+        else:
+            await _write(redis, key, kind)
+        await q.promote([job.id])
+        async with Worker(app, concurrency=4, idle_block=0.1, grace=0.5):
+            assert await outcome(redis, k, job.id, timeout=30) == ends
+            assert await job.result(timeout=5) == "v"
+            assert runs == ["s"]
+            await still_works(app)
+            if aside:
+                await wait_until(lambda: _has_garbled(redis, k, key), timeout=10, what="aside")
         await check_invariants(redis, k)
 
 

@@ -16,8 +16,9 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Reservation
+from aioqueue import App, JobState, Reservation
 from aioqueue._model.keys import QueueKeys
+from aioqueue._model.limits import JOB_LOG_BYTES
 
 from .support.invariants import check_invariants
 from .support.server import server_ms
@@ -464,4 +465,29 @@ async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
         assert info.error.type == "DependencyFailed"
         ttl = await redis.pttl(k.job(waiting.id))
         assert ttl == -1 or ttl > 0  # kept: for good, or for a sane retention
+
+
+# ---------------------------------------------------------------------- workflows (issue 27)
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_log_byte_count_or_a_wait_end_at_a_limit_is_garbage_handled(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """A job's log byte count (field lb) at a limit counts as 0 and is written over with a
+    count in range; a recorded wait end (its step hash's d:<n>) at a limit counts as passed:
+    the wait ends, it never parks the job for good."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        (r,) = await reserve_all(app, 1)
+        await redis.hset(k.job(job.id), "lb", str(value))
+        assert await q._scripts.append_log(job.id, r.token, ["x" * 10]) == 1
+        lb = int(await redis.hget(k.job(job.id), "lb") or -1)
+        assert 0 <= lb <= JOB_LOG_BYTES
+        ct = await redis.hget(k.job(job.id), "ct")
+        assert ct is not None
+        await redis.hset(k.steps(job.id), mapping={"ct": ct, "d:1": str(value)})
+        assert await q._scripts.wait(job.id, r.token, 1, 3_600_000, "", 0) == [2]
+        assert await job.state() is JobState.ACTIVE  # not parked: the wait counts as over
+        await q.complete(r, 1)
         await check_invariants(redis, k)

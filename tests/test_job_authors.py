@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker
+from aioqueue import App, Batch, BatchState, JobState, Queue, ResultState, Worker, current_job
+from aioqueue._model.sealed import seal_value
 from aioqueue._queue.leases import forward_outbox
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._data import job_page
@@ -157,6 +158,24 @@ INVENTORY: tuple[Row, ...] = (
         "state",
         "state only: never chooses code or input; a result is signed (MAC by the worker)",
         "test_job_detail_verifies_the_result_with_the_jobs_queue_and_id",
+    ),
+    Row(
+        "durable steps, durable waits and job logs of a running job (`ctx.step`, `ctx.sleep`, "
+        "`ctx.wait_for_event`, `ctx.log`), signals waking waiters (`app.signal`, CLI "
+        "`aioqueue signal`)",
+        ("step", "joblog", "wait", "signal", "lib/giveback"),
+        "state",
+        "fenced by the lease like an ack; a step's result is sealed (MAC) by the worker that "
+        "ran it for its job, task and name, a signal's payload by the signaller for its queue "
+        "and key: verified before the task reads either, a planted one dead-letters the job",
+        "test_a_planted_step_record_or_signal_never_feeds_a_task",
+    ),
+    Row(
+        "change a waiting job: `Job.change`, CLI `aioqueue change`, the dashboard's change form",
+        ("change",),
+        "state",
+        "state only (priority, due time): the payload keeps its author's MAC, checked at claim",
+        "test_a_changed_unsigned_job_is_still_dead_lettered_never_run",
     ),
 )
 
@@ -552,3 +571,53 @@ async def test_the_cli_refuses_enqueue_and_retry_without_the_key_when_workers_si
         helped = _cli(redis_url, prefix, "enqueue", "--help")
         assert "--signing-key" in helped.stdout
         assert "AIOQUEUE_SIGNING_KEY" in helped.stdout
+
+
+async def test_a_planted_step_record_or_signal_never_feeds_a_task(
+    redis_url: str, redis: Redis
+) -> None:
+    async with pair(redis_url) as p:
+
+        @p.app.task(name="flow")
+        async def flow() -> None:
+            ctx = current_job()
+
+            def charge() -> str:
+                p.ran.append(("charge", ctx.id))
+                return "real"
+
+            value = await ctx.step("charge", charge)
+            got = await ctx.wait_for_event("paid", timeout=600)
+            p.ran.append(("used", value, got))
+
+        q = p.app.queue()
+        k = q._keys
+        planted = await flow.options(delay=3600).enqueue()
+        ct = await redis.hget(k.job(planted.id), "ct")
+        assert ct is not None
+        # a step result sealed with another key, for this very place
+        forged = seal_value(p.wrong.codec, ("default", planted.id, "flow"), "st", "charge", "fake")
+        await redis.hset(k.steps(planted.id), mapping={"ct": ct, "s:charge": forged})
+        waiting = await flow.enqueue()
+        async with Worker(p.app, concurrency=2):
+            await q.promote([planted.id])
+            await wait_until(functools.partial(dead_as_bad_signature, p.app, planted.id))
+
+            async def parked() -> bool:
+                return await waiting.state() is JobState.SCHEDULED
+
+            await wait_until(parked, timeout=60, what="the genuine job waiting")
+            assert await p.unsigned.signal("paid", 666) == 1  # an unsigned payload
+            await wait_until(functools.partial(dead_as_bad_signature, p.app, waiting.id))
+        assert p.ran == [("charge", waiting.id)]  # its own step ran; nothing planted was used
+
+
+async def test_a_changed_unsigned_job_is_still_dead_lettered_never_run(redis_url: str) -> None:
+    async with pair(redis_url) as p:
+        job = await p.unsigned.queue().enqueue("pay", [666], delay=3600)
+        async with Worker(p.app, concurrency=2):
+            assert await p.unsigned.queue().job(job.id).change(priority=5, delay=0) is (
+                JobState.QUEUED
+            )
+            await wait_until(functools.partial(dead_as_bad_signature, p.app, job.id))
+        assert p.ran == []

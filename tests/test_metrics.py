@@ -394,3 +394,26 @@ async def test_a_bug_in_the_metrics_never_stops_a_job_or_the_worker(
     assert "metrics: job_started failed; going on" in failures
     assert "metrics: job_done failed; going on" in failures
     assert "metrics: claimed failed; going on" in failures
+
+
+async def test_a_parked_run_counts_as_returned_not_failed(lapp: App) -> None:
+    app = lapp
+
+    @app.task
+    async def napper() -> str:
+        await current_job().sleep(0.2)
+        return "rested"
+
+    metrics = WorkerMetrics()
+    server = await serve(metrics.registry, 0, "127.0.0.1")
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
+    try:
+        async with Worker(app, concurrency=2, metrics=metrics):
+            assert await (await napper.enqueue()).result(timeout=30) == "rested"
+        s = await scrape(url)
+    finally:
+        server.close()
+    assert value(s, "aioqueue_jobs_returned_total", task="napper", reason="parked") == 1
+    assert value(s, "aioqueue_jobs_failed_total", task="napper") == 0
+    assert value(s, "aioqueue_jobs_retried_total", task="napper") == 0
+    assert value(s, "aioqueue_jobs_completed_total", task="napper") == 1

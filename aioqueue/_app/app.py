@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 
-from .._model.checks import (
-    check_attempts,
-    check_int,
-    check_name,
-    check_prefix,
-    to_seconds,
-)
+from .._model.checks import check_attempts, check_int, check_name, check_prefix, to_seconds
 from .._model.claimcheck import ClaimCheck, PayloadStore
 from .._model.codec import Codec
 from .._model.compress import Compression
@@ -24,6 +18,7 @@ from .._model.cron import MissedPolicy
 from .._model.exceptions import ClosedError, ConfigurationError
 from .._model.isolation import Isolation
 from .._model.keys import QueueKeys
+from .._model.retrypolicy import ExcTypes, TaskPolicy
 from .._model.serialize import Serializer, get_serializer
 from .._queue.deps import DependencyPolicy
 from .._queue.events import JobEvent, JobEventKind, iterate_events
@@ -40,6 +35,7 @@ from .queues import Queues
 from .results import ResultWaiter
 from .scheddecl import TaskT, cron_decorator
 from .schedules import Schedules, make_spec
+from .signals import signal_jobs
 from .sync import SyncClient
 from .task import Backoff, Task, check_backoff
 from .taskdecl import TaskDecorator, register_task
@@ -66,8 +62,8 @@ class App:
         max_payload_bytes: refuse arguments over this once serialised and compressed (0: none).
         lease: seconds a consumer holds a job before another gets it (workers renew it).
         heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
-            if that is shorter; at most half the lease). A worker that misses three in a row
-            is declared dead, and its jobs are handed back without waiting for their leases.
+            if shorter; at most half the lease). A worker that misses three in a row is dead:
+            its jobs are handed back without waiting for their leases.
         result_ttl: seconds results and completed job records are kept (None: forever, 0: no).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
         max_attempts: default for tasks that do not set their own.
@@ -76,9 +72,7 @@ class App:
         max_connections: size of the connection pool; callers beyond it wait for a free
             connection (up to 30 s).
         socket_timeout: seconds a reply to aioqueue's own calls may take before the connection
-            counts as dead (blocking waits are kept well below it). It is enforced with
-            asyncio timeouts around those calls, not redis-py's socket timeout: on Python 3.11
-            redis-py's timeout path can swallow a task's cancellation.
+            counts as dead (blocking waits stay well below it; asyncio timeouts enforce it).
         signing_key: sign with HMAC-SHA256 (at least 16 bytes) every job's payload with its
             options, and every result, each bound to its prefix, queue, job and task; workers
             then dead-letter unsigned or tampered jobs (reason ``BadSignature``), and reading
@@ -99,9 +93,8 @@ class App:
         wait_aof: wait with ``WAITAOF`` instead: the write fsynced to the append-only file
             of the primary and of ``wait_replicas`` replicas (needs ``appendonly yes``).
         client: a redis-py asyncio client you configured (``Redis``, e.g. on a Sentinel's
-            pool, or ``RedisCluster``), or a ``ConnectionPool``, to use instead of
-            connecting to ``url``; the App does not close it. ``app.sync()`` still
-            connects to ``url``.
+            pool, or ``RedisCluster``), or a ``ConnectionPool``, used instead of ``url`` and
+            never closed by the App (``app.sync()`` still connects to ``url``).
         testing: test mode: the scripts' clock honours the testing kit's ``VirtualClock``
             (docs/testing.md); every other App ignores it. Never in production.
 
@@ -176,7 +169,6 @@ class App:
             f"<App prefix={self.prefix!r} queue={self.default_queue!r} {self._state.name.lower()}>"
         )
 
-    # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
         """Create the connection pool, check that the server answers and load the scripts.
 
@@ -203,9 +195,8 @@ class App:
 
     def sync(self) -> SyncClient:
         """The App's blocking producer, for code without an event loop (Django, Flask,
-        scripts): ``app.sync().enqueue(task, ...)``. It needs no ``open()``: its own pool of
-        blocking connections connects on first use. One per App, shared by threads, until
-        ``close()``d."""
+        scripts): ``app.sync().enqueue(task, ...)``. No ``open()`` needed: its own blocking
+        pool connects on first use. One per App, shared by threads, until ``close()``d."""
         client = self._sync
         if client is None or client.closed:
             client = self._sync = SyncClient(self, self._given)
@@ -224,10 +215,9 @@ class App:
         self._state = State.CLOSED
 
     def rebind(self, url: str, prefix: str, *, testing: bool) -> None:
-        """Make this App, unopened or closed, a new unopened App on ``url`` under ``prefix``
-        in that mode (``testing``: see App), keeping its tasks, hooks, code-declared schedules,
-        sharded queues (made again) and codec. For tests (``aioqueue.testing.bind``); no I/O.
-        Raises ConfigurationError if the App is open."""
+        """Make this unopened or closed App a new unopened one on ``url``, ``prefix`` and mode,
+        keeping its tasks, hooks, declared schedules, sharded queues and codec (for
+        ``aioqueue.testing.bind``; no I/O). Raises ConfigurationError if the App is open."""
         if self._state is State.OPEN:
             raise ConfigurationError(f"{self!r} is open: close it before rebinding it")
         if self._sync is not None:
@@ -260,7 +250,6 @@ class App:
             self._results = ResultWaiter(self.redis)  # ClosedError unless open
         return self._results
 
-    # ------------------------------------------------------------------ hooks
     def on_startup(self, fn: LH) -> LH:
         """Register ``async def hook(state: State) -> None`` to run when a worker starts, before
         it fetches a job, in registration order; its tasks read what it stores in ``state``
@@ -290,7 +279,6 @@ class App:
         jobs are stored; what it raises is logged, not raised."""
         return self.hooks.add_enqueue_hook(self.hooks.after_enqueue, fn)
 
-    # ------------------------------------------------------------------ schedules
     def cron(
         self,
         expression: str,
@@ -341,7 +329,6 @@ class App:
         spec = (cron, every, tz, args, kwargs, name, missed, jitter, grace, queue)
         self.schedules.declare(make_spec(self, task, *spec, declared=True))
 
-    # ------------------------------------------------------------------ tasks and queues
     @overload
     def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
 
@@ -363,6 +350,9 @@ class App:
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
         isolation: Isolation = None,
+        retry_on: type[BaseException] | ExcTypes | None = None,
+        dont_retry_on: type[BaseException] | ExcTypes | None = None,
+        capture_logs: int | str | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -379,6 +369,9 @@ class App:
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
         isolation: Isolation = None,
+        retry_on: type[BaseException] | ExcTypes | None = None,
+        dont_retry_on: type[BaseException] | ExcTypes | None = None,
+        capture_logs: int | str | None = None,
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a job function (async, or sync to run in a thread pool).
 
@@ -395,11 +388,15 @@ class App:
             keep_result: ``result_ttl`` by another name: seconds (or a timedelta), ``True``
                 for good, ``False`` not at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
+            retry_on: only these exception types are retried; others dead-letter at once.
+            dont_retry_on: these dead-letter at once (as ``NonRetryable`` does; docs/retries.md).
+            capture_logs: keep its ``logging`` records of this level up with the job (``ctx.log``).
             isolation: ``"process"``: run in a child a timeout kills (flow-control.md).
         """
 
         options = (name, queue, max_attempts, timeout, backoff, result_ttl, keep_result, priority)
-        make = functools.partial(Task, self, isolation=isolation)
+        policy = TaskPolicy.of(retry_on, dont_retry_on, capture_logs)
+        make = functools.partial(Task, self, policy=policy, isolation=isolation)
         register = functools.partial(register_task, self, make, *options)
         return register(fn) if fn is not None else TaskDecorator(register)
 
@@ -426,8 +423,7 @@ class App:
                 can read them with ``await current_job().batch.results()``.
             on_failure: ``"continue"``: the callback runs, failures are listed in the
                 results; ``"fail"``: the batch fails, the callback never runs, ``wait()``
-                raises BatchFailed; ``"ignore"``: deprecated, the same as ``"continue"``
-                (warns ``DeprecationWarning``).
+                raises BatchFailed; ``"ignore"``: deprecated alias of ``"continue"``.
             concurrency: at most this many sub-jobs run at once (the batch becomes its own
                 group; its sub-jobs must then be on the batch's queue).
             priority: priority of sub-jobs that do not set their own.
@@ -445,6 +441,12 @@ class App:
         """A new DAG workflow (docs/workflows.md): ``wf.step(name, task.call(...), after=[...])``
         then ``await wf.enqueue()``; ``WorkflowHandle(app.queue(q), id)`` reads one back."""
         return Workflow(self, name, on_failure)
+
+    async def signal(self, key: str, payload: Any = None, *, queue: str | None = None) -> int:
+        """Wake every job waiting for event ``key`` (``ctx.wait_for_event(key)``) with
+        ``payload`` as that call's value; ``queue``: only that queue's (default: the App's
+        queues). Returns how many woke (docs/workflows.md, "Durable waits and signals")."""
+        return await signal_jobs(self, key, payload, queue)
 
     @overload
     def queue(self, name: str | None = None) -> Queue: ...
@@ -476,11 +478,9 @@ class App:
         kinds: Iterable[JobEventKind | str] | None = None,
         block: float = 5.0,
     ) -> AsyncIterator[JobEvent]:
-        """Follow a queue's event stream (switched on with ``queue.set_events()``): an async
-        iterator of ``JobEvent``, waiting for new ones (``XREAD BLOCK`` on a connection of its
-        own, at most ``block`` seconds a call). After a lost connection it reconnects and goes
-        on from the last event it yielded, so none is missed or repeated; close it with
-        ``aclose()`` or by leaving the ``async for``.
+        """Follow a queue's event stream (``queue.set_events()``): an async iterator of
+        ``JobEvent`` (``XREAD BLOCK`` on its own connection, ``block`` seconds a call) that
+        reconnects and goes on after the last event it yielded (none missed or repeated).
 
         Args:
             queue: the queue (default: the App's default queue).

@@ -28,6 +28,7 @@ from .._model.exceptions import ConfigurationError
 from .._model.isolation import Isolation, check_isolation
 from .._model.job import Job
 from .._model.record import JobOptions, JobRecord, Template
+from .._model.retrypolicy import DEFAULT_POLICY, TaskPolicy
 from .._model.signature import Signature
 from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
 from .._queue.sharded import on_shard, spread
@@ -91,8 +92,11 @@ class Task(Generic[P, R]):
         result_ttl: float | timedelta | None,
         priority: int,
         isolation: Isolation = None,
+        policy: TaskPolicy = DEFAULT_POLICY,
     ) -> None:
         self.app = app
+        #: which failures are retried, which logging records are kept (_model/retrypolicy.py)
+        self.policy = policy
         self.fn = fn
         self.name = name
         self.queue = queue

@@ -33,6 +33,7 @@ from .show import jobs as show_jobs
 from .show import queue_of
 from .show import why as show_why
 from .show import workers as show_workers
+from .signals import add_signal_commands
 from .workflow import show_workflow
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -224,6 +225,7 @@ def add_commands(sub: Any) -> None:
             option, type=_limit_value, default=argparse.SUPPRESS, help=text + ", or none"
         )
     p.add_argument("--per", type=_number(0.001), default=1.0, help="rate period seconds (1)")
+    add_signal_commands(command, check_signing)
     p = command("enqueue", "enqueue a job by task name", _enqueue)
     p.add_argument("task", metavar="TASK")
     p.add_argument("--args", type=_json_value(list), default=[], help="JSON list")

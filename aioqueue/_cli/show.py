@@ -242,6 +242,10 @@ async def job(app: App, args: argparse.Namespace) -> int:
     if i.error and i.error.traceback:
         echo("traceback:")
         echo(i.error.traceback.rstrip())
+    if d.logs:
+        echo("log:")
+        for t, level, msg in d.logs:
+            echo(f"  {when(int(t * 1000)) if t else '-'}  {escape(level)}  {escape(msg)}")
     return EXIT_OK
 
 

@@ -8,8 +8,9 @@
     │   ├── UnknownTask           enqueue by name of a task no live worker declared
     │   ├── UnknownDependency     depends_on= or wait_for_children names no job
     │   ├── WorkflowError         a workflow whose graph cannot run (a cycle, a missing step)
-    │   └── SerializationError    arguments or a result that cannot be serialised
-    │       └── PayloadTooLarge   a serialised payload over the configured limit
+    │   ├── SerializationError    arguments or a result that cannot be serialised
+    │   │   └── PayloadTooLarge   a serialised payload over the configured limit
+    │   └── DuplicateStep         a job's run used one durable step name twice
     ├── ServerError               the server failed: often worth retrying later
     │   ├── ServerUnavailable     Redis could not be reached or dropped the connection
     │   ├── ServerRefused         Redis answered a call with an error (a script's, a command's)
@@ -28,7 +29,10 @@
     │   ├── InvalidHandle         a reservation handle that is garbled, forged or another queue's
     │   ├── BatchNotFound         no record of the batch (never existed, or its retention ran out)
     │   ├── BatchFailed           awaited batch (on_failure="fail") had failed sub-jobs
-    │   └── BatchCancelled        awaited batch was cancelled
+    │   ├── BatchCancelled        awaited batch was cancelled
+    │   ├── JobNotChangeable      job.change() of a job that started or finished
+    │   ├── WaitTimedOut          a durable wait (ctx.wait_for_event) ran out; a TimeoutError
+    │   └── NonRetryable          raised by a task: dead-letter this job now, no retry
     └── StartupFailed             a worker's startup hook raised: the worker did not start
 
 Each keeps the builtin base it had (``ServerUnavailable`` is an ``OSError``, ``JobNotFound`` a
@@ -101,6 +105,16 @@ class SerializationError(UsageError, TypeError):
 
 class PayloadTooLarge(SerializationError):
     """Raised by ``enqueue`` when the serialised arguments exceed ``App(max_payload_bytes=)``."""
+
+
+class DuplicateStep(UsageError, ValueError):
+    """Raised by ``ctx.step(name, ...)`` when this run of the job already used ``name``: a
+    step's name is its identity across runs, so two steps of one job must not share it."""
+
+    def __init__(self, job_id: str, name: str) -> None:
+        super().__init__(f"job {job_id!r}: step {name!r} was already used in this run")
+        self.job_id = job_id
+        self.name = name
 
 
 class ServerUnavailable(ServerError, OSError):
@@ -263,6 +277,37 @@ class InvalidHandle(JobError, ValueError):
     (when the App has a ``signing_key``), or signed when the App has none, or the reverse.
     A well-formed handle whose lease is over is not refused here: ``complete`` and the other
     calls answer ``LeaseLost``, as for the reservation itself."""
+
+
+class JobNotChangeable(JobError):
+    """Raised by ``Job.change()`` when the job no longer waits (it started, finished or was
+    cancelled): only a queued or scheduled job can be changed. ``state`` is the state it was
+    found in."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(f"job {job_id!r} is {state}: only a queued or scheduled job changes")
+        self.job_id = job_id
+        self.state = state
+
+
+class WaitTimedOut(JobError, TimeoutError):
+    """Raised inside a task by ``await ctx.wait_for_event(key, timeout=...)`` when no signal
+    came in time (the job was woken by its timeout, possibly on another worker)."""
+
+    def __init__(self, key: str, timeout: float | timedelta) -> None:
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        super().__init__(f"no signal {key!r} within {timeout} s")
+        self.key = key
+        #: seconds the wait was given
+        self.timeout = timeout
+
+
+class NonRetryable(JobError):
+    """Raised by a task to fail its job for good: the job is dead-lettered at once, whatever
+    attempts it has left, with this exception's class name (a subclass keeps its own) and
+    message as the reason. Use it for errors no retry can heal (a declined card, a
+    malformed order); ``@app.task(dont_retry_on=...)`` does the same for other types."""
 
 
 class StartupFailed(AioQueueError):

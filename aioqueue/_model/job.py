@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from .checks import to_seconds
@@ -102,6 +102,13 @@ class JobHome(Protocol):
     def name(self) -> str: ...
     async def job_info(self, job_id: str) -> JobInfo: ...
     async def cancel_jobs(self, job_ids: Sequence[str]) -> int: ...
+    async def change_job(
+        self,
+        job_id: str,
+        priority: int | None,
+        delay: float | timedelta | None,
+        at: datetime | float | None,
+    ) -> JobState: ...
     async def _job_state(self, job_id: str) -> JobState: ...
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any: ...
     async def why(self, job_id: str) -> JobWhy: ...
@@ -150,6 +157,24 @@ class Job(Generic[R]):
         """Cancel the job (see ``Queue.cancel_jobs``). True if it was cancelled at once;
         False if it was running (its worker stops it shortly) or had already finished."""
         return await self._queue.cancel_jobs([self.id]) == 1
+
+    async def change(
+        self,
+        *,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+    ) -> JobState:
+        """Change the job while it waits (queued or scheduled), in one atomic step: its
+        priority, and/or when it runs (``delay`` seconds from now, or ``at``; one of the two).
+        A changed queued job goes to the back of its priority level. Returns its state after.
+
+        Raises:
+            JobNotChangeable: it started, finished or was cancelled.
+            JobNotFound: no record of it.
+            ConfigurationError: a bad value, both ``delay`` and ``at``, or nothing to change.
+        """
+        return await self._queue.change_job(self.id, priority, delay, at)
 
     async def info(self) -> JobInfo:
         """The job's stored record; fields that cannot be read are named in ``garbled``.

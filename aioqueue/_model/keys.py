@@ -68,6 +68,13 @@ Dependencies (see lua/lib/deps.lua; docs/workflows.md)::
     <prefix>:{<queue>}:deps:<id>    SET    the dependencies job <id> still waits for (members:
                                            their queue's key base followed by their id)
     <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise)
+A job's extras, which live and die with its record (see extras_of in lua/lib/core.lua)::
+
+    <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field
+                                           "s:<name>", and "ct" its record's creation time
+    <prefix>:{<queue>}:log:<id>     LIST   its log lines, the newest last, capped (lua/joblog.lua)
+    <prefix>:{<queue>}:evt:<key>    SET    jobs parked waiting for event <key> (lua/wait.lua,
+                                           lua/signal.lua); expires after its last waiter's end
 
 Job events (see lua/lib/events.lua; off unless qconf has ``events``, the cap)::
 
@@ -217,6 +224,18 @@ class QueueKeys:
     @property
     def garbled(self) -> str:
         return self.base + "garbled"
+
+    def steps(self, job_id: str) -> str:
+        """A job's durable steps' results (built by the scripts as base.."step:"..id)."""
+        return f"{self.base}step:{job_id}"
+
+    def event(self, key: str) -> str:
+        """The jobs waiting for event ``key`` (built by the scripts as base.."evt:"..key)."""
+        return f"{self.base}evt:{key}"
+
+    def job_log(self, job_id: str) -> str:
+        """A job's log (built by the scripts as base.."log:"..id)."""
+        return f"{self.base}log:{job_id}"
 
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}"

@@ -21,3 +21,8 @@ MIN_PRIORITY: Final = -100
 MAX_PRIORITY: Final = 100
 #: the most entries each index of finished jobs (completed, cancelled) keeps: the newest
 FINISHED_INDEX_MAX: Final = 100_000
+#: the most durable steps one job records (``ctx.step``; step.lua)
+MAX_STEPS_PER_JOB: Final = 1000
+#: the most lines, and bytes, a job's log keeps (``ctx.log``; joblog.lua): the oldest go first
+JOB_LOG_LINES: Final = 500
+JOB_LOG_BYTES: Final = 65536

@@ -50,6 +50,11 @@ HANDLE_FIELD = b"1:h"
 HANDLE_MAC_LEN = 16
 
 
+def place(kind: str, name: str) -> bytes:
+    """The field of a value with a place of its own: its kind and name, length-prefixed."""
+    return _lp(_b(f"{kind}:{name}"))
+
+
 def _key(value: str | bytes, what: str = "a signing key") -> bytes:
     key = value.encode() if isinstance(value, str) else value
     if not isinstance(key, bytes) or len(key) < 16:
@@ -278,6 +283,29 @@ class Signer:
             bid.decode(errors="replace"),
             rest[pos:],
         )
+
+    # ------------------------------------------------------------------ values of their own place
+    def sign_value(self, queue: str, job_id: str, task: str, field: bytes, data: bytes) -> bytes:
+        """The stored form of a value bound to a place of its own, ``field`` (length-prefixed,
+        e.g. ``place("st", name)`` for a durable step's result): it verifies nowhere else."""
+        return MARKER + self._mac.digest(self._context(queue, task, field, job_id) + data) + data
+
+    def verify_value(
+        self, queue: str, job_id: str, task: str, field: bytes, data: bytes, what: str
+    ) -> bytes:
+        """The value inside ``data``, once verified for its place (see ``sign_value``).
+
+        Raises:
+            BadSignature: unsigned, tampered, moved from another place, or signed with a key
+                not accepted here.
+        """
+        mac, rest = self._split(data, what)
+        if not self._matches(mac, self._context(queue, task, field, job_id) + rest):
+            raise BadSignature(
+                f"the {what} does not match its signature (tampered, moved from another job "
+                "or place, or signed with a key not accepted here)"
+            )
+        return rest
 
     # ------------------------------------------------------------------ reservation handles
     def sign_handle(self, queue: str, body: bytes) -> bytes:

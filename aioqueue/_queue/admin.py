@@ -7,11 +7,11 @@ queued jobs, done in bounded chunks of one atomic script each (``requeue.lua``, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._model.checks import at_to_ms, check_group, check_int, check_job_id
-from .._model.exceptions import ConfigurationError
+from .._model.checks import at_to_ms, check_group, check_int, check_job_id, check_priority, to_ms
+from .._model.exceptions import ConfigurationError, JobNotChangeable, JobNotFound
 from .._model.job import JobState, JobWhy
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._store.scripts import QueueScripts
@@ -158,6 +158,28 @@ class QueueAdmin(QueueCore):
         waiting, running (on whom, until when), finished or not found. See ``JobWhy``."""
         raw = await self._scripts.why(check_job_id(job_id))
         return JobWhy.read(self.name, job_id, raw)
+
+    async def change_job(
+        self,
+        job_id: str,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+    ) -> JobState:
+        """Change a job that has not started: see ``Job.change``."""
+        if priority is None and delay is None and at is None:
+            raise ConfigurationError("give priority=, delay= or at= to change")
+        if delay is not None and at is not None:
+            raise ConfigurationError("give delay= or at=, not both")
+        pr = None if priority is None else check_priority(priority)
+        delay_ms = -1 if delay is None else to_ms(delay, "delay")
+        at_ms = -1 if at is None else at_to_ms(at)
+        code, state = await self._scripts.change(job_id, pr, delay_ms, at_ms)
+        if code == -1:
+            raise JobNotFound(job_id)
+        if code == 0:
+            raise JobNotChangeable(job_id, state)
+        return JobState(state)
 
     async def throughput(self, minutes: int = 60) -> Throughput:
         """Jobs completed and dead-lettered per minute over the last ``minutes`` (1-120)."""

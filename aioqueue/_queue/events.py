@@ -63,8 +63,11 @@ class JobEventKind(enum.Enum):
     FAILED = "failed"
     #: cancelled (``reason`` "Cancelled: ..." or "Expired: ..." for a job past its expiry)
     CANCELLED = "cancelled"
-    #: an operator made a scheduled job runnable now (``promote``)
+    #: an operator made a scheduled job runnable now (``promote``); ``reason`` "signal" for a
+    #: job a signal woke from its durable wait (``app.signal``)
     PROMOTED = "promoted"
+    #: a job that had not started had its priority or due time changed (``Job.change``)
+    CHANGED = "changed"
     #: an operator brought a dead letter back (``retry``/``requeue``)
     REQUEUED = "requeued"
     #: given back unfinished by its holder (pull-API ``release``, a worker shutting down)

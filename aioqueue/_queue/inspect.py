@@ -13,6 +13,7 @@ from typing import Any
 from .._model.codec import Codec
 from .._model.exceptions import BadSignature
 from .._model.job import ErrorInfo, JobInfo, JobState
+from .._model.limits import JOB_LOG_BYTES, JOB_LOG_LINES
 from .._model.timeutil import score_ms
 from .._store.scripts import QueueScripts
 
@@ -114,6 +115,9 @@ class JobDetail:
     result_state: ResultState = ResultState.NONE
     #: why the result could not be read (None unless BAD_SIGNATURE or UNREADABLE)
     result_error: str | None = None
+    #: its log (``ctx.log`` and captured logging records), oldest first: (epoch seconds,
+    #: level name, message); a garbled line is shown as the text it holds, at level ``?``
+    logs: tuple[tuple[float, str, str], ...] = ()
 
     def result_text(self) -> str:
         """The result as the CLI and the dashboard show it: JSON, or the reason it is not."""
@@ -298,7 +302,22 @@ async def detail(scripts: QueueScripts, codec: Codec, info: JobInfo) -> JobDetai
         history=_history(h, info),
         result_state=state,
         result_error=why,
+        logs=_log_lines(await scripts.job_log(info.id)) if "xk" in h else (),
     )
+
+
+def _log_lines(raw: list[bytes]) -> tuple[tuple[float, str, str], ...]:
+    """A job's stored log lines (JSON ``{"t", "l", "m"}``, ``_app/steps.py``), read
+    tolerantly."""
+    out: list[tuple[float, str, str]] = []
+    for item in raw[-JOB_LOG_LINES:]:
+        text = item[:JOB_LOG_BYTES].decode(errors="replace")
+        try:
+            d = json.loads(text)
+            out.append((float(d["t"]), str(d["l"]), str(d["m"])))
+        except (ValueError, KeyError, TypeError):
+            out.append((0.0, "?", text))
+    return tuple(out)
 
 
 async def throughput(scripts: QueueScripts, minutes: int) -> Throughput:

@@ -15,7 +15,7 @@ import redis.exceptions as rexc
 
 from .._model.exceptions import ServerRefused
 from .._model.keys import QueueKeys, aside_key
-from .._model.limits import CLAIMED_JOB_VALUES, MAX_JOBS_PER_CALL
+from .._model.limits import CLAIMED_JOB_VALUES, JOB_LOG_LINES, MAX_JOBS_PER_CALL
 from .._model.record import (
     Claimed,
     JobRecord,
@@ -98,6 +98,48 @@ class QueueReads:
     async def set_progress(self, job_id: str, data: bytes) -> None:
         """Record a running job's progress (JSON)."""
         await self._run("progress", (self.base, job_id, data))
+
+    async def step(self, job_id: str, token: str, name: str, value: bytes | None) -> Any:
+        """A durable step's recorded result (``value`` None), or record it (step.lua): the
+        script's reply, ``[1, value]``, ``[0]`` or a negative code."""
+        op = "get" if value is None else "put"
+        return await self._run("step", (self.base, job_id, token, op, name, value or b""))
+
+    async def change(
+        self, job_id: str, priority: int | None, delay_ms: int, at_ms: int
+    ) -> tuple[int, str]:
+        """Change a job that has not started (change.lua): (1, state after), (0, state
+        found: it started or finished, unchanged) or (-1, "": no such job)."""
+        pr = "" if priority is None else str(priority)
+        reply = await self._run("change", (self.base, job_id, pr, delay_ms, at_ms))
+        return int(reply[0]), text_of(reply[1]) if len(reply) > 1 else ""
+
+    async def job_log(self, job_id: str) -> list[bytes]:
+        """A job's log lines, oldest first (the newest JOB_LOG_LINES; none if its log key
+        holds garbage of another type)."""
+        key = self.keys.job_log(job_id)
+        try:
+            lines = await self.read(self.client.lrange(key, -JOB_LOG_LINES, -1))
+        except ServerRefused:
+            return []
+        return cast(list[bytes], lines)
+
+    async def wait(
+        self, job_id: str, token: str, n: int, ms: int, event: str, dead_ttl_ms: int
+    ) -> Any:
+        """A durable wait of a running job (wait.lua): its reply, ``[1, payload]`` (a
+        signal's), ``[2]`` (over by time), ``[3, end ms]`` (parked) or a negative code."""
+        args = (self.base, job_id, token, n, ms, event, dead_ttl_ms)
+        return await self._run("wait", args)
+
+    async def signal(self, event: str, payload: bytes) -> tuple[int, int]:
+        """Wake up to 1,000 jobs waiting for ``event`` (signal.lua): (woken, still waiting)."""
+        woken, left = await self._run("signal", (self.base, event, payload))
+        return int(woken), int(left)
+
+    async def append_log(self, job_id: str, token: str, lines: Sequence[str]) -> int:
+        """Append lines to a running job's log (joblog.lua): 1, or a negative code."""
+        return int(await self._run("joblog", (self.base, job_id, token, *lines)))
 
     async def stats(self) -> dict[bytes, bytes]:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.stats)))

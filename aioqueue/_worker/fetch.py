@@ -58,13 +58,15 @@ class Crew:
     take: Callable[[Fetcher, list[Claimed]], None]
     flush_acks: Callable[[], Awaitable[bool]]
     check_acks: Callable[[list[Outcome]], None]
+    #: completions wait: the acker sends those no claim took along (``Loops.wake_acker``)
+    wake_acker: Callable[[], None]
     metrics: WorkerObserver | None
 
 
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "crew", "idle", "leases", "queue", "sampled", "started")
+    __slots__ = ("acks", "claiming", "crew", "idle", "leases", "queue", "sampled", "started")
 
     def __init__(self, crew: Crew, queue: Queue) -> None:
         self.crew = crew
@@ -72,6 +74,9 @@ class Fetcher:
         self.leases = Leases(queue)
         self.acks: list[tuple[str, str, bytes, int]] = []
         self.idle = False  # blocked waiting for work: safe to cancel
+        #: a claim is in flight: the acker leaves this queue's acks to the next claim, which
+        #: the loop sends as soon as this one returns if it has free slots (see ``_claim``)
+        self.claiming = False
         #: leases of this queue the pool has started or given up, in the order it got them
         #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
         self.started = 0
@@ -177,6 +182,7 @@ class Fetcher:
             coro = _with_no_outcomes(self.leases.claim(want, lease, crew.id, park, report))
         # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = crew.shield.track(coro)
+        self.claiming = True
         try:
             res, outcomes = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -186,6 +192,12 @@ class Fetcher:
         except TRANSIENT:
             self.acks[:0] = acks
             raise
+        finally:
+            self.claiming = False
+            if self.acks:
+                # the acker skipped these while we claimed: if this loop claims again at once
+                # it takes them along (before the acker runs); if it waits, the acker sends them
+                crew.wake_acker()
         crew.check_acks(outcomes)
         return res  # type: ignore[no-any-return]
 

@@ -102,23 +102,29 @@ class Loops:
         oldest = min(self.beat_ok.values(), default=0.0)
         return time.monotonic() - oldest < self.period_ms / 1000
 
+    def wake_acker(self) -> None:
+        """Completions wait to be sent: the acker looks at them (see ``flush_acks``)."""
+        self.acks_due.set()
+
     async def ack_loop(self) -> None:
         while not self.finished:
             await self.acks_due.wait()
             # let a fetch loop that is about to claim take these acks along first
             await asyncio.sleep(0)
             self.acks_due.clear()
-            if not await self.flush_acks():
+            if not await self.flush_acks(defer=True):
                 await asyncio.sleep(0.1)
                 self.acks_due.set()
 
-    async def flush_acks(self) -> bool:
+    async def flush_acks(self, *, defer: bool = False) -> bool:
         """Send the completions gathered so far, one script call per queue (shielded: once
         sent, an ack finishes even if the acker is cancelled). False if some could not be
-        sent; they stay queued and are covered by the heartbeat meanwhile."""
+        sent; they stay queued and are covered by the heartbeat meanwhile. With ``defer``
+        (the acker), a queue whose claim is in flight keeps its acks for the next claim: the
+        fetch loop sends them with it, or wakes the acker when it does not claim at once."""
         ok = True
         for qs in self.fetchers:
-            if not qs.acks:
+            if not qs.acks or (defer and qs.claiming):
                 continue
             while qs.acks:
                 batch, qs.acks = qs.acks[:ACK_CHUNK], qs.acks[ACK_CHUNK:]

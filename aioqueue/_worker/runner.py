@@ -8,19 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._app.batch import Batch
-from .._app.context import JobContext, _current
+from .._app.context import JobContext, _current, capture_logs
 from .._app.hooks import run_through
+from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, Retry
 from .._queue.deps import Parked
 from .isolation import ChildPool, ProcessIsolation, default_processes
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .._app.app import App
@@ -45,7 +49,8 @@ class Failure:
     retry_ms: int | None = None
     #: no task of that name here (the pool may hand the job back for a worker that has it)
     unknown_task: bool = False
-    #: not a failure: the job parked itself (``wait_for_children``); nothing to record
+    #: not a failure: the job parked itself (a durable wait, ``wait_for_children``): given
+    #: back already, nothing to record
     parked: bool = False
 
 
@@ -107,44 +112,74 @@ class Runner:
             return loaded
         args, kwargs, opts, timeout, ttl_ms, batch = loaded
         # each job runs in its own asyncio task, hence its own context: no reset needed
-        job = JobContext(c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token)
+        run = JobRun(c.token, task.policy.capture_logs)
+        job = JobContext(
+            c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token, run
+        )
         _current.set(job)
+        if run.capture is not None:
+            capture_logs()
+        outcome = await self._outcome(task, c, job, args, kwargs, opts, timeout)
+        if run.lines:  # its log, written while the lease is still this run's (_app/steps.py)
+            try:
+                await flush_log(leases.scripts, c.id, run)
+            except AioQueueError as exc:
+                logger.warning("job %s: its log lines were not kept: %s", c.id, exc)
+        if isinstance(outcome, Failure):
+            return outcome
+        try:
+            data = app.codec.dump_result(
+                outcome, queue=leases.name, job_id=c.id, task=c.task, options=opts
+            )
+            return (c.id, c.token, data, ttl_ms)
+        except AioQueueError as exc:
+            return Failure(exc)
+
+    async def _outcome(
+        self,
+        task: Task[Any, Any],
+        c: Claimed,
+        job: JobContext,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        opts: dict[str, Any],
+        timeout: float | None,
+    ) -> Any:
+        """The task's result, or the Failure of its run."""
         isolated, own = self._timing(task, timeout)
         scope = asyncio.timeout(own)
         try:
-            chain = batch if opts.get("chain") else None
+            chain = job.batch if opts.get("chain") else None
             if _prepares_arguments(task, chain, isolated):
                 given = await _arguments(task, chain, args, kwargs, decode=not isolated)
                 if isinstance(given, Failure):
                     return given
                 args, kwargs = given
             async with scope:  # the one timeout of the run, middleware included
-                if self._middleware:  # around the body (_model/hooks.py)
+                if self._middleware:  # around the body (_app/hooks.py)
                     body = functools.partial(self._body, task, args, kwargs, timeout, isolated)
-                    result = await run_through(self._middleware, job, body)
-                elif isolated:
-                    result = await self._run_isolated(task, args, kwargs, timeout)
-                else:  # the body awaited here, not in a helper: no extra coroutine per job
-                    result = await (
-                        task.fn(*args, **kwargs)
-                        if task.is_async
-                        else self._run_sync(task.fn, args, kwargs)
-                    )
+                    return await run_through(self._middleware, job, body)
+                if isolated:
+                    return await self._run_isolated(task, args, kwargs, timeout)
+                return await (
+                    task.fn(*args, **kwargs)
+                    if task.is_async
+                    else self._run_sync(task.fn, args, kwargs)
+                )
         except Retry as r:
             return _retry(task, c, r)
-        except Parked as p:  # the park script gave the lease back
+        except JobParked as parked:  # a durable wait parked the job (_app/steps.py)
+            return Failure(parked, parked=True)
+        except Parked as p:  # the park script gave the lease back (wait_for_children)
             return Failure(p, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:
-            return _failed(task, c, exc, scope, timeout)
-        try:
-            data = app.codec.dump_result(
-                result, queue=leases.name, job_id=c.id, task=c.task, options=opts
-            )
-            return (c.id, c.token, data, ttl_ms)
-        except AioQueueError as exc:
-            return Failure(exc)
+            if not task.policy.retries(exc):  # NonRetryable, dont_retry_on, not in retry_on
+                return Failure(exc)
+            if isinstance(exc, TimeoutError) and scope.expired():
+                exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
+            return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
 
     async def _load(self, task: Task[Any, Any], leases: Leases, c: Claimed) -> _Loaded | Failure:
         """Read the leased job ``c``: its arguments, options, timeout, result retention and
@@ -209,16 +244,6 @@ class Runner:
         payload = serializer.dumps([list(args), kwargs])
         data = await self.children.run(fn.__module__, fn.__qualname__, payload, timeout)
         return serializer.loads(data)
-
-
-def _failed(
-    task: Task[Any, Any], c: Claimed, exc: Exception, scope: asyncio.Timeout, timeout: float | None
-) -> Failure:
-    """The outcome of a run that raised: retried with backoff; one that ran past its own
-    scope's timeout is recorded as ``JobTimeout``."""
-    if isinstance(exc, TimeoutError) and scope.expired():
-        exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
-    return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
 
 
 def _unknown(name: str, tasks: dict[str, Task[Any, Any]]) -> Failure:

@@ -162,6 +162,7 @@ class Worker:
             take=self._take,
             flush_acks=self._loops.flush_acks,
             check_acks=self._loops.check_acks,
+            wake_acker=self._loops.wake_acker,
             metrics=metrics,
         )
         if metrics is not None:
@@ -410,11 +411,11 @@ class Worker:
         outcome = task.result()
         if type(outcome) is tuple:
             qs.acks.append(outcome)
-            self._loops.acks_due.set()
+            self._loops.wake_acker()
             self.completed += 1
         else:
             assert isinstance(outcome, Failure)
-            if outcome.parked:  # wait_for_children gave the lease back: nothing to record
+            if outcome.parked:  # the run gave the lease back itself (a wait): nothing to record
                 return
             if outcome.unknown_task and self.unknown_task_grace > 0:
                 self._shield(self._unknown_task(qs, c, outcome), log=True)

@@ -1,10 +1,11 @@
 """The dashboard's actions, each one call of the operator API (``Queue.requeue``, ``promote``,
 ``cancel``, ``purge``, ``pause``, ``resume``): on the selected jobs, or on every job matching
-the listing's filters. Returns the line the page shows after it."""
+the listing's filters; and a job page's ``change`` (``Job.change``). Returns the line the page
+shows after it."""
 
 from __future__ import annotations
 
-from aioqueue._model.exceptions import ConfigurationError
+from aioqueue._model.exceptions import ConfigurationError, JobNotChangeable
 from aioqueue._queue.queue import Queue
 from aioqueue.dashboard._page import one
 
@@ -38,6 +39,8 @@ async def run_action(q: Queue, form: dict[str, list[str]]) -> str:
             raise ConfigurationError("purge-group needs a group")
         n = await q.purge("queued", group=group)
         return f"purged {n} queued jobs of group {group!r}"
+    if action == "change":
+        return await _change(q, form)
     state = one(form, "state") or ""
     if action not in OFFERED.get(state, ()):
         raise ConfigurationError(f"{action or 'no action'!r} is not offered for {state!r} jobs")
@@ -50,6 +53,21 @@ async def run_action(q: Queue, form: dict[str, list[str]]) -> str:
         raise ConfigurationError("no job selected")
     n = await act_on(q, action, state, ids)
     return f"{action}: {n} of {len(ids)} selected jobs"
+
+
+async def _change(q: Queue, form: dict[str, list[str]]) -> str:
+    """A job page's change form: the job's new priority and/or delay (``Job.change``)."""
+    job_id = one(form, "ids")
+    if job_id is None:
+        raise ConfigurationError("no job selected")
+    try:
+        pr, delay = one(form, "priority"), one(form, "delay")
+        priority = None if pr is None else int(pr)
+        seconds = None if delay is None else float(delay)
+        state = await q.job(job_id).change(priority=priority, delay=seconds)
+    except (ValueError, JobNotChangeable) as exc:
+        raise ConfigurationError(str(exc)) from None
+    return f"changed job {job_id}: now {state.value}"
 
 
 async def act_on(q: Queue, action: str, state: str, ids: list[str]) -> int:

@@ -330,6 +330,10 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
         "error": "-" if err is None else clip(f"{err.type}: {err.message}", 2000),
         "traceback": "" if err is None or not err.traceback else clip(err.traceback),
         "history": history,
+        "logs": [
+            {"at": when(int(t * 1000)) if t else "-", "level": level, "message": clip(msg, 2000)}
+            for t, level, msg in d.logs
+        ],
         "garbled": ", ".join(info.garbled),
     }
 

@@ -53,9 +53,13 @@ class InstrumentedScripts(QueueScripts):
         self.gates: dict[str, Gate] = {}
         self.calls: Counter[str] = Counter()
         self.claimed: list[int] = []  # jobs leased per claim (or complete_claim) call
+        #: the job ids of the acks each complete_claim or complete call carried, in call order
+        self.acks: list[tuple[str, list[str]]] = []
 
     async def _through(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
         self.calls[name] += 1
+        if name == "claim":
+            self.acks.append((name, []))
         gate = self.gates.get(name)
         if gate is None or gate.used:
             return await call()
@@ -86,6 +90,8 @@ class InstrumentedScripts(QueueScripts):
         return await self._through("claim", call)
 
     async def complete_claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.acks.append(("complete_claim", [a[0] for a in args[0]]))
+
         async def call() -> Any:
             res = await QueueScripts.complete_claim(self, *args, **kwargs)
             self.claimed.append(len(res[0].jobs))
@@ -94,6 +100,7 @@ class InstrumentedScripts(QueueScripts):
         return await self._through("complete_claim", call)
 
     async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        self.acks.append(("complete", [a[0] for a in args[0]]))
         return await self._through("complete", lambda: QueueScripts.complete(self, *args, **kwargs))
 
     async def fail(self, *args: Any, **kwargs: Any) -> Any:

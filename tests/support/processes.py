@@ -8,14 +8,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -169,3 +172,17 @@ class WorkerProcesses:
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} (pid {p.pid}):\n{p.log_text()}" for p in self.procs)
+
+
+@contextlib.contextmanager
+def worker_processes(
+    log_dir: Path, url: str, prefix: str, **options: Any
+) -> Iterator[WorkerProcesses]:
+    """``WorkerProcesses`` for a fixture: killed at the end, their logs printed (shown when
+    the test failed). ``options``: ``lease``, ``app``."""
+    procs = WorkerProcesses(log_dir, url, prefix, **options)
+    try:
+        yield procs
+    finally:
+        procs.close()
+        print(procs.logs())

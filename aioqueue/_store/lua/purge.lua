@@ -55,7 +55,7 @@ end
 local done, skipped = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk', 'dd')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk', 'xk', 'dd')
   local s = r[1]
   if s and allowed[s] then
     if s == 'queued' then
@@ -68,10 +68,10 @@ for _, id in ipairs(ids) do
         -- its ids
         leave_ready(id)
       end
-      if r[4] or r[6] then batch_outcome(id, jk, false, cancelled, now) end
+      if r[4] or r[7] then batch_outcome(id, jk, false, cancelled, now) end
     elseif s == 'scheduled' then
       call('ZREM', K_SCHED, id)
-      if r[4] or r[6] then batch_outcome(id, jk, false, cancelled, now) end
+      if r[4] or r[7] then batch_outcome(id, jk, false, cancelled, now) end
     elseif s == 'failed' then
       call('ZREM', K_DEAD, id)
     elseif s == 'completed' then
@@ -81,6 +81,7 @@ for _, id in ipairs(ids) do
     end
     announce(jk, id)
     unlock(id, r[5])
+    follow_record(id, r[6], 0)
     call('DEL', jk)
     done = done + 1
   else

@@ -29,25 +29,7 @@ for i = 0, n - 1 do
   elseif r[1] ~= 'active' or r[2] ~= tok then
     out[#out + 1] = -2
   else
-    local a, m = attempts_of(r[5], r[6])
-    end_attempt(jk, r[5], r[7], 'released', nil, now)
-    call('ZREM', K_ACTIVE, id)
-    unhold(r[7], id)
-    call('HSET', jk, 'rl', tok)
-    release_slot(r[4])
-    if refund then
-      a = math.max(a - 1, 0)
-      call('HSET', jk, 'a', a)
-    end
-    if a >= m then
-      -- released without a refund on its last attempt: no attempt is left to run it
-      to_dead(id, jk, now, cjson.encode({type = 'AttemptsExhausted',
-        message = 'released on its last attempt (' .. a .. ' of ' .. m .. ')'}), dead_ttl)
-      call('HINCRBY', K_STATS, 'failed', 1)
-    else
-      requeue(id, jk, delay, now, r[3], r[4], true)
-      emit_job('released', id, jk, nil, delay > 0 and now + delay or nil)
-    end
+    release_job(id, jk, r, tok, delay, refund, now, dead_ttl)
     any = true
     out[#out + 1] = 1
   end

@@ -46,7 +46,7 @@ local function do_complete(first, n, now)
     local b = first + i * 4
     local id, tok, ttl = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 3])
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'dd')
+    local r = call('HMGET', jk, 's', 'l', 'g', 'w', 'b', 'wk', 'uk', 't', 'a', 'xk', 'dd')
     if not r[1] then
       out[#out + 1] = -1
     elseif r[1] == 'completed' and r[2] == tok then
@@ -73,7 +73,8 @@ local function do_complete(first, n, now)
       emit_add('completed', id, r[8], r[9], r[6])
       if r[4] then announce(jk, id) end
       local code = 1
-      if (r[5] or r[10]) and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
+      if (r[5] or r[11]) and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
+      follow_record(id, r[10], ttl)
       if ttl == 0 then
         call('DEL', jk)
       else

@@ -139,7 +139,10 @@ end
 -- cancel met while its holder was lost). The caller counts it in stats
 local function to_cancelled(id, jk, err, now, dead_ttl)
   call('HSET', jk, 's', 'cancelled', 'e', err, 'f', now)
-  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  if dead_ttl > 0 then
+    call('PEXPIRE', jk, dead_ttl)
+    follow_record(id, call('HGET', jk, 'xk'), dead_ttl)
+  end
   index_finished(K_CANCELLED, now, {id})
   emit_job('cancelled', id, jk, err)
   announce(jk, id)

@@ -23,7 +23,7 @@
   them, rl the last lease token that released it (a later fail/complete with it is stale), rc
   set while a recovered job waits to go back to the front of its lane (see recover_job), st
   when the current or last attempt was leased, hx the attempts that ended other than by
-  success (see lib/history).
+  success (see lib/history), xk set once the job has step results or a log (extras_of).
 
   The worker registry (see lib/workers): base.."workers" ZSET worker id -> registration
   deadline (server ms; a worker that misses it is dead and gets buried); base.."worker:"..wid
@@ -55,6 +55,11 @@ local MIN_PRIORITY = -100
 local MAX_PRIORITY = 100
 -- the most entries each index of finished jobs (completed, cancelled) keeps, the newest
 local FINISHED_INDEX_MAX = 100000
+-- the most durable steps one job records (step.lua)
+local MAX_STEPS_PER_JOB = 1000
+-- the most lines, and bytes, a job's log keeps: the oldest are dropped (joblog.lua)
+local JOB_LOG_LINES = 500
+local JOB_LOG_BYTES = 65536
 
 -- a number read from a record that anyone with write access could have garbled: nil, NaN and
 -- infinities become the default
@@ -261,6 +266,40 @@ end
 
 local function job_key(id)
   return BASE .. 'job:' .. id
+end
+
+-- the keys that live and die with a job's record (I8): its durable steps' results (HASH,
+-- step.lua) and its log (LIST, joblog.lua). The scripts that write them mark the record with
+-- xk, so that the scripts that expire or delete a record touch them only when they exist
+local function extras_of(id)
+  return BASE .. 'step:' .. id, BASE .. 'log:' .. id
+end
+
+-- make a record's extras (xk: its field) follow it: ttl ms > 0 expire with it, 0 deleted
+-- with it, -1 kept for good with it (a record given back its life: requeue)
+local function follow_record(id, xk, ttl)
+  if not xk then return end
+  local sk, lk = extras_of(id)
+  if ttl > 0 then
+    call('PEXPIRE', sk, ttl)
+    call('PEXPIRE', lk, ttl)
+  elseif ttl == 0 then
+    call('DEL', sk, lk)
+  else
+    call('PERSIST', sk)
+    call('PERSIST', lk)
+  end
+end
+
+-- the step hash of job id whose record was created at ct (its field ct), and whether it holds
+-- anything: a hash marked with another ct belongs to an earlier job of that id, whose record
+-- went behind the scripts' back, and is dropped before anything is read from it (I8)
+local function steps_of(id, ct)
+  local sk = extras_of(id)
+  local mark = call('HGET', sk, 'ct')
+  if mark == (ct or '') then return sk, true end
+  if mark then call('DEL', sk) end
+  return sk, false
 end
 
 local function lane_key(g)

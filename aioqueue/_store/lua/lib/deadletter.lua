@@ -6,11 +6,15 @@
 
 -- move a job to the dead-letter store with its reason
 local function to_dead(id, jk, now, err, dead_ttl)
-  unlock(id, call('HGET', jk, 'uk'))
+  local r = call('HMGET', jk, 'uk', 'xk')
+  unlock(id, r[1])
   call('HSET', jk, 's', 'failed', 'e', err, 'f', now)
   call('ZADD', K_DEAD, now, id)
   emit_job('failed', id, jk, err)
-  if dead_ttl > 0 then call('PEXPIRE', jk, dead_ttl) end
+  if dead_ttl > 0 then
+    call('PEXPIRE', jk, dead_ttl)
+    follow_record(id, r[2], dead_ttl)
+  end
   announce(jk, id)
   batch_outcome(id, jk, false, err, now)
 end

@@ -157,7 +157,7 @@ local CANCELLED_BEFORE = cjson.encode({type = 'Cancelled', message = 'cancelled 
 -- once (see leave_lane) and records why (err, JSON; default CANCELLED_BEFORE); returns true
 -- if it was cancelled
 local function cancel_waiting(id, jk, now, ttl, err)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'uk')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'uk', 'xk')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
   unlock(id, r[4])
@@ -165,7 +165,10 @@ local function cancel_waiting(id, jk, now, ttl, err)
   call('ZREM', K_SCHED, id)
   if s == 'queued' then leave_lane(id, r[2], r[3])
   elseif s == 'waiting' then call('ZREM', BASE .. 'waiting', id) end
-  if ttl > 0 then call('PEXPIRE', jk, ttl) end
+  if ttl > 0 then
+    call('PEXPIRE', jk, ttl)
+    follow_record(id, r[5], ttl)
+  end
   index_finished(K_CANCELLED, now, {id})
   emit_job('cancelled', id, jk, 'Cancelled')
   announce(jk, id)
