@@ -53,6 +53,7 @@ from ._model.exceptions import LeaseLost as LeaseLost
 from ._model.exceptions import NonRetryable as NonRetryable
 from ._model.exceptions import NotReplicated as NotReplicated
 from ._model.exceptions import PayloadTooLarge as PayloadTooLarge
+from ._model.exceptions import QueueFull as QueueFull
 from ._model.exceptions import RateLimited as RateLimited
 from ._model.exceptions import ResultTimeout as ResultTimeout
 from ._model.exceptions import Retry as Retry
@@ -61,6 +62,7 @@ from ._model.exceptions import ServerError as ServerError
 from ._model.exceptions import ServerRefused as ServerRefused
 from ._model.exceptions import ServerUnavailable as ServerUnavailable
 from ._model.exceptions import StartupFailed as StartupFailed
+from ._model.exceptions import SyncTimeoutWarning as SyncTimeoutWarning
 from ._model.exceptions import UnknownDependency as UnknownDependency
 from ._model.exceptions import UnknownTask as UnknownTask
 from ._model.exceptions import UsageError as UsageError
@@ -73,9 +75,12 @@ from ._model.job import ErrorInfo as ErrorInfo
 from ._model.job import Job as Job
 from ._model.job import JobInfo as JobInfo
 from ._model.job import JobState as JobState
+from ._model.job import JobWhy as JobWhy
 from ._model.serialize import JsonSerializer as JsonSerializer
 from ._model.serialize import PickleSerializer as PickleSerializer
 from ._model.serialize import Serializer as Serializer
+from ._model.why import WhyReason as WhyReason
+from ._model.why import WhyRow as WhyRow
 from ._queue.events import JobEvent as JobEvent
 from ._queue.events import JobEventKind as JobEventKind
 from ._queue.inspect import AttemptInfo as AttemptInfo
@@ -94,6 +99,7 @@ from ._queue.rekey import RekeyReport as RekeyReport
 from ._queue.sharded import ShardedQueue as ShardedQueue
 from ._store.embedded import EmbeddedServer as EmbeddedServer
 from ._version import __version__ as __version__
+from ._worker.isolation import ProcessIsolation as ProcessIsolation
 from ._worker.worker import Worker as Worker
 
 __all__ = [
@@ -141,6 +147,7 @@ __all__ = [
     "JobPage",
     "JobState",
     "JobSummary",
+    "JobWhy",
     "JsonLogFormatter",
     "JsonSerializer",
     "LeaseLost",
@@ -149,7 +156,9 @@ __all__ = [
     "PayloadStore",
     "PayloadTooLarge",
     "PickleSerializer",
+    "ProcessIsolation",
     "Queue",
+    "QueueFull",
     "RateLimited",
     "RekeyReport",
     "Reservation",
@@ -168,6 +177,7 @@ __all__ = [
     "State",
     "SyncClient",
     "SyncJob",
+    "SyncTimeoutWarning",
     "Task",
     "Throughput",
     "ThroughputMinute",
@@ -175,6 +185,8 @@ __all__ = [
     "UnknownTask",
     "UsageError",
     "WaitTimedOut",
+    "WhyReason",
+    "WhyRow",
     "Worker",
     "WorkerInfo",
     "Workflow",

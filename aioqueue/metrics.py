@@ -60,6 +60,7 @@ EVENTS = (
     "requeued",
     "purged",
     "garbled",
+    "refused",
 )
 #: the group series that sums the groups past ``max_groups``
 OTHER_GROUPS = "__other__"
@@ -291,6 +292,7 @@ class _QueueSnapshot:
     workers_dead: int
     paused: bool
     stats: dict[str, int] = field(default_factory=dict)
+    max_queued: int | None = None
 
 
 class QueueCollector(Collector):
@@ -346,6 +348,7 @@ class QueueCollector(Collector):
             workers_dead=len(workers) - alive,
             paused=await q.is_paused(),
             stats=await q.stats(),
+            max_queued=setting[0] if (setting := await q.max_queued()) else None,
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -378,6 +381,11 @@ class QueueCollector(Collector):
         paused = GaugeMetricFamily(
             "aioqueue_queue_paused", "1 while the queue is paused", labels=["queue"]
         )
+        maxq = GaugeMetricFamily(
+            "aioqueue_queue_max_queued",
+            "The backpressure limit of waiting jobs (Queue.set_max_queued; no series: none)",
+            labels=["queue"],
+        )
         lifetime = CounterMetricFamily(
             "aioqueue_queue_events",
             "Lifetime counters of the queue (enqueued, completed, failed, retried, expired)",
@@ -396,6 +404,8 @@ class QueueCollector(Collector):
             workers.add_metric([s.name, "true"], s.workers_alive)
             workers.add_metric([s.name, "false"], s.workers_dead)
             paused.add_metric([s.name], 1.0 if s.paused else 0.0)
+            if s.max_queued is not None:
+                maxq.add_metric([s.name], s.max_queued)
             for event in EVENTS:
                 if event in s.stats:
                     lifetime.add_metric([s.name, event], s.stats[event])
@@ -403,7 +413,7 @@ class QueueCollector(Collector):
             "aioqueue_exporter_scrape_seconds", "Time the last scrape took to read the queues"
         )
         took.add_metric([], self._scrape_seconds)
-        return [jobs, dead, groups, ngroups, oldest, workers, paused, lifetime, took]
+        return [jobs, dead, groups, ngroups, oldest, workers, paused, maxq, lifetime, took]
 
 
 # ---------------------------------------------------------------------- serving

@@ -23,7 +23,7 @@ from aioqueue import (
     PayloadTooLarge,
     SerializationError,
 )
-from aioqueue._app.task import _Signature
+from aioqueue._model.signature import Signature
 from aioqueue._store.embedded import EmbeddedServer
 
 from .support.apps import open_app, unique_prefix
@@ -138,7 +138,7 @@ _CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 @pytest.mark.parametrize("fn", [_f_plain, _f_kwonly, _f_varargs, _f_varkw, _f_posonly])
 def test_signature_check_agrees_with_python_on_ordinary_calls(fn: Callable[..., None]) -> None:
     """The fast enqueue-time check accepts exactly the calls Python would accept."""
-    sig = _Signature(fn, fn.__name__)
+    sig = Signature(fn, fn.__name__)
     for args, kwargs in _CALLS:
         try:
             inspect.signature(fn).bind(*args, **kwargs)

@@ -403,8 +403,16 @@ async def test_a_garbage_max_attempts_still_bounds_the_attempts(
         ("qconf", {"rate_n": "abc", "rate_ms": "1000"}, None),
         ("qconf", {"rate_n": "5"}, None),
         ("gconf", {"rate_n:g": "5"}, "g"),
+        ("qconf", {"maxq": "0", "maxq_wait": "60000"}, None),
+        ("qconf", {"maxq": "1e400", "maxq_wait": "nan"}, "g"),
     ],
-    ids=["queue-rate-garbage", "queue-rate-without-period", "group-rate-without-period"],
+    ids=[
+        "queue-rate-garbage",
+        "queue-rate-without-period",
+        "group-rate-without-period",
+        "max-queued-zero",
+        "max-queued-garbage",
+    ],
 )
 async def test_garbage_queue_settings_do_not_stop_the_queue(
     redis_url: str, redis: Redis, where: str, setting: dict[str, str], group: str | None
@@ -1279,6 +1287,36 @@ def test_every_script_command_on_a_key_goes_through_the_repairing_call() -> None
             and "return redis.call(cmd, key, ...)" not in line
         ]
         assert not direct, f"{name} calls Redis on a key directly: {direct}"
+
+
+# ---------------------------------------------------------------------- why (issue 28, point 6)
+WHY_GARBAGE: list[tuple[str, Callable[[Any, str], Any]]] = [
+    ("gactive-not-a-count", lambda k, g: ("hset", k.gactive, g, "lots")),
+    ("group-limit-not-a-count", lambda k, g: ("hset", k.gconf, f"limit:{g}", "1e400")),
+    ("group-rate-garbage", lambda k, g: ("hset", k.gconf, f"rate_n:{g}", "x")),
+    ("queue-rate-garbage", lambda k, g: ("hset", k.qconf, "rate_ms", "nan")),
+    ("tasks-wrong-type", lambda k, g: ("set", k.base + "tasks", "x")),
+    ("workers-wrong-type", lambda k, g: ("set", k.workers, "x")),
+    ("tasks-entry-garbage", lambda k, g: ("hset", k.base + "tasks", "echo", "\x00\xff no newline")),
+    ("due-not-a-number", lambda k, g: ("hset", k.job("j"), "due", "nan")),
+]
+
+
+@pytest.mark.parametrize(("label", "plant"), WHY_GARBAGE, ids=[label for label, _ in WHY_GARBAGE])
+async def test_garbage_in_what_why_reads_still_gives_an_answer(
+    redis_url: str, redis: Redis, label: str, plant: Callable[[Any, str], Any]
+) -> None:
+    app = hostile_app(redis_url)
+    async with app:
+        q = app.queue()
+        await q.enqueue("echo", job_id="j", group="g")
+        command, *args = plant(q._keys, "g")
+        await getattr(redis, command)(*args)
+        w = await q.job("j").why()
+        assert w.rows[-1].reason.value == "position"
+        assert w.sentence()
+        # and the queue goes on
+        assert [r.id for r in await q.reserve(1)] == ["j"]
 
 
 #: the key families of job dependencies (lua/lib/deps.lua), each with garbage written where a

@@ -398,6 +398,53 @@ async def test_a_jobs_attempts_at_a_limit_restart_and_the_job_runs(
 
 
 @pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_why_reads_counts_and_times_at_the_limits_as_garbage_or_numbers(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """why.lua reads a group's running count and limit, a rate window's count, a due time and
+    a lease deadline: at the 64-bit limits or garbage each is no count (or the server's now),
+    never a script error or a number Python cannot hold."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        await q.enqueue("echo", job_id="g1", group="g")
+        await redis.hset(k.gactive, "g", value)
+        await redis.hset(k.gconf, "limit:g", value)
+        await redis.hset(k.qconf, mapping={"rate_n": value, "rate_ms": 1000})
+        w = await q.job("g1").why()
+        assert w.rows[-1].reason.value == "position"
+        for row in w.rows:
+            assert row.limit is None or 0 <= row.limit < 2**53
+            assert row.active is None or 0 <= row.active < 2**53
+        await q.enqueue("echo", job_id="s1", delay=3600)
+        await redis.hset(k.job("s1"), "due", value)
+        await redis.zrem(k.scheduled, "s1")
+        w = await q.job("s1").why()
+        assert w.rows[0].reason.value == "scheduled"
+        assert w.rows[0].until_ms is not None
+        assert -(2**63) <= w.rows[0].until_ms < 2**63
+        assert w.sentence().startswith("It ")
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """enqueue.lua reads qconf maxq and maxq_wait with count_of: at the 64-bit limits or
+    garbage each is no limit (no wait), never a script error or a queue that refuses all."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        await redis.hset(q._keys.qconf, mapping={"maxq": value, "maxq_wait": value})
+        limit = await q.max_queued()
+        await q.enqueue("echo", job_id="a")
+        if limit is None:
+            await q.enqueue("echo", job_id="b")
+            assert (await q.counts())["queued"] == 2
+        else:  # 2^53+1 is past count_of's range: only values within it are a limit
+            assert limit[0] == int(value)
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
 async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
     redis_url: str, redis: Redis, value: Any
 ) -> None:

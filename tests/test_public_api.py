@@ -95,6 +95,8 @@ def test_every_exported_exception_but_retry_is_an_aioqueue_error() -> None:
     for name, exc in exceptions.items():
         if name in ("Retry", "RateLimited"):  # signals a job raises, not errors aioqueue raises
             assert not issubclass(exc, aioqueue.AioQueueError)
+        elif issubclass(exc, Warning):  # warned, never raised: a UserWarning of our own
+            assert (name, exc.__mro__[1]) == ("SyncTimeoutWarning", UserWarning)
         else:
             assert issubclass(exc, aioqueue.AioQueueError), name
     assert issubclass(aioqueue.ServerUnavailable, OSError)

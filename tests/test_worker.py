@@ -34,6 +34,7 @@ from aioqueue import (
     JobFailed,
     JobState,
     Retry,
+    SyncTimeoutWarning,
     UnknownTask,
     Worker,
     current_job,
@@ -291,9 +292,11 @@ async def test_timeout_fails_the_attempt_as_job_timeout(app: App, how: str) -> N
     async def sleepy_no_timeout() -> None:
         await asyncio.sleep(30)
 
-    @app.task(timeout=0.1, max_attempts=1)
-    def sleepy_sync() -> None:
-        unblock.wait(10)
+    with pytest.warns(SyncTimeoutWarning):  # its thread cannot be stopped (see the end)
+
+        @app.task(timeout=0.1, max_attempts=1)
+        def sleepy_sync() -> None:
+            unblock.wait(10)
 
     @app.task
     async def fine() -> str:

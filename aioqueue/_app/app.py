@@ -15,6 +15,7 @@ from .._model.codec import Codec
 from .._model.compress import Compression
 from .._model.cron import MissedPolicy
 from .._model.exceptions import ConfigurationError
+from .._model.isolation import Isolation
 from .._model.retrypolicy import ExcTypes, TaskPolicy
 from .._model.serialize import Serializer, get_serializer
 from .._queue.deps import DependencyPolicy
@@ -52,19 +53,16 @@ class App:
     Args:
         url: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL, with credentials for ACL
             users; default ``$AIOQUEUE_REDIS_URL``, else ``redis://localhost:6379/0``.
-        prefix: first part of every key; two apps with different prefixes never see each
-            other's jobs on one server.
+        prefix: first part of every key (apps with different prefixes never see each other's).
         queue: the default queue of tasks that name none.
         serializer: ``"json"`` (default), ``"pickle"`` (explicit opt-in: unsafe if anyone
             untrusted can write to Redis), or a Serializer object.
         max_payload_bytes: refuse arguments over this once serialised and compressed (0: none).
-        lease: seconds a consumer holds a job before it is handed out again (workers renew it
-            while the job runs).
+        lease: seconds a consumer holds a job before another gets it (workers renew it).
         heartbeat: seconds between a worker's heartbeats (default: 2, or a third of the lease
             if shorter; at most half the lease). A worker that misses three in a row is dead:
             its jobs are handed back without waiting for their leases.
-        result_ttl: seconds results and completed job records are kept (None: forever,
-            0: not kept).
+        result_ttl: seconds results and completed job records are kept (None: forever, 0: no).
         dead_ttl: seconds dead-lettered jobs are kept (None: forever).
         max_attempts: default for tasks that do not set their own.
         timeout: default for tasks that do not set their own.
@@ -309,6 +307,7 @@ class App:
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
+        isolation: Isolation = None,
         retry_on: type[BaseException] | ExcTypes | None = None,
         dont_retry_on: type[BaseException] | ExcTypes | None = None,
         capture_logs: int | str | None = None,
@@ -328,6 +327,7 @@ class App:
         result_ttl: float | timedelta | None = None,
         keep_result: float | timedelta | bool | None = None,
         priority: int = 0,
+        isolation: Isolation = None,
         retry_on: type[BaseException] | ExcTypes | None = None,
         dont_retry_on: type[BaseException] | ExcTypes | None = None,
         capture_logs: int | str | None = None,
@@ -345,19 +345,19 @@ class App:
             timeout: seconds one run may take before it is cancelled and counts as failed.
             backoff: delay between failed attempts (default: the App's).
             result_ttl: seconds its results are kept (default: the App's).
-            keep_result: the same setting, by the name other queues use: seconds (or a
-                timedelta) to keep its results, ``True`` to keep them for good, ``False`` not
-                to keep them at all (give this or ``result_ttl``, not both).
+            keep_result: ``result_ttl`` by another name: seconds (or a timedelta), ``True``
+                for good, ``False`` not at all (give this or ``result_ttl``, not both).
             priority: default priority of its jobs, -100..100, higher first.
             retry_on: only these exception types are retried; others dead-letter at once.
             dont_retry_on: these dead-letter at once (as ``NonRetryable`` does; docs/retries.md).
             capture_logs: keep its ``logging`` records of this level up with the job (``ctx.log``).
             limits: names of limiters (``app.limiter``) each of its jobs needs to start.
+            isolation: ``"process"``: run in a child a timeout kills (flow-control.md).
         """
 
         options = (name, queue, max_attempts, timeout, backoff, result_ttl, keep_result, priority)
         policy = TaskPolicy.of(retry_on, dont_retry_on, capture_logs)
-        make = functools.partial(Task, self, policy=policy)
+        make = functools.partial(Task, self, policy=policy, isolation=isolation)
         register = functools.partial(register_task, self, make, *options, limits)
         return register(fn) if fn is not None else TaskDecorator(register)
 

@@ -25,9 +25,11 @@ from .._model.checks import (
 )
 from .._model.convert import ArgsDecoder, Convert, task_types
 from .._model.exceptions import ConfigurationError
+from .._model.isolation import Isolation, check_isolation
 from .._model.job import Job
 from .._model.record import JobOptions, JobRecord, Template
 from .._model.retrypolicy import DEFAULT_POLICY, TaskPolicy
+from .._model.signature import Signature
 from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
@@ -72,57 +74,6 @@ def _secs(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-class _Signature:
-    """A fast check that call arguments fit a function, so a misuse fails at enqueue."""
-
-    __slots__ = (
-        "allowed",
-        "name",
-        "npos",
-        "positional",
-        "posonly",
-        "required",
-        "var_kw",
-        "var_pos",
-    )
-
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
-        params = list(inspect.signature(fn).parameters.values())
-        kinds = inspect.Parameter
-        self.name = name
-        self.positional = [
-            p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
-        ]
-        self.npos = len(self.positional)
-        self.posonly = frozenset(p.name for p in params if p.kind is kinds.POSITIONAL_ONLY)
-        self.var_pos = any(p.kind is kinds.VAR_POSITIONAL for p in params)
-        self.var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
-        self.allowed = frozenset(
-            p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
-        )
-        self.required = [
-            (p.name, p.kind is kinds.KEYWORD_ONLY)
-            for p in params
-            if p.default is p.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
-        ]
-
-    def check(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        if len(args) > self.npos and not self.var_pos:
-            raise TypeError(
-                f"{self.name}() takes {self.npos} positional arguments, got {len(args)}"
-            )
-        given = self.positional[: len(args)]
-        for key in kwargs:
-            if key in given and key not in self.posonly:
-                raise TypeError(f"{self.name}() got multiple values for argument {key!r}")
-            if key not in self.allowed and not self.var_kw:
-                raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r}")
-        for name, kwonly in self.required:
-            by_keyword = name in kwargs and name not in self.posonly
-            if not by_keyword and (kwonly or name not in given):
-                raise TypeError(f"{self.name}() missing required argument {name!r}")
-
-
 class Task(Generic[P, R]):
     """A registered job function. ``await task.enqueue(...)`` is checked against its signature.
 
@@ -141,6 +92,7 @@ class Task(Generic[P, R]):
         backoff: Backoff,
         result_ttl: float | timedelta | None,
         priority: int,
+        isolation: Isolation = None,
         policy: TaskPolicy = DEFAULT_POLICY,
     ) -> None:
         self.app = app
@@ -156,7 +108,8 @@ class Task(Generic[P, R]):
         self.result_ttl = -1.0 if result_ttl == -1.0 else to_seconds(result_ttl, "result_ttl")
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
-        self._sig = _Signature(fn, name)
+        self.isolation = check_isolation(isolation, fn, name, self.timeout, self.is_async)
+        self._sig = Signature(fn, name)
         # the decoders of its typed arguments and result (_convert.py), found on first use so
         # a hint may name a class defined after the task; None: JSON gives the right values
         self._types: tuple[ArgsDecoder | None, Convert | None] | None = None

@@ -1,5 +1,5 @@
 """The operator's commands of ``python -m aioqueue``: ``info``, ``groups``, ``jobs``, ``job``,
-``dead``, ``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``,
+``why``, ``dead``, ``retry``, ``purge``, ``cancel``, ``promote``, ``pause``, ``resume``, ``limit``,
 ``enqueue``.
 
 Each takes ``--url``/``--embedded``, ``--prefix``, ``-q/--queue`` and ``--json``, talks to the
@@ -31,6 +31,7 @@ from .show import info as show_info
 from .show import job as show_job
 from .show import jobs as show_jobs
 from .show import queue_of
+from .show import why as show_why
 from .show import workers as show_workers
 from .signals import add_signal_commands
 from .workflow import show_workflow
@@ -194,6 +195,8 @@ def add_commands(sub: Any) -> None:
     filters(p)
     _paging(p, order="--oldest-first")
     p = command("job", "everything stored about one job", show_job)
+    p.add_argument("id", metavar="ID")
+    p = command("why", "why a job is not running (every block, from the server)", show_why)
     p.add_argument("id", metavar="ID")
     command("workflow", "a workflow's steps as a tree, with their states", show_workflow)
     sub.choices["workflow"].add_argument("id", metavar="ID", help="the workflow's id (wf-...)")

@@ -40,6 +40,7 @@ from .dashboard import add_dashboard, dashboard
 from .events import add_events, events
 from .format import error
 from .health import add_health, health
+from .isolation import add_isolation, isolation_of
 from .limiter import add_limit, limit_command
 from .load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from .metrics import add_metrics, run_metrics
@@ -146,9 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the embedded Valkey server (started in ./.aioqueue if none is running)",
     )
-    w.add_argument(
-        "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING... (INFO)"
-    )
+    w.add_argument("--log-level", type=_log_level, default="INFO", help="DEBUG, INFO... (INFO)")
     w.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -185,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
         help="restart the worker when a .py file under the App's directory changes "
         "(development; needs aioqueue[reload])",
     )
+    add_isolation(w)
     s = sub.add_parser(
         "schedules",
         help="list periodic schedules and their next runs",
@@ -432,6 +432,7 @@ async def _run_worker(app: App, args: argparse.Namespace) -> int:
                 scheduler=not args.no_scheduler,
                 unknown_task_grace=args.unknown_task_grace,
                 metrics=metrics,
+                isolation=isolation_of(args),
             )
         except ConfigurationError as exc:
             error(exc)

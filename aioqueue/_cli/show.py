@@ -1,5 +1,5 @@
 """The operator's read-only commands of ``python -m aioqueue``: ``info``, ``groups``,
-``workers``, ``jobs``, ``dead`` and ``job`` (their parsers are in ``_cli_admin``)."""
+``workers``, ``jobs``, ``dead``, ``job`` and ``why`` (their parsers are in ``_cli_admin``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .._app.app import App
 from .._model.safetext import escape
 from .._queue.queue import Queue
 from .._queue.queuereg import known_queues
-from .format import clip, echo, emit_json, table, when
+from .format import clip, echo, emit_json, plain, table, when
 from .schedules import as_record
 from .schedules import table as schedule_table
 
@@ -30,6 +30,8 @@ def _cell(key: str, value: Any) -> Any:
         return "yes" if value else ""
     if key == "wait_s":
         return "-" if value is None else f"{value:.1f}s"
+    if key == "max_queued":
+        return "-" if value is None else value
     return value
 
 
@@ -47,6 +49,7 @@ async def info(app: App, args: argparse.Namespace) -> int:
                 "queue": name,
                 **counts,
                 "paused": await q.is_paused(),
+                "max_queued": setting[0] if (setting := await q.max_queued()) else None,
                 # the autoscaling signals: the backlog is "queued", and how long its head waits
                 "wait_s": await q.wait_time(),
                 "groups": len(await q.groups(limit=10_000)),
@@ -66,9 +69,9 @@ async def info(app: App, args: argparse.Namespace) -> int:
         echo(f"no queues under prefix {app.prefix!r}")
         return EXIT_OK
     headers = ["QUEUE", "SCHEDULED", "QUEUED", "WAIT", "ACTIVE", "FAILED", "DONE/1H"]
-    headers += ["FAILED/1H", "DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED"]
+    headers += ["FAILED/1H", "DONE/MIN(5M)", "GROUPS", "WORKERS", "PAUSED", "MAX"]
     keys = ["queue", "scheduled", "queued", "wait_s", "active", "failed", "completed_1h"]
-    keys += ["failed_1h", "completed_per_min_5m", "groups", "workers", "paused"]
+    keys += ["failed_1h", "completed_per_min_5m", "groups", "workers", "paused", "max_queued"]
     echo(table(headers, [[_cell(k, r[k]) for k in keys] for r in rows]))
     if schedules:
         echo("")
@@ -243,6 +246,19 @@ async def job(app: App, args: argparse.Namespace) -> int:
         echo("log:")
         for t, level, msg in d.logs:
             echo(f"  {when(int(t * 1000)) if t else '-'}  {escape(level)}  {escape(msg)}")
+    return EXIT_OK
+
+
+async def why(app: App, args: argparse.Namespace) -> int:
+    """Why a job is not running: its reasons, the deciding one first (exit 0 even for a job
+    not found: that is an answer)."""
+    w = await queue_of(app, args).why(args.id)
+    if args.json:
+        emit_json({**plain(w), "reason": w.reason, "sentence": w.sentence()})
+        return EXIT_OK
+    echo(f"{escape(w.job_id)}  {w.state.value if w.state else '-'}")
+    for row in w.rows:
+        echo(f"  {row.reason.value.ljust(12)}  {row.sentence(w.now_ms)}")
     return EXIT_OK
 
 

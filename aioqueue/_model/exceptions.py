@@ -15,6 +15,7 @@
     │   ├── ServerUnavailable     Redis could not be reached or dropped the connection
     │   ├── ServerRefused         Redis answered a call with an error (a script's, a command's)
     │   ├── NotReplicated         durability mode: a write not acknowledged by enough replicas
+    │   ├── QueueFull             backpressure: the queue holds its max_queued waiting jobs
     │   └── EmbeddedServerError   the embedded Valkey server could not start
     ├── JobError                  the job (or batch, lease, stored value) is not what you asked for
     │   ├── JobNotFound           no record of the job (never existed, or its retention ran out)
@@ -38,7 +39,9 @@ Each keeps the builtin base it had (``ServerUnavailable`` is an ``OSError``, ``J
 ``LookupError``, ``ConfigurationError`` a ``ValueError``, ...), so older ``except`` clauses go on
 working.
 
-``Retry`` is not an error: a job raises it to ask to run again later.
+``Retry`` is not an error: a job raises it to ask to run again later. ``SyncTimeoutWarning``
+(a ``UserWarning``) is the one warning of aioqueue's own: a sync task declared with a timeout
+that cannot stop it.
 """
 
 from __future__ import annotations
@@ -130,6 +133,29 @@ class NotReplicated(ServerError):
     def __init__(self, message: str, acknowledged: int = 0) -> None:
         super().__init__(message)
         self.acknowledged = acknowledged
+
+
+class QueueFull(ServerError):
+    """Raised by an enqueue when the queue holds the most waiting jobs its setting allows
+    (``Queue.set_max_queued``): nothing of the call was stored (all or nothing). A
+    ``ServerError``, like a server's "busy": the call is right and worth making again later.
+    A producer waits for room first when the setting gives a wait (backing off), and raises
+    this once that runs out.
+
+    Attributes:
+        waiting: the jobs waiting when the call was refused.
+        limit: the setting's maximum.
+        wait: the seconds the setting lets a producer wait for room (0: none).
+    """
+
+    def __init__(self, waiting: int, limit: int, wait_ms: int) -> None:
+        super().__init__(
+            f"queue full: {waiting} jobs waiting, at most {limit} (Queue.set_max_queued); "
+            "nothing of this enqueue was stored"
+        )
+        self.waiting = waiting
+        self.limit = limit
+        self.wait = wait_ms / 1000
 
 
 class ServerRefused(ServerError):
@@ -345,3 +371,8 @@ class Retry(Exception):
             )
         #: seconds before the next attempt (as given), or None for the task's backoff
         self.delay = None if delay is None else float(delay)
+
+
+class SyncTimeoutWarning(UserWarning):
+    """Warned when a sync task is declared with a timeout and no isolation: on timeout its job
+    fails, but its thread cannot be stopped and runs on (``isolation="process"`` kills it)."""

@@ -16,6 +16,7 @@ from .exceptions import (
     ResultTimeout,
     SerializationError,
 )
+from .why import WhyReason, WhyRow, parse_why
 
 R = TypeVar("R")
 
@@ -110,6 +111,7 @@ class JobHome(Protocol):
     ) -> JobState: ...
     async def _job_state(self, job_id: str) -> JobState: ...
     async def _wait_result(self, job_id: str, timeout: float | None) -> Any: ...
+    async def why(self, job_id: str) -> JobWhy: ...
 
 
 class Job(Generic[R]):
@@ -183,6 +185,11 @@ class Job(Generic[R]):
         """
         return await self._queue.job_info(self.id)
 
+    async def why(self) -> JobWhy:
+        """Why the job is (not) running, from the server's state in one atomic read (see
+        ``JobWhy``; in words: ``.sentence()``)."""
+        return await self._queue.why(self.id)
+
     async def result(self, timeout: float | timedelta | None = None) -> R:
         """Wait for the job to finish and return its result, without polling.
 
@@ -201,6 +208,47 @@ class Job(Generic[R]):
         """
         value = await self._queue._wait_result(self.id, to_seconds(timeout))
         return typed_result(self.id, self._convert, value)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class JobWhy:
+    """Why a job is (not) running, read in one atomic call (``Job.why()``).
+
+    ``rows`` are every reason that holds now, the one a claim meets first first; a queued
+    job that nothing blocks has one row, its ``POSITION``.
+    """
+
+    job_id: str
+    queue: str
+    #: the job's state (None: no record, or a state aioqueue does not know)
+    state: JobState | None
+    #: the server's clock when it was read (ms)
+    now_ms: int
+    rows: tuple[WhyRow, ...]
+
+    @property
+    def reason(self) -> WhyReason:
+        """The deciding reason: the first row's."""
+        return self.rows[0].reason
+
+    @property
+    def blocked(self) -> bool:
+        """True when something holds a queued job back (a row other than its position)."""
+        return self.state is JobState.QUEUED and self.reason is not WhyReason.POSITION
+
+    def sentence(self) -> str:
+        """Every reason in words, the deciding one first."""
+        return " ".join(row.sentence(self.now_ms) for row in self.rows)
+
+    @classmethod
+    def read(cls, queue: str, job_id: str, raw: bytes | str) -> JobWhy:
+        """``why.lua``'s answer for a job (a state aioqueue does not know reads as None)."""
+        now, state, rows = parse_why(raw)
+        known = JobState(state) if state in _STATES else None
+        return cls(job_id, queue, known, now, rows or (WhyRow(WhyReason.UNREADABLE),))
+
+
+_STATES = frozenset(s.value for s in JobState)
 
 
 def typed_result(job_id: str, convert: Callable[[Any], Any] | None, value: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._model.checks import at_to_ms, check_group, check_int, check_job_id, check_priority, to_ms
 from .._model.exceptions import ConfigurationError, JobNotChangeable, JobNotFound
-from .._model.job import JobState
+from .._model.job import JobState, JobWhy
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._store.scripts import QueueScripts
 from .core import QueueCore
@@ -150,6 +150,14 @@ class QueueAdmin(QueueCore):
     async def job_detail(self, job_id: str) -> JobDetail:
         """Everything stored about a job, in any state. Raises JobNotFound without a record."""
         return await detail(self._scripts, self.app.codec, await self.job_info(job_id))
+
+    async def why(self, job_id: str) -> JobWhy:
+        """Why the job is (not) running, from the server's state in one atomic read: every
+        block a claim would meet (pause, group limit or rate, queue rate, no live worker, no
+        worker declaring its task) and its place in its lane; or that it is scheduled,
+        waiting, running (on whom, until when), finished or not found. See ``JobWhy``."""
+        raw = await self._scripts.why(check_job_id(job_id))
+        return JobWhy.read(self.name, job_id, raw)
 
     async def change_job(
         self,

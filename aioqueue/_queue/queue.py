@@ -269,6 +269,25 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         n = _count_arg(limit, "limit")
         await self._scripts.configure("rate", _group_arg(group), n, _period_arg(n, period))
 
+    async def set_max_queued(
+        self, limit: int | None, *, wait: float | timedelta | None = None
+    ) -> None:
+        """Backpressure: an enqueue that would take this queue past ``limit`` waiting jobs
+        (ready, and scheduled, and those of the call's groups) stores nothing and raises
+        ``QueueFull``, after waiting up to ``wait`` seconds for room (backing off). Stored on
+        the server, so every producer obeys it; ``None``: no limit (docs/flow-control.md)."""
+        n = _count_arg(limit, "limit")
+        wait_ms = to_ms(wait, "wait") if n and wait is not None else 0
+        await self._scripts.configure("max_queued", "", n, str(wait_ms) if n else "")
+
+    async def max_queued(self) -> tuple[int, float] | None:
+        """The backpressure setting: (limit, wait seconds), or None when there is none."""
+        conf = await self._scripts.queue_settings()
+        n, wait = conf.get(b"maxq", b""), conf.get(b"maxq_wait", b"0")
+        if not n.isdigit() or not 0 < int(n) < 2**53:  # absent or garbage: none, as in Lua
+            return None
+        return int(n), int(wait) / 1000 if wait.isdigit() else 0.0
+
     async def set_default_group_rate_limit(
         self, limit: int | None, period: float | timedelta = 1.0
     ) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from .._model.exceptions import JobNotFound, LeaseLost, ServerRefused, ServerUnavailable
+from .._model.exceptions import JobNotFound, LeaseLost, QueueFull, ServerRefused, ServerUnavailable
 from .._model.keys import QueueKeys, counters_pattern, queue_head, schedule_defs_pattern
 from .._model.record import (
     JobRecord,
@@ -261,6 +261,7 @@ SCRIPTS: Final = {
         ("change", "core events lanes"),
         ("rekey", "core"),
         ("tasks", "core"),
+        ("why", "core events lanes"),
     )
 }
 
@@ -283,12 +284,16 @@ ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
 
 def wrap_redis_error(exc: Exception) -> Exception:
     """Translate redis-py errors at the boundary: a lost connection is ``ServerUnavailable``,
-    an error reply ``ServerRefused``; other errors pass through."""
+    an error reply ``ServerRefused`` (enqueue.lua's QUEUEFULL: ``QueueFull``); other errors pass
+    through."""
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
         return ServerUnavailable(f"Redis connection failed: {exc}")
     if isinstance(exc, MOVING_ERRORS):  # a cluster's slot on the move: the call did not run
         return ServerUnavailable(f"Redis Cluster is moving the slot: {exc}")
     if isinstance(exc, rexc.ResponseError):
+        full = str(exc).split()
+        if len(full) == 4 and full[0] == "QUEUEFULL" and all(n.isdigit() for n in full[1:]):
+            return QueueFull(int(full[1]), int(full[2]), int(full[3]))
         return ServerRefused(f"Redis refused the call: {exc}")
     return exc
 

@@ -208,6 +208,10 @@ class QueueReads:
             out += [flat[j : j + k] for j in range(0, len(flat), k)]
         return out
 
+    async def why(self, job_id: str) -> bytes:
+        """Why a job is (not) running, as why.lua's JSON (see ``JobWhy.read``)."""
+        return cast(bytes, await self._run("why", (self.base, job_id)))
+
     async def server_ms(self) -> int:
         """The server's clock (TIME), in ms."""
         sec, usec = await self.read(server_time(self.client, self.client, self.keys.testclock))

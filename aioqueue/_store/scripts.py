@@ -17,7 +17,7 @@ from typing import Any
 
 import redis.exceptions as rexc
 
-from .._model.exceptions import ServerUnavailable
+from .._model.exceptions import QueueFull, ServerUnavailable
 from .._model.record import (
     ClaimResult,
     JobRecord,
@@ -25,6 +25,7 @@ from .._model.record import (
     enqueue_args,
     parse_claim,
 )
+from .backpressure import with_room
 from .durable import durability_of, durable_calls
 from .hot import hot_connection
 from .loader import (
@@ -47,6 +48,7 @@ from .loader import (
     evalsha_many,
     parse_watch,
     text_of,
+    wrap_redis_error,
 )
 from .scriptreads import QueueReads
 from .wire import call_timeout, evalsha_command
@@ -64,16 +66,22 @@ class QueueScripts(QueueReads):
         return enqueue_calls(self.lanes, self.base, jobs, chunk)
 
     async def enqueue(self, jobs: Sequence[JobRecord], chunk: int = 500) -> None:
-        """Store jobs; runs of jobs with the same template go as id/payload pairs."""
-        await self._enqueue_calls(self.enqueue_calls(jobs, chunk))
+        """Store jobs; runs of jobs with the same template go as id/payload pairs. Each
+        call is refused whole when the queue is full (``with_room``: waits as set)."""
+        calls = self.enqueue_calls(jobs, chunk)
+        await with_room(lambda: self._enqueue_calls(calls))
 
     async def enqueue_run(self, template: Template, pairs: list[Any], chunk: int = 500) -> None:
         """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ..."""
-        await self._enqueue_calls(enqueue_run_calls(self.lanes, self.base, template, pairs, chunk))
+        calls = enqueue_run_calls(self.lanes, self.base, template, pairs, chunk)
+        await with_room(lambda: self._enqueue_calls(calls))
 
     async def enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
         """Store jobs in one call (at most 500): enqueue.lua's code per job, in order; over
         the App's held connection when it is free (``_hot``), else through the pool."""
+        return await with_room(lambda: self._enqueue_codes(jobs))
+
+    async def _enqueue_codes(self, jobs: Sequence[JobRecord]) -> list[Any]:
         args = enqueue_args(self.base, jobs)
         if durability_of(self.client) is not None:  # durability mode: WAIT in the same trip
             return list((await self._run_durable("enqueue", args))[1:])
@@ -85,7 +93,9 @@ class QueueScripts(QueueReads):
             res = await hot.call(command, call_timeout(self.client))
         except (TimeoutError, rexc.TimeoutError) as exc:  # slow: as the pool's path would say
             raise ServerUnavailable(f"Redis connection failed: {exc!r}") from exc
-        except (rexc.RedisError, OSError):
+        except (rexc.RedisError, OSError) as exc:
+            if isinstance(full := wrap_redis_error(exc), QueueFull):  # an answer: no resend
+                raise full from exc
             # lost, or not run (the library or script missing, an error reply): the pool's
             # path sends it again, with its retries and reloading (enqueue is idempotent on
             # the job id: a call that did run stores nothing twice)
@@ -98,7 +108,8 @@ class QueueScripts(QueueReads):
         else the id of the job that holds its lock."""
         out: list[str | None] = []
         for i in range(0, len(jobs), 500):
-            res = await self._run_durable("enqueue", enqueue_args(self.base, jobs[i : i + 500]))
+            args = enqueue_args(self.base, jobs[i : i + 500])
+            res = await with_room(lambda: self._run_durable("enqueue", args))  # noqa: B023
             out += [text_of(c) if isinstance(c, bytes) else None for c in res[1:]]
         return out
 

@@ -22,6 +22,7 @@ from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, RateLimited, Retry
 from .._queue.deps import Parked
+from .isolation import ChildPool, ProcessIsolation, default_processes
 
 logger = logging.getLogger(__name__)
 
@@ -58,20 +59,46 @@ class Runner:
 
     Args:
         app: whose tasks run.
-        threads: size of the thread pool for sync tasks (made on first use).
+        threads: size of the thread pool for sync tasks (made on first use), and of the
+            pool of child processes for isolated tasks unless ``isolation`` says.
+        isolation: how isolated tasks run (None: the defaults of ``ProcessIsolation``).
     """
 
-    def __init__(self, app: App, threads: int) -> None:
+    def __init__(self, app: App, threads: int, isolation: ProcessIsolation | None = None) -> None:
         self.app = app
         self.threads = threads
         # the App's middleware (_hooks.py), as registered when the worker was made
         self._middleware = tuple(app.hooks.middleware)
         self._executor: ThreadPoolExecutor | None = None
+        self.isolation = isolation or ProcessIsolation()
+        self._children: ChildPool | None = None
 
     def close(self) -> None:
-        """Stop the thread pool (threads still running a job are left to finish)."""
+        """Stop the thread pool (threads still running a job are left to finish) and the
+        idle child processes."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._children is not None:
+            self._children.close()
+
+    def isolated(self, task: Task[Any, Any]) -> bool:
+        """Whether the task runs in a child process."""
+        return task.isolation == "process" or self.isolation.every_task
+
+    def _timing(self, task: Task[Any, Any], timeout: float | None) -> tuple[bool, float | None]:
+        """Whether the task runs isolated, and the timeout the run's own scope enforces: an
+        isolated run's is its child's (a wait for a free child and the child's start do not
+        count), enforced by the pool, which kills the child."""
+        isolated = self.isolated(task)
+        return isolated, None if isolated else timeout
+
+    @property
+    def children(self) -> ChildPool:
+        """The pool of child processes (made on first use)."""
+        if self._children is None:
+            n = self.isolation.processes or default_processes(self.threads)
+            self._children = ChildPool(self.app.serializer, self.isolation, n)
+        return self._children
 
     async def run(self, leases: Leases, c: Claimed) -> Ack | Failure:
         """Run the leased job ``c`` of ``leases``' queue to its outcome. Cancelling it
@@ -79,11 +106,7 @@ class Runner:
         app = self.app
         task = app.tasks.get(c.task)
         if task is None:
-            known = ", ".join(sorted(app.tasks)) or "none"
-            msg = f"no task named {c.task!r} in this worker (known: {known})"
-            # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
-            named = bool(c.task) and "\ufffd" not in c.task
-            return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
+            return _unknown(c.task, app.tasks)
         loaded = await self._load(task, leases, c)
         if isinstance(loaded, Failure):
             return loaded
@@ -123,18 +146,21 @@ class Runner:
         timeout: float | None,
     ) -> Any:
         """The task's result, or the Failure of its run."""
-        scope = asyncio.timeout(timeout)
+        isolated, own = self._timing(task, timeout)
+        scope = asyncio.timeout(own)
         try:
             chain = job.batch if opts.get("chain") else None
-            if chain is not None or task.args_decoder is not None:  # else as given
-                given = await _arguments(task, chain, args, kwargs)
+            if _prepares_arguments(task, chain, isolated):
+                given = await _arguments(task, chain, args, kwargs, decode=not isolated)
                 if isinstance(given, Failure):
                     return given
                 args, kwargs = given
             async with scope:  # the one timeout of the run, middleware included
                 if self._middleware:  # around the body (_app/hooks.py)
-                    body = functools.partial(self._body, task, args, kwargs)
+                    body = functools.partial(self._body, task, args, kwargs, timeout, isolated)
                     return await run_through(self._middleware, job, body)
+                if isolated:
+                    return await self._run_isolated(task, args, kwargs, timeout)
                 return await (
                     task.fn(*args, **kwargs)
                     if task.is_async
@@ -144,10 +170,8 @@ class Runner:
             return Failure(r, int((r.retry_after or 0.0) * 1000))
         except Retry as r:
             return _retry(task, c, r)
-        except JobParked as parked:  # a durable wait parked the job (_app/steps.py)
+        except (JobParked, Parked) as parked:  # a durable wait, wait_for_children: given back
             return Failure(parked, parked=True)
-        except Parked as p:  # the park script gave the lease back (wait_for_children)
-            return Failure(p, parked=True)
         except BadSignature as exc:  # a tampered input (a chain step's) does not heal on retry
             return Failure(exc)
         except Exception as exc:
@@ -182,8 +206,17 @@ class Runner:
             return Failure(corrupt(exc))
         return args, kwargs, opts, timeout, ttl_ms, batch
 
-    async def _body(self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+    async def _body(
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Any,
+        timeout: float | None,
+        isolated: bool,
+    ) -> Any:
         """The task's body, as the innermost middleware calls it."""
+        if isolated:
+            return await self._run_isolated(task, args, kwargs, timeout)
         if task.is_async:
             return await task.fn(*args, **kwargs)
         return await self._run_sync(task.fn, args, kwargs)
@@ -197,9 +230,43 @@ class Runner:
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
+    async def _run_isolated(
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Any:
+        """Run the task in a child process (``isolation.py``) that its timeout kills: the
+        arguments, as the job stored them, and the result cross as the serializer's bytes."""
+        serializer = self.app.serializer
+        fn = task.fn
+        payload = serializer.dumps([list(args), kwargs])
+        data = await self.children.run(fn.__module__, fn.__qualname__, payload, timeout)
+        return serializer.loads(data)
+
+
+def _unknown(name: str, tasks: dict[str, Task[Any, Any]]) -> Failure:
+    """The outcome of a job of a task this worker does not have."""
+    known = ", ".join(sorted(tasks)) or "none"
+    msg = f"no task named {name!r} in this worker (known: {known})"
+    # a name no deploy can bring (empty, or not UTF-8) is dead-lettered at once
+    named = bool(name) and "\ufffd" not in name
+    return Failure(Unrunnable("UnknownTask", msg), unknown_task=named)
+
+
+def _prepares_arguments(task: Task[Any, Any], chain: Batch[Any] | None, isolated: bool) -> bool:
+    """Whether a run's arguments need ``_arguments``: a chain's step, or hints to decode (an
+    isolated task's child decodes its own: they cross as the serializer's bytes)."""
+    return chain is not None or (task.args_decoder is not None and not isolated)
+
 
 async def _arguments(
-    task: Task[Any, Any], chain: Batch[Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    task: Task[Any, Any],
+    chain: Batch[Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    decode: bool = True,
 ) -> tuple[tuple[Any, ...], dict[str, Any]] | Failure:
     """The arguments the task is called with: a chain's second step gets the result of the
     first (verified, with signing on, as made by a member for this very batch) as its first
@@ -212,11 +279,11 @@ async def _arguments(
             why = f"chain step: batch {chain.id!r} holds no result of the first step"
             return Failure(Unrunnable("MissingInput", why))
         args = (items[0].result, *args[1:])
-    decode = task.args_decoder  # None for tasks whose hints JSON already answers
-    if decode is None:
+    decoder = task.args_decoder if decode else None  # None: JSON already answers its hints
+    if decoder is None:
         return args, kwargs
     try:
-        return decode(args, kwargs)
+        return decoder(args, kwargs)
     except Exception as exc:  # arguments that cannot fit do not fit on retry
         return Failure(Unrunnable("InvalidArguments", str(exc)))
 

@@ -41,6 +41,7 @@ from .._model.record import Claimed
 from .._store.loader import FailMode, Outcome
 from .._version import __version__
 from .fetch import TRANSIENT, Crew, Fetcher
+from .isolation import ProcessIsolation
 from .loops import Loops
 from .observe import WorkerObserver
 from .runner import Ack, Failure, Runner
@@ -78,6 +79,7 @@ class Worker:
         metrics: an observer of its jobs, leases and claims, e.g.
             ``aioqueue.metrics.WorkerMetrics()`` (Prometheus; docs/observability.md). None:
             nothing is observed, at no cost.
+        isolation: the child processes of isolated tasks (``ProcessIsolation``; flow-control.md).
 
     Use ``await worker.run()`` (returns after ``stop()`` or, with ``burst``, when done), or
     ``async with worker:`` to run it in the background of a block (it returns once the worker
@@ -99,6 +101,7 @@ class Worker:
         scheduler: bool = True,
         unknown_task_grace: float | timedelta = 60.0,
         metrics: WorkerObserver | None = None,
+        isolation: ProcessIsolation | None = None,
     ) -> None:
         check_int(concurrency, 1, "concurrency")
         self.app = app
@@ -135,7 +138,7 @@ class Worker:
         self._main: asyncio.Task[None] | None = None
         #: objects the startup hooks share with the tasks (``current_job().state``)
         self.state = State()
-        self._runner = Runner(app, concurrency)
+        self._runner = Runner(app, concurrency, isolation)
         self._started = False
         #: set once the worker is registered on its queues and about to fetch
         self.ready = asyncio.Event()

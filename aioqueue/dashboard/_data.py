@@ -305,10 +305,12 @@ async def job_page(app: App, name: str, job_id: str) -> dict[str, Any]:
         }
         for a in d.history
     ]
+    why = await app.queue(name).why(job_id)
     return {
         "id": info.id,
         "queue": info.queue,
         "task": info.task,
+        "why": why.sentence(),
         "state": info.state.value,
         "attempts": f"{info.attempts}/{info.max_attempts}",
         "priority": str(info.priority),

@@ -3,6 +3,7 @@
 - ``server_ms``: the server's clock, the one clock leases and due times are judged by (I6);
 - ``clients_named`` / ``blocked_in``: find an App's connections (``client_name``) in
   ``CLIENT LIST``, to see that a consumer is blocked on the server rather than polling;
+- ``RoundTrips``: count the commands (or pipelines) an App writes to its server;
 - ``text``: a reply of the tests' raw clients (bytes) as a str;
 - ``retrying``: redis-py options for the tests' own raw clients in fault tests.
 """
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis.exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -27,6 +30,28 @@ async def server_ms(redis: Redis) -> int:
     """The server's clock in epoch milliseconds, computed the way the scripts compute it."""
     sec, usec = await redis.time()
     return int(sec) * 1000 + int(usec) // 1000
+
+
+class RoundTrips:
+    """Count the writes of every redis-py asyncio connection (a command, or a pipeline, each
+    one round trip) while ``with RoundTrips(monkeypatch) as trips:`` runs: ``trips.n``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.n = 0
+
+    def __enter__(self) -> RoundTrips:
+        send = AbstractConnection.send_packed_command
+
+        async def counting(conn: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+            self.n += 1
+            await send(conn, *args, **kwargs)
+
+        self.monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.monkeypatch.undo()
 
 
 async def clients_named(redis: Redis, name: str) -> list[dict[str, str]]:

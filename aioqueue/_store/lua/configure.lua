@@ -11,6 +11,9 @@
     group_rate    ARGV[4] N ARGV[5] period ms   the default rate of groups without their own
     events        ARGV[4] cap      write the queue's event stream (see lib/events), keeping
                                    about the newest cap events ('' off; the stream is kept)
+    max_queued    ARGV[4] N ARGV[5] wait ms   backpressure: enqueue refuses a call that would
+                                   take the waiting jobs past N (see enqueue.lua); wait ms, the
+                                   longest a producer waits for room ('' or 0: refuse at once)
   Returns 1, or an error for an unknown operation ]]
 local op, g, v1, v2 = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
@@ -66,6 +69,9 @@ elseif op == 'group_rate' then
   reactivate_all()
 elseif op == 'events' then
   set_or_clear(K_QCONF, 'events', v1)
+elseif op == 'max_queued' then
+  set_or_clear(K_QCONF, 'maxq', v1)
+  set_or_clear(K_QCONF, 'maxq_wait', v1 == '' and '' or v2)
 else
   return redis.error_reply('unknown operation ' .. tostring(op))
 end

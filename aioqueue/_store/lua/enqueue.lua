@@ -14,7 +14,11 @@
   a queued or scheduled record in no lane (garbage, or a script stopped midway before I9) is
   put back in it, so a retried enqueue never answers success for a lost job. A call whose
   caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch;
-  the event stream) is refused (NOPERM) before any write. The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
+  the event stream) is refused (NOPERM) before any write. Backpressure: with qconf maxq set, a
+  call whose new jobs would take the waiting jobs (ready, prio, scheduled, and the lanes of
+  the call's groups) past maxq stores nothing and answers the error "QUEUEFULL <waiting>
+  <maxq> <wait ms>" (maxq_wait: how long producers wait for room; all or nothing), counted in
+  stats (refused). The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
 local out = {now}
@@ -119,6 +123,28 @@ if redis.acl_check_cmd and not (lone and not events_on()) then
         or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
     end
     if no then return no end
+  end
+end
+
+-- backpressure (qconf maxq): counted with O(1) reads per lane, the jobs of the call that are
+-- new (a retried enqueue of stored jobs is never refused), before any write: all or nothing
+local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
+if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
+  local waiting = call('LLEN', K_READY) + call('ZCARD', K_PRIO) + call('ZCARD', K_SCHED)
+  local new, lanes = 0, {}
+  for _, run in ipairs(runs) do
+    if run.g ~= '' and not lanes[run.g] then
+      lanes[run.g] = true
+      waiting = waiting + call('ZCARD', lane_key(run.g))
+    end
+    for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+      if call('EXISTS', job_key(ARGV[p])) == 0 then new = new + 1 end
+    end
+  end
+  if new > 0 and waiting + new > maxq then
+    local wait_ms = count_of(call('HGET', K_QCONF, 'maxq_wait') or '') or 0
+    call('HINCRBY', K_STATS, 'refused', 1)  -- the call's one write: its refusal, counted
+    return redis.error_reply('QUEUEFULL ' .. waiting .. ' ' .. maxq .. ' ' .. wait_ms)
   end
 end
 
