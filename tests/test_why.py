@@ -309,3 +309,31 @@ async def test_a_dependent_names_what_it_waits_for(app: App) -> None:
     await q.complete(r, 1)
     w = await total.why()
     assert w.rows[0].left == 1
+
+
+@pytest.mark.parametrize("kind", ["rate", "conc"])
+async def test_a_named_limit_that_does_not_admit_it_says_which_and_until_when(
+    app: App, kind: str
+) -> None:
+    if kind == "rate":
+        app.limiter("api", rate=(1, 600.0), key=lambda who: who)  # one start per 10 minutes
+    else:
+        app.limiter("api", concurrency=1, key=lambda who: who)
+
+    @app.task(name="call", limits=["api"])
+    async def call(who: str) -> None: ...
+
+    q = app.queue()
+    await live_worker(app, tasks=("call",))
+    await call.enqueue("ann")
+    job = await call.enqueue("ann")
+    assert len(await q.reserve()) == 1  # the first is leased and charged to ann's limit
+    w = await job.why()
+    assert reasons(w)[0] == WhyReason.LIMITER
+    row = w.rows[0]
+    assert (row.limiter, row.limit_key, row.limited_by) == ("api", "ann", kind)
+    assert row.until_ms is not None
+    assert w.now_ms < row.until_ms <= w.now_ms + 600_000
+    assert "limiter api (key ann)" in w.sentence()
+    other = await call.enqueue("bob")  # another key of the same limiter is free
+    assert WhyReason.LIMITER not in reasons(await other.why())

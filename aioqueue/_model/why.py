@@ -39,6 +39,8 @@ class WhyReason(enum.StrEnum):
         GROUP_RATE: its group's rate window is used up until ``until_ms``.
         QUEUE_RATE: the queue's rate window is used up until ``until_ms``.
         NO_WORKER: no live worker is registered on the queue.
+        LIMITER: its named limit ``limiter`` (key ``limit_key``) does not admit it until
+            ``until_ms``: its rate (``limited_by`` "rate") or its running jobs ("conc").
         UNKNOWN_TASK: live workers (``workers`` of them) serve the queue, none declared the task.
         POSITION: ``ahead`` jobs are ahead of it in its lane (``group``; None the default
             lane); ``ahead`` None: not within the first 100,000 of the ready list.
@@ -57,6 +59,7 @@ class WhyReason(enum.StrEnum):
     GROUP_RATE = "group_rate"
     QUEUE_RATE = "queue_rate"
     NO_WORKER = "no_worker"
+    LIMITER = "limiter"
     UNKNOWN_TASK = "unknown_task"
     POSITION = "position"
     UNREADABLE = "unreadable"
@@ -81,6 +84,9 @@ class WhyRow:
     left: int | None = None
     workers: int | None = None
     ahead: int | None = None
+    limiter: str | None = None
+    limit_key: str | None = None
+    limited_by: str | None = None
 
     def sentence(self, now_ms: int) -> str:
         """This reason in words (names escaped, times as UTC and from now)."""
@@ -123,6 +129,9 @@ def _row(r: dict[str, Any]) -> WhyRow:
         left=_int(r.get("n")),
         waits_for=tuple(_member(str(m)) for m in (r.get("deps") or [])),
         holders=tuple((str(h[0]), str(h[1])) for h in (r.get("holders") or [])),
+        limiter=None if r.get("name") is None else str(r["name"]),
+        limit_key=None if r.get("key") is None else str(r["key"]),
+        limited_by=None if r.get("by") is None else str(r["by"]),
         workers=_int(r.get("workers")),
         ahead=None if ahead is None or ahead < 0 else ahead,
     )
@@ -175,6 +184,13 @@ def _full(r: WhyRow, now: int) -> str:
     return s + (f" ({held})." if held else ".")
 
 
+def _limiter(r: WhyRow, now: int) -> str:
+    what = "its running jobs" if r.limited_by == "conc" else "its rate"
+    key = f" (key {escape(r.limit_key or '')})" if r.limit_key else ""
+    name = escape(r.limiter or "")
+    return f"Its limiter {name}{key} admits no more by {what} until {_at(r.until_ms, now)}."
+
+
 def _position(r: WhyRow, now: int) -> str:
     lane = f"group {_group(r)}'s lane" if r.group else "the queue's lane"
     if r.ahead is None:
@@ -201,6 +217,7 @@ _SENTENCES: dict[WhyReason, Callable[[WhyRow, int], str]] = {
     ),
     WhyReason.QUEUE_RATE: lambda r, n: f"The queue used up its rate until {_at(r.until_ms, n)}.",
     WhyReason.NO_WORKER: lambda r, n: "No live worker serves this queue.",
+    WhyReason.LIMITER: lambda r, n: _limiter(r, n),
     WhyReason.UNKNOWN_TASK: lambda r, n: (
         f"The {r.workers} live worker(s) of this queue do not declare its task."
     ),

@@ -261,7 +261,7 @@ SCRIPTS: Final = {
         ("change", "core events lanes"),
         ("rekey", "core"),
         ("tasks", "core"),
-        ("why", "core events lanes"),
+        ("why", "core events lanes limiters"),
     )
 }
 

@@ -20,6 +20,9 @@
     group_rate  g, at              its group's rate window is used up until at
     queue_rate  at                 the queue's rate window is used up until at
     no_worker                      no live worker is registered on the queue
+    limiter     name, key, at, by  its named limit name (key) does not admit it until at, by
+                                   'rate' or 'conc' (its running jobs: counted without
+                                   dropping stale holders, which the next claim does)
     unknown_task workers           live workers (how many) none of which declared its task
     position    ahead, lane        jobs ahead of it in its lane ('' the default lane, else its
                                    group; ahead -1: not within READY_SEARCH of the list's head)
@@ -30,9 +33,9 @@
 local id = ARGV[2]
 local now = now_ms()
 local HOLDERS, ACTIVE_LOOK = 10, 1000
-local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb')
+local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb', 'o')
 local job = {s = f[1], t = f[2], g = f[3] or '', pr = f[4], due = f[5], wk = f[6], st = f[7],
-  f = f[8], cb = f[9]}
+  f = f[8], cb = f[9], o = f[10]}
 local rows = {}
 local function row(r) rows[#rows + 1] = r end
 
@@ -106,6 +109,20 @@ local function check_workers()
   row({r = 'unknown_task', workers = n})
 end
 
+-- its named limits (lib/limiters): the first that does not admit it now (garbage in its
+-- limits: the claim dead-letters it, nothing to say here)
+local function check_limits()
+  local lims = LIM.job_limits(job.o, nil)
+  if not lims then return end
+  for _, l in ipairs(lims) do
+    local at, by = LIM.closed_until(l, now, true)
+    if at then
+      row({r = 'limiter', name = l.name, key = l.key, at = at, by = by})
+      return
+    end
+  end
+end
+
 -- the jobs ahead of it in its lane, in the order take() in lib/leasing serves them
 local function check_position()
   local g = job.g
@@ -128,7 +145,7 @@ end
 
 -- the checks of a queued job, each given the queue's settings (qconf), in the order a claim
 -- meets the blocks: the queue's terms, its group's, who could run it, then its place
-local CHECKS = {check_queue, check_group, check_workers, check_position}
+local CHECKS = {check_queue, check_group, check_limits, check_workers, check_position}
 
 local function queued()
   local q = call('HMGET', K_QCONF, 'paused', 'rate_n', 'rate_ms', 'glimit', 'grate_n',

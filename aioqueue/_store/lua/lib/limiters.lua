@@ -88,7 +88,7 @@ function LIM.job_limits(o, cfg)
     local c = LIM.lim_count(s[4], LIM.MAX_HOLDERS) or LIM.lim_count(e[6], LIM.MAX_HOLDERS)
     local st = b .. 'lim:{' .. e[1] .. ':' .. e[2] .. '}'
     if b ~= BASE and not LIM.local_keys(st, ck) then return false end
-    out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c}
+    out[i] = {st = st, T = T, tau = T and (burst - 1) * T or 0, c = c, name = e[1], key = e[2]}
     if T and n <= LIM.MAX_LOG then out[i].n, out[i].ms = math.floor(n), ms end
     if T then out[i].n0 = n end
   end
@@ -171,7 +171,7 @@ end
 
 -- until when limit l (of job_limits) admits nothing (server ms), and whether by its rate
 -- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
-function LIM.closed_until(l, now)
+function LIM.closed_until(l, now, read_only)
   if l.T then
     local s = call('HMGET', l.st, 'tat', 'f')
     -- adaptive backoff: the rate is the declared one times f (see limits_backoff)
@@ -192,7 +192,8 @@ function LIM.closed_until(l, now)
       if nth and nth > now - l.ms and nth <= now then return nth + l.ms, 'rate' end
     end
   end
-  if l.c and call('HLEN', l.st .. ':h') >= l.c and LIM.live_holders(l.st .. ':h', now) >= l.c then
+  local full = l.c and call('HLEN', l.st .. ':h') >= l.c
+  if full and (read_only or LIM.live_holders(l.st .. ':h', now) >= l.c) then
     return now + LIM.CONC_RECHECK_MS, 'conc'
   end
   return nil
