@@ -43,7 +43,8 @@ from aioqueue import (
 )
 from aioqueue._queue.leases import forward_outbox
 from aioqueue._store.embedded import EmbeddedServer
-from aioqueue._store.loader import SCRIPTS, FailMode, Outcome
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.outcomes import FailMode, Outcome
 from aioqueue._store.wire import use_functions
 
 from .batchapp import BatchTasks, Keys, register

@@ -26,7 +26,8 @@ from aioqueue import App
 from aioqueue._model.exceptions import ServerRefused
 from aioqueue._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from aioqueue._store.embedded import EmbeddedServer
-from aioqueue._store.loader import SCRIPTS, Outcome
+from aioqueue._store.loader import SCRIPTS
+from aioqueue._store.outcomes import Outcome
 from aioqueue._store.scripts import QueueScripts
 
 from .support.server import text

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue import App
-from aioqueue._store.loader import _COMPLETE, _EXTEND, _FAIL, _RELEASE, FailMode, Outcome
+from aioqueue._store.outcomes import _COMPLETE, _EXTEND, _FAIL, _RELEASE, FailMode, Outcome
 
 from .support.apps import open_app
 from .support.invariants import check_invariants

@@ -15,7 +15,7 @@ import time
 from redis.asyncio import Redis
 
 from aioqueue import App, Worker
-from aioqueue._store.loader import Outcome
+from aioqueue._store.outcomes import Outcome
 from aioqueue._store.scripts import QueueScripts
 
 from .support.apps import open_app

@@ -122,3 +122,13 @@ def test_no_not_implemented_stubs() -> None:
 
 # no stub stands for what a host provides: composition, not mixins (issue 25)
 NOT_IMPLEMENTED_LEFT = 0
+
+
+def test_no_module_is_over_500_lines() -> None:
+    # a room you can read in one sitting; a bigger one is two concepts (split it by concept)
+    big = {
+        str(p.relative_to(PKG)): n
+        for p in sorted(PKG.rglob("*.py"))
+        if (n := len(p.read_text("utf-8").splitlines())) > 500
+    }
+    assert not big, big

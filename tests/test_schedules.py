@@ -20,7 +20,7 @@ from aioqueue import App, ConfigurationError, JobState, Worker
 from aioqueue._app.schedules import Scheduler
 from aioqueue._model.cron import Spec, job_id_for
 from aioqueue._model.record import JobRecord, Template
-from aioqueue._store.loader import TickOutcome
+from aioqueue._store.outcomes import TickOutcome
 
 from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, LeaseLost
-from aioqueue._store.loader import FailMode, Outcome
+from aioqueue._store.outcomes import FailMode, Outcome
 
 from .support.invariants import check_invariants
 from .support.server import text

@@ -24,7 +24,8 @@ from .._model.cron import DEFAULT_GRACE_MS, MissedPolicy, Spec, interval_ms, job
 from .._model.exceptions import ConfigurationError, ServerRefused, ServerUnavailable
 from .._model.record import JobRecord, Template
 from .._model.schedauth import read_spec, stored_form, valid_tick
-from .._store.loader import TickOutcome, schedule_queues
+from .._store.loader import schedule_queues
+from .._store.outcomes import TickOutcome
 from .task import Task
 
 if TYPE_CHECKING:

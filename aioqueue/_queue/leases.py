@@ -17,7 +17,7 @@ from .._model.checks import check_name
 from .._model.exceptions import RateLimited
 from .._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from .._model.record import Claimed, ClaimResult
-from .._store.loader import FailMode, Outcome, Started
+from .._store.outcomes import FailMode, Outcome, Started
 from .depsbox import forward_call, forward_entry
 
 if TYPE_CHECKING:

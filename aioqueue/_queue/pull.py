@@ -19,7 +19,7 @@ from .._model.exceptions import ConfigurationError, JobCancelled
 from .._model.handle import HandleFields, dump_handle, load_handle
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import Claimed
-from .._store.loader import FailMode, Outcome
+from .._store.outcomes import FailMode, Outcome
 from .core import QueueCore
 from .leases import Leases, forward_outbox
 

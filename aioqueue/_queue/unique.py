@@ -20,7 +20,8 @@ from .._model.checks import check_text, to_ms
 from .._model.exceptions import ConfigurationError
 from .._model.job import Job
 from .._model.record import JobRecord, UniqueOptions
-from .._store.loader import ReplaceOutcome, text_of
+from .._store.loader import text_of
+from .._store.outcomes import ReplaceOutcome
 
 if TYPE_CHECKING:
     from .queue import Queue

@@ -24,9 +24,7 @@ from .._model.record import (
 from .._model.timeutil import score_ms
 from .cluster import server_time
 from .loader import (
-    _TICK,
     SCRIPTS,
-    TickOutcome,
     bounded,
     evalsha,
     group_names,
@@ -34,6 +32,7 @@ from .loader import (
     read_lane_counts,
     text_of,
 )
+from .outcomes import _TICK, TickOutcome
 
 T = TypeVar("T")
 

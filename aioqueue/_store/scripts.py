@@ -29,18 +29,8 @@ from .backpressure import with_room
 from .durable import durability_of, durable_calls
 from .hot import hot_connection
 from .loader import (
-    _COMPLETE,
-    _EXTEND,
-    _FAIL,
-    _FAIL_SIGNAL,
-    _RELEASE,
-    _REPLACE,
     SCRIPTS,
-    FailMode,
-    Outcome,
-    ReplaceOutcome,
     ScriptCall,
-    Started,
     _nonce,
     enqueue_calls,
     enqueue_run_calls,
@@ -49,6 +39,18 @@ from .loader import (
     parse_watch,
     text_of,
     wrap_redis_error,
+)
+from .outcomes import (
+    _COMPLETE,
+    _EXTEND,
+    _FAIL,
+    _FAIL_SIGNAL,
+    _RELEASE,
+    _REPLACE,
+    FailMode,
+    Outcome,
+    ReplaceOutcome,
+    Started,
 )
 from .scriptreads import QueueReads
 from .wire import call_timeout, evalsha_command

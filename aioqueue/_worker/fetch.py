@@ -21,7 +21,7 @@ from .._model.exceptions import AioQueueError
 from .._model.limits import MAX_ACKS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._queue.leases import Leases
-from .._store.loader import Outcome
+from .._store.outcomes import Outcome
 from .shield import Shield
 from .slots import Slots
 from .weights import Turns

@@ -27,7 +27,7 @@ from .._model.record import Claimed
 from .._queue.leases import forward_outbox
 from .._queue.queuereg import declare_queues
 from .._queue.tasktable import REFRESH, declared_table, register, strangers, warn_strangers
-from .._store.loader import FailMode, Outcome
+from .._store.outcomes import FailMode, Outcome
 from .fetch import ACK_CHUNK, TRANSIENT, Fetcher
 from .shield import Shield
 from .slots import Slots

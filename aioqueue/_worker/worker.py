@@ -13,8 +13,7 @@ Failures, retries and releases are shielded from cancellation and tracked (``shi
 shutdown waits for them: cancelling the worker at any await point leaves every job in a valid
 state. Shutdown is a sequence of named steps (``_shutdown``): stop fetching, leave the parking,
 return prefetched jobs, the grace period, cancel what still runs, finish the acks, stop the
-loops.
-"""
+loops."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ from .._model.codec import Unrunnable, describe_error
 from .._model.exceptions import ClosedError, ConfigurationError, RateLimited
 from .._model.hooks import State
 from .._model.record import Claimed
-from .._store.loader import FailMode, Outcome
+from .._store.outcomes import FailMode, Outcome
 from .._version import __version__
 from .fetch import TRANSIENT, Crew, Fetcher
 from .isolation import ProcessIsolation
@@ -175,7 +174,6 @@ class Worker:
     def __repr__(self) -> str:
         return f"<Worker {self.id} queues={self.queue_names} running={len(self.slots.running)}>"
 
-    # ------------------------------------------------------------------ control
     def stop(self, *, force: bool = False) -> None:
         """Ask the worker to stop: no new jobs are fetched; running jobs get ``grace``
         seconds (none with ``force``), then are cancelled and returned to their queue."""
