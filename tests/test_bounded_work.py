@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App
 from aioqueue._model.exceptions import ServerRefused
-from aioqueue._model.limits import MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
+from aioqueue._model.limits import JOB_LOG_LINES, MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
 from aioqueue._store.embedded import EmbeddedServer
 from aioqueue._store.loader import SCRIPTS
 from aioqueue._store.outcomes import Outcome
@@ -297,6 +297,51 @@ async def _rekey(c: Ctx) -> Awaitable[Any]:
     return c.run("rekey", [c.base, "job:" + ids("r", JOBS - 1, 1)[0], n, *triples])
 
 
+async def _wait(c: Ctx) -> Awaitable[Any]:
+    job_id, tok = (await c.leased())[0]  # an event wait: parked, in the event's set
+    return c.run("wait", [c.base, job_id, tok, 1, 600_000, f"ev{c.round}", 0])
+
+
+async def _joblog(c: Ctx) -> Awaitable[Any]:
+    job_id, tok = (await c.leased())[0]
+    lines = ["x" * 130] * JOB_LOG_LINES  # as many lines as a call takes, past the byte cap
+    return c.run("joblog", [c.base, job_id, tok, *lines])
+
+
+async def _step(c: Ctx) -> Awaitable[Any]:
+    job_id, tok = (await c.leased())[0]
+    return c.run("step", [c.base, job_id, tok, "put", f"s{c.round}", "v" * 10_000])
+
+
+async def _why(c: Ctx) -> Awaitable[Any]:
+    # a queued job at the far end of the ready list: the position search runs to its bound
+    return c.run("why", [c.base, (await c.tail())[-1]])
+
+
+async def _signal(c: Ctx) -> Awaitable[Any]:
+    # an event whose set holds more members than a call wakes, none of them parked for it
+    key = f"sig{c.round}"
+    await c.raw.sadd(f"{c.base}evt:{key}", *ids("r", 0, 2 * MAX_JOBS_PER_CALL))
+    return c.run("signal", [c.base, key, "payload"])
+
+
+async def _change(c: Ctx) -> Awaitable[Any]:
+    return c.run("change", [c.base, (await c.tail())[-1], 5, -1, -1])
+
+
+async def _limit(c: Ctx) -> Awaitable[Any]:
+    # as many limits as a holder may need, each at its concurrency with its most holders
+    # (all stale: each must be looked at) and a rate log of its most starts
+    names = [f"L{i}" for i in range(8)]
+    if c.round == 0:
+        for name in names:
+            st = f"{c.base}lim:{{{name}:k}}"
+            await c.raw.hset(st + ":h", mapping={f"h{j}": 1 for j in range(1000)})
+            await c.raw.rpush(st + ":log", *range(1000))
+    lim = {"b": c.base, "l": [[name, "k", 1000, 1000, 1, 1000] for name in names]}
+    return c.run("limit", [c.base, "acquire", json.dumps({"lim": lim}), f"code{c.round}", 60_000])
+
+
 ROWS: dict[str, Row] = {
     "enqueue": _enqueue,
     "claim": _claim,
@@ -323,6 +368,13 @@ ROWS: dict[str, Row] = {
     "peek": _peek,
     "progress": _progress,
     "rekey": _rekey,
+    "wait": _wait,
+    "joblog": _joblog,
+    "step": _step,
+    "why": _why,
+    "signal": _signal,
+    "change": _change,
+    "limit": _limit,
 }
 
 

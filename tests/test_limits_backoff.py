@@ -64,7 +64,9 @@ async def test_a_rate_limited_upstream_is_converged_on_and_no_attempt_is_charged
     )
     # without backoff three calls in four would be refused (the limit lets 4N/s through)
     assert late.count(False) / len(late) < 0.35
-    assert rate >= 0.6 * N
+    # AIMD's sawtooth runs between half the upstream's rate and all of it: its mean is above
+    # N / 2 (measured 5.7-8.8/s of 10/s, the low end on a machine busy with other tests)
+    assert rate >= 0.5 * N
 
 
 def test_retry_after_is_checked() -> None:
