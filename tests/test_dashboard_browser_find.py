@@ -33,7 +33,9 @@ async def shot(page: Any, name: str, full_page: bool = True) -> None:
 
 @pytest.fixture
 async def failing(app: App) -> tuple[App, dict[str, list[str]]]:
-    """Dead letters of two kinds (a card declined, a bank timeout) and some completed jobs."""
+    """Dead letters of two kinds (a card declined, a bank timeout) and some completed jobs;
+    a limiter declared (the limiters' page)."""
+    app.limiter("bank", rate=(10, 1.0), concurrency=5)
 
     @app.task(max_attempts=1)
     async def charge(order: int, customer: str) -> str:
@@ -153,7 +155,14 @@ async def test_the_viewer_sees_no_action_and_its_post_is_refused(
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/queues/default?state=failed", "/workers", "/dead", "/queues/default/trends"],
+    [
+        "/",
+        "/queues/default?state=failed",
+        "/workers",
+        "/dead",
+        "/queues/default/trends",
+        "/limiters?name=bank",
+    ],
 )
 async def test_a_phone_has_no_horizontal_page_scroll(site: str, path: str) -> None:
     async with browser_page(

@@ -313,3 +313,49 @@ async def test_a_bucket_counts_at_most_its_tasks_by_name(app: App) -> None:
     now = await q._scripts.server_ms()
     ttl = await app.redis.pttl(k.trend("m", now // 60_000))
     assert 0 < ttl <= 3_660_000
+
+
+async def test_the_limiters_page_shows_a_key_and_the_admin_changes_it(app: App) -> None:
+    app.limiter("stripe", rate=(100, 1.0))
+    app.limiter("per_customer", rate=(1, 600.0), concurrency=2, key=lambda who: who)
+
+    @app.task(limits=["per_customer"])
+    async def charge(who: str) -> None: ...
+
+    await charge.enqueue("ann")
+    await charge.enqueue("ann")
+    q = app.queue()
+    assert len(await q.reserve(2)) == 1  # ann's rate admits one; the other waits aside
+    web = dashboard(app)
+    async with client(web, VIEWER) as c:
+        page = await c.get("/limiters")
+        assert page.status_code == 200
+        assert "stripe" in page.text
+        assert "100 per 1 s" in page.text
+        shown = await c.get("/limiters?name=per_customer&key=ann")
+        assert re.search(r'id="holders">1<', shown.text)  # the leased job holds a slot
+        assert re.search(r'id="waiting">1<', shown.text)  # the second waits aside
+        assert 'id="limiter-set"' not in shown.text  # a viewer changes nothing
+        r = await c.post("/limiters", data={"name": "per_customer", "burst": "3"})
+        assert r.status_code == 403
+    async with client(web) as c:
+        token = await csrf_of(c, "/limiters?name=per_customer&key=ann")
+        form = {
+            "name": "per_customer",
+            "key": "ann",
+            "rate_n": "5",
+            "rate_s": "1",
+            "csrf_token": token,
+        }
+        done = await c.post("/limiters", data=form)
+        assert done.status_code == 303
+        after = await c.get(done.headers["location"])
+        assert "per_customer: changed" in after.text
+        assert "ms=1000" in after.text
+        assert "n=5" in after.text
+        assert (await app.limiters.state("per_customer", "ann")).overrides["n"] == "5"
+        back = await c.post("/limiters", data={**form, "reset": "1"})
+        assert back.status_code == 303
+        assert not (await app.limiters.state("per_customer", "ann")).overrides
+        bad = await c.post("/limiters", data={**form, "name": "nope"})
+        assert bad.status_code == 400

@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 
 from aioqueue._app.workflow import WorkflowHandle, workflow_tree
 from aioqueue._model.exceptions import ConfigurationError, WorkflowError
-from aioqueue.dashboard import _data, _find
+from aioqueue.dashboard import _data, _find, _limits
 from aioqueue.dashboard._actions import run_action
 from aioqueue.dashboard._charts import bars
 from aioqueue.dashboard._page import (
@@ -228,6 +228,7 @@ ROUTES: list[BaseRoute] = [
     Route("/workers", workers),
     Route("/api/workers", workers_json),
     Route("/dead", dead),
+    Route("/limiters", _limits.limiters, methods=["GET", "POST"]),
     Route("/queues/{queue}/actions", action, methods=["POST"]),
     Mount(
         "/static",
