@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobFailed, JobState, WaitTimedOut, Worker, current_job
+from aioqueue import App, JobFailed, JobState, WaitTimedOut, WhyReason, Worker, current_job
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.sealed import seal_value
 
@@ -47,6 +47,7 @@ async def test_a_sleeping_job_is_parked_and_resumes_with_its_steps(app: App, red
         await wait_until(parked, timeout=30, what="the job parked in scheduled")
         info = await job.info()
         assert info.attempts == 0  # the parked run's attempt was refunded
+        assert (await job.why()).rows[0].reason is WhyReason.SCHEDULED  # a sleep: its due time
         assert await job.result(timeout=30) == "ba"
     assert (await job.info()).attempts == 1
     execs = await _execs(redis, app)
@@ -67,6 +68,10 @@ async def test_a_signal_wakes_its_waiters_with_the_payload(app: App, redis: Redi
             )
 
         await wait_until(all_parked, timeout=30, what="four waiters parked")
+        why = await other.why()  # "why is it not running?": it waits for its event
+        assert why.rows[0].reason is WhyReason.EVENT
+        assert why.rows[0].event == "shipped:o-2"
+        assert "waits for event shipped:o-2" in why.sentence()
         assert await app.signal("shipped:o-1", {"carrier": "ups", "n": 1}) == 3
         for j in jobs:
             assert await j.result(timeout=30) == {"carrier": "ups", "n": 1}

@@ -28,6 +28,8 @@ class WhyReason(enum.StrEnum):
         RUNNING: leased to ``worker`` (``worker_alive``: its registration is fresh) until
             ``until_ms``, started at ``started_ms``.
         SCHEDULED: delayed until ``until_ms`` (a time past: the next claim or reap promotes it).
+        EVENT: parked in ``ctx.wait_for_event(event)`` until ``app.signal(event, ...)``, or
+            until its timeout at ``until_ms``.
         WAITING: held until its batch ``batch`` ends (a batch's callback or a chain's next
             step), or until something else ends (no batch named).
         DEPENDENCIES: held until the ``left`` jobs it depends on (``depends_on=``, a
@@ -51,6 +53,7 @@ class WhyReason(enum.StrEnum):
     FINISHED = "finished"
     RUNNING = "running"
     SCHEDULED = "scheduled"
+    EVENT = "event"
     WAITING = "waiting"
     DEPENDENCIES = "dependencies"
     QUEUE_PAUSED = "queue_paused"
@@ -87,6 +90,7 @@ class WhyRow:
     limiter: str | None = None
     limit_key: str | None = None
     limited_by: str | None = None
+    event: str | None = None
 
     def sentence(self, now_ms: int) -> str:
         """This reason in words (names escaped, times as UTC and from now)."""
@@ -132,6 +136,7 @@ def _row(r: dict[str, Any]) -> WhyRow:
         limiter=None if r.get("name") is None else str(r["name"]),
         limit_key=None if r.get("key") is None else str(r["key"]),
         limited_by=None if r.get("by") is None else str(r["by"]),
+        event=None if r.get("r") != "event" else str(r.get("key", "")),
         workers=_int(r.get("workers")),
         ahead=None if ahead is None or ahead < 0 else ahead,
     )
@@ -218,6 +223,10 @@ _SENTENCES: dict[WhyReason, Callable[[WhyRow, int], str]] = {
     WhyReason.QUEUE_RATE: lambda r, n: f"The queue used up its rate until {_at(r.until_ms, n)}.",
     WhyReason.NO_WORKER: lambda r, n: "No live worker serves this queue.",
     WhyReason.LIMITER: lambda r, n: _limiter(r, n),
+    WhyReason.EVENT: lambda r, n: (
+        f"It waits for event {escape(r.event or '')} (app.signal), "
+        f"or its timeout at {_at(r.until_ms, n)}."
+    ),
     WhyReason.UNKNOWN_TASK: lambda r, n: (
         f"The {r.workers} live worker(s) of this queue do not declare its task."
     ),

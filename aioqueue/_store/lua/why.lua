@@ -9,6 +9,8 @@
     running     w, until, st, live leased to worker w (live: its registration is fresh) until
                                    the lease deadline, started at st
     scheduled   at                 due at (a time past: promoted by the next claim or reap)
+    event       key, at            parked in ctx.wait_for_event(key) until a signal, or its
+                                   timeout at
     waiting     b                  held until its batch ends (b: the batch it follows)
     dependencies n, deps           held until the jobs it depends on end: n of them left, deps
                                    up to HOLDERS of their members (key base and id)
@@ -33,9 +35,9 @@
 local id = ARGV[2]
 local now = now_ms()
 local HOLDERS, ACTIVE_LOOK = 10, 1000
-local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb', 'o')
+local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb', 'o', 'wv')
 local job = {s = f[1], t = f[2], g = f[3] or '', pr = f[4], due = f[5], wk = f[6], st = f[7],
-  f = f[8], cb = f[9], o = f[10]}
+  f = f[8], cb = f[9], o = f[10], wv = f[11]}
 local rows = {}
 local function row(r) rows[#rows + 1] = r end
 
@@ -157,7 +159,11 @@ local BY_STATE = {
   queued = queued,
   scheduled = function()
     local at = call('ZSCORE', K_SCHED, id) or job.due
-    row({r = 'scheduled', at = num(at, now)})
+    if job.wv then  -- a durable wait for an event (wait.lua): its timeout is the due time
+      row({r = 'event', key = job.wv, at = num(at, now)})
+    else
+      row({r = 'scheduled', at = num(at, now)})
+    end
     check_workers()
   end,
   waiting = function()
