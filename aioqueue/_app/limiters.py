@@ -235,7 +235,7 @@ class Held:
         await asyncio.shield(self._call("release", self._option()))
 
 
-class Limiters(dict[str, "Limiter"]):
+class Limiters(dict[str, Limiter]):
     """An App's named limiters by name (``app.limiters``), declared with ``app.limiter``;
     ``set`` changes one at run time, ``state`` reads one."""
 

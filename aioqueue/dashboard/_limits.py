@@ -5,7 +5,6 @@ worker (``app.limiters.set``) or puts it back to its declared settings."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,13 +14,8 @@ from starlette.responses import RedirectResponse, Response
 from aioqueue._app.limiters import Limiter, LimiterState
 from aioqueue._model.checks import check_name
 from aioqueue._model.exceptions import ConfigurationError
+from aioqueue.dashboard import _data
 from aioqueue.dashboard._page import dash, forbidden, may_post, one, page
-
-
-def _at(ms: int | float | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _row(lim: Limiter) -> dict[str, Any]:
@@ -39,8 +33,7 @@ def _state(st: LimiterState) -> dict[str, Any]:
     return {
         "key": st.key,
         "tokens": "-" if st.tokens is None else st.tokens,
-        "next": "now" if st.next_admit_ms <= st.now_ms else _at(st.next_admit_ms),
-        "tat": _at(st.tat_ms),
+        "next": "now" if st.next_admit_ms <= st.now_ms else _data.when(st.next_admit_ms),
         "holders": st.holders,
         "waiting": st.waiting,
         "overrides": ", ".join(f"{k}={v}" for k, v in sorted(st.overrides.items())) or "none",
