@@ -105,6 +105,7 @@ async def test_set_limit_changes_the_rate_for_every_worker_until_reset(app: App)
     q = app.queue()
     jobs = [await app.tasks["slow"].enqueue("ann") for _ in range(3)]
     assert len(await q.reserve(5)) == 1
+    started = await server_ms(app.redis)
     await app.limiters.set("slow", rate=(1000, 1.0), burst=10)
     assert (await app.limiters.state("slow", "ann")).overrides == {
         "n": "1000",
@@ -117,8 +118,10 @@ async def test_set_limit_changes_the_rate_for_every_worker_until_reset(app: App)
         got.extend(r.id for r in await q.reserve(5))
         return len(got) == 2
 
-    await wait_until(rest, timeout=10, what="the waiting jobs under the new rate")
+    await wait_until(rest, timeout=30, what="the waiting jobs under the new rate")
     assert sorted(got) == sorted(j.id for j in jobs[1:])
+    # at the new rate, not after the old one's 10 s turn (the debt is kept in starts, not ms)
+    assert await server_ms(app.redis) - started < 9_000
     await app.limiters.set("slow", reset=True)
     assert (await app.limiters.state("slow", "ann")).overrides == {}
 
@@ -203,12 +206,14 @@ async def test_limits_live_in_the_queues_slot_on_a_cluster(
     state = await app.limiters.state("slow", "ann")
     assert (state.tokens, state.waiting) == (0, 1)
     await q.complete(r)
-    await app.limiters.set("slow", rate=(1000, 1.0))
+    started = await server_ms(app.redis)
+    await app.limiters.set("slow", rate=(1000, 1.0))  # burst 1: no tolerance at all
 
     async def second_runs() -> bool:
         return [x.id for x in await q.reserve(5)] == [second.id]
 
-    await wait_until(second_runs, timeout=10, what="the second job under the new rate")
+    await wait_until(second_runs, timeout=30, what="the second job under the new rate")
+    assert await server_ms(app.redis) - started < 9_000  # not at the old rate's turn
     async with app.limit("slow", key="bob"):
         assert (await app.limiters.state("slow", "bob")).tat_ms is not None
     # shared by every queue of the prefix; on a Cluster, in the queue's slot

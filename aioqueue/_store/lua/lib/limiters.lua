@@ -173,13 +173,23 @@ end
 -- ('rate') or its concurrency ('conc'); nil when it admits a job now (its tat is then in l.tat)
 function LIM.closed_until(l, now, read_only)
   if l.T then
-    local s = call('HMGET', l.st, 'tat', 'f')
+    local s = call('HMGET', l.st, 'tat', 'f', 'T')
     -- adaptive backoff: the rate is the declared one times f (see limits_backoff)
     local f = LIM.aimd_factor(s[2])
     if f < 1 then
       l.T, l.tau, l.f = l.T / f, l.tau / f, f
     end
     local tat = num(s[1], now)
+    -- the rate changed since the last start (set_limit, a new declaration): the debt ahead
+    -- of now is kept in starts, not in ms (a raised rate admits at once what it would), and
+    -- stored at the new rate (once: a debt rescaled on every look would never run out)
+    local T0 = tonumber(s[3])
+    if tat > now and T0 and T0 == T0 and T0 > 0 and T0 < 1e12 and T0 ~= l.T then
+      tat = now + (tat - now) * l.T / T0
+      if not read_only then
+        call('HSET', l.st, 'tat', string.format('%.3f', tat), 'T', l.T, 'tau', l.tau)
+      end
+    end
     -- nothing moves tat further than a pause of MAX_PAUSE_MS ahead: beyond that it is garbage
     if tat > now + l.tau + l.T + LIM.MAX_PAUSE_MS then tat = now end
     if tat - now > l.tau then return tat - l.tau, 'rate' end
