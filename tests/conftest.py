@@ -46,40 +46,10 @@ def valkey_server(aioqueue_server: EmbeddedServer | None) -> EmbeddedServer | No
 ONE_WORKER_MODULES = ("test_cluster.py", "test_sentinel.py")
 
 
-# The longest single tests (each 20 to 110 s on a busy 2-core machine, most of it CPU) and the
-# one-worker modules run first: xdist hands tests out in collection order, so a long test
-# collected last would keep one worker busy after the others ran out of work (measured: 10 to
-# 27 s of idle workers at the end of the run). Longest first; a name not listed keeps its place.
-# docs/development.md, "Tests", has the durations these come from.
-LONG_FIRST = (
-    "test_every_script_stays_under_50_ms_at_200k_jobs",
-    "test_store_and_pull_api_follow_the_model",
-    "test_the_contract_holds_under_chaos",
-    "test_requeue_all_of_10000_dead_letters_then_a_fixed_worker_completes_them",
-    "test_paging_100000_queued_jobs_while_a_worker_takes_them",
-    "test_a_fan_out_fan_in_of_ten_thousand_steps",
-    "test_planted_queues_never_crowd_out_the_real_ones",
-    "test_every_operation_leaves_each_job_in_exactly_one_state",
-    "test_three_workers_a_kill_and_a_server_restart_run_each_tick_exactly_once",
-    "test_more_dependents_than_one_call_tells_are_all_released",
-    "test_ten_thousand_sub_jobs",
-)
-
-
-def _run_order(item: pytest.Item) -> int:
-    name = getattr(item, "originalname", item.name)
-    if name in LONG_FIRST:
-        return LONG_FIRST.index(name)
-    if item.path.name in ONE_WORKER_MODULES:
-        return len(LONG_FIRST)
-    return len(LONG_FIRST) + 1
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-    items.sort(key=_run_order)  # stable: the rest keep their order
 
 
 # ---------------------------------------------------------------- backends
