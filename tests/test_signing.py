@@ -501,40 +501,6 @@ async def test_garbage_in_signed_fields_is_refused_and_the_worker_carries_on(
 
 
 # ---------------------------------------------------------------------- workflows (issue 27)
-async def test_a_planted_dependent_never_runs_unsigned_work(redis_url: str, redis: Redis) -> None:
-    """Someone with write access but without the key stores a job of their own, waiting for a
-    genuine job, through the store's own dependency script (or its fields by hand): when the
-    dependency completes, the planted job is released like any dependent, and the worker
-    refuses its unsigned arguments (BadSignature) without running the task."""
-    from aioqueue._queue.deps import deps_run
-    from aioqueue._queue.depsbox import door
-
-    b = bank(redis_url)
-    forger = App(redis_url, prefix=b.app.prefix)  # the same queue, no key
-    async with b.app:
-        q = b.app.queue()
-        await q.pause()
-        dep = await q.enqueue("double", [4])
-        payload = forger.codec.dump_args(q.name, "planted", "pay", (10**6, "mallory"), {}, b"")
-        record = ("planted", "pay", payload, 1, 0, "", "", "cancel", 60_000)
-        assert await deps_run(door(b.app, q.name), "add", *record, b.keys.member(dep.id)) == 1
-        assert await q.job("planted").state() is JobState.WAITING
-        # a forged signature (another key's) is refused the same way
-        other = App(redis_url, prefix=b.app.prefix, signing_key="y" * 32)
-        forged = other.codec.dump_args(q.name, "planted2", "pay", (10**6, "eve"), {}, b"")
-        record2 = ("planted2", "pay", forged, 1, 0, "", "", "cancel", 60_000)
-        assert await deps_run(door(b.app, q.name), "add", *record2, b.keys.member(dep.id)) == 1
-        await q.resume()
-        async with working(b.app):
-            assert await dep.result(timeout=10) == 8
-            assert await outcome(redis, b.keys, "planted") == "failed:BadSignature"
-            assert await outcome(redis, b.keys, "planted2") == "failed:BadSignature"
-            genuine = await b.app.tasks["pay"].options(depends_on=[dep]).enqueue(1, "bob")
-            assert await genuine.result(timeout=10) == "paid 1 to bob"
-        await check_invariants(redis, b.keys)
-    assert b.paid == [(1, "bob")]
-
-
 async def test_a_planted_dependency_result_is_refused_by_the_dependent(
     redis_url: str, redis: Redis, tmp_path: Path
 ) -> None:

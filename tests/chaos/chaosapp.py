@@ -162,6 +162,8 @@ async def poison(i: int) -> None:
 #: the queues of the soak's workflows: a workflow's record and most steps on the first, some
 #: fan-out steps on the second (on a cluster, another slot: the outbox carries the edges)
 WF_QUEUES = ("wf", "wf2")
+#: the result retention of workflow jobs (seconds; wfsoak.RESULT_TTL)
+WF_RESULT_TTL = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,14 +230,17 @@ def register_workflows(app: App) -> WfTasks:
     async def begin() -> None:
         await _record(keys.run, f"{current_job().id}|{_nonce()}", _now_ms())
 
-    async def effect(name: str, value: Any) -> Any:
-        """A durable step's function: its execution is what must happen once."""
+    async def effect(name: str, value: Any, ms: int) -> Any:
+        """A durable step's function, ``ms`` long: its execution is what must happen once (a
+        worker killed during it leaves the step unrecorded: it runs again)."""
         await _record(keys.execd, f"{current_job().id}|{name}|{_nonce()}", _now_ms())
+        if ms:
+            await asyncio.sleep(ms / 1000)
         return value
 
-    async def step(name: str, value: Any) -> Any:
+    async def step(name: str, value: Any, ms: int = 0) -> Any:
         ctx = current_job()
-        out = await ctx.step(name, effect, name, value)
+        out = await ctx.step(name, effect, name, value, ms)
         await _record(keys.recorded, f"{ctx.id}|{name}|{_nonce()}", _now_ms())
         return out
 
@@ -249,11 +254,12 @@ def register_workflows(app: App) -> WfTasks:
 
     @app.task(name="wf_node", queue=WF_QUEUES[0])
     async def node(k: int, i: int, ms: int) -> int:
-        """A fan-out step: two durable steps with ``ms`` of work between them."""
+        """A fan-out step: two durable steps, the first ``ms / 2`` long, then ``ms / 2`` of
+        work between them (so that the soak's kills land in a step and between steps)."""
         await begin()
-        a = await step("a", i)
+        a = await step("a", i, ms // 2)
         if ms:
-            await asyncio.sleep(ms / 1000)
+            await asyncio.sleep(ms / 2000)
         return int(a) + int(await step("b", 10 * i))
 
     @app.task(name="wf_waiter", queue=WF_QUEUES[0])
@@ -274,7 +280,10 @@ def register_workflows(app: App) -> WfTasks:
         """Spawns ``n`` children (ids derived from its own) and waits for them, parked."""
         await begin()
         job = current_job()
-        children = [await child.options(job_id=f"{job.id}.c{i}").enqueue(i) for i in range(n)]
+        children = [
+            await child.options(job_id=f"{job.id}.c{i}", result_ttl=WF_RESULT_TTL).enqueue(i)
+            for i in range(n)
+        ]
         results = await job.wait_for_children(children)
         await _record(keys.passed, f"{job.id}|{_nonce()}", _now_ms())
         return sum(results.values())

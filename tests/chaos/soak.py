@@ -671,6 +671,7 @@ async def _start_workflows(
             prefix=prefix,
             result_ttl=cfg.result_ttl,
             dead_ttl=cfg.dead_ttl,
+            max_attempts=25,  # as the workers' App: a step may meet many kills
             redis_options={"client_name": f"{PRODUCER_NAME}-wf"},
         )
     )
