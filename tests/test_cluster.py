@@ -239,6 +239,14 @@ def _blocking(node: Node, *args: Any) -> Any:
         return r.execute_command(*args)
 
 
+def _migrate_step(src: Node, dst: Node, slot: int) -> int:
+    """Move up to 3 keys of ``slot`` from ``src`` to ``dst``: how many moved (0: none left)."""
+    keys = _blocking(src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
+    if keys:
+        _blocking(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
+    return len(keys)
+
+
 @pytest.mark.slow
 async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalCluster) -> None:
     prefix = unique_prefix()
@@ -261,13 +269,10 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
             )
             moved = 0
             while True:  # a few keys at a time, with traffic in between (ASK, TRYAGAIN)
-                keys = await asyncio.to_thread(_blocking, src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
-                if not keys:
+                n = await asyncio.to_thread(_migrate_step, src, dst, slot)
+                if not n:
                     break
-                await asyncio.to_thread(
-                    _blocking, src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys
-                )
-                moved += len(keys)
+                moved += n
                 await asyncio.sleep(0.02)
             for node in own_cluster.running():
                 if own_cluster.role(node) == "master":
@@ -287,14 +292,6 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
         counters = await app.queue("moving").counts()
         assert counters["queued"] == counters["active"] == 0
         print(f"migrated {moved} keys; {len(traffic.acked)} jobs; retried calls {traffic.errors}")
-
-
-def _migrate_step(src: Node, dst: Node, slot: int) -> int:
-    """Move up to 3 keys of ``slot`` from ``src`` to ``dst``: how many moved (0: none left)."""
-    keys = _blocking(src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
-    if keys:
-        _blocking(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
-    return len(keys)
 
 
 @pytest.mark.slow
