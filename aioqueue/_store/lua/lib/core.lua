@@ -60,6 +60,8 @@ local MAX_STEPS_PER_JOB = 1000
 -- the most lines, and bytes, a job's log keeps: the oldest are dropped (joblog.lua)
 local JOB_LOG_LINES = 500
 local JOB_LOG_BYTES = 65536
+-- the tasks the backlog counts one by one (base.."backlog"; the rest together, field '*')
+local BACKLOG_TASKS = 100
 
 -- a number read from a record that anyone with write access could have garbled: nil, NaN and
 -- infinities become the default
@@ -385,4 +387,72 @@ local function renew_leases(out, lease, now, at, n)
     end
   end
   if earliest and now + lease < earliest then wake() end
+end
+
+-- ------------------------------------------------------------------ the backlog count
+--[[ base.."backlog" HASH: the queue's queued jobs, counted exactly by the scripts that move a
+  job into or out of the counted states: a record in state queued (ready in any lane, the
+  default, priority or a group's; or waiting aside on a limiter) or scheduled (delayed, a
+  retry's backoff, a durable wait's timeout). Not counted: waiting (for dependencies, a batch's
+  callback: released by other jobs' outcomes, never by a producer), active and the ends.
+  Field 't:'..task -> its count (a count that falls to 0 is dropped); at most BACKLOG_TASKS
+  such fields, later tasks counted in '*'; the total is the sum (backlog_total). A decrement
+  that finds less in its task's field takes the rest from '*' (the task was counted there
+  while the hash was full), never below 0. Read by enqueue for max_queued, by info, the
+  exporter and the worker's beat (per-task trends). ]]
+local K_BACKLOG = BASE .. 'backlog'
+
+-- count delta jobs of task (nil: '') into (delta > 0) or out of (delta < 0) the backlog
+local function backlog(task, delta)
+  if delta == 0 then return end
+  local f = 't:' .. (task or '')
+  local n = call('HINCRBY', K_BACKLOG, f, delta)
+  if delta > 0 then
+    if n == delta and call('HLEN', K_BACKLOG) > BACKLOG_TASKS then
+      call('HDEL', K_BACKLOG, f)
+      call('HINCRBY', K_BACKLOG, '*', delta)
+    end
+    return
+  end
+  if n > 0 then return end
+  call('HDEL', K_BACKLOG, f)
+  if n < 0 and call('HINCRBY', K_BACKLOG, '*', n) <= 0 then call('HDEL', K_BACKLOG, '*') end
+end
+
+-- count many at once: tasks in order of first sight, counts task -> delta
+local function backlog_many(tasks, counts)
+  for _, t in ipairs(tasks) do backlog(t, counts[t]) end
+end
+
+-- note one job of task into tasks/counts (for backlog_many)
+local function backlog_note(tasks, counts, task, delta)
+  task = task or ''
+  if not counts[task] then
+    tasks[#tasks + 1] = task
+    counts[task] = 0
+  end
+  counts[task] = counts[task] + delta
+end
+
+-- the queue's backlog: the sum of its counts (O(BACKLOG_TASKS)). A hash that cannot be one
+-- (the wrong type, more fields than the bound, a sum above the keys the server holds: every
+-- counted job has a record) is set aside and counting restarts from 0 (I9)
+local function backlog_total()
+  local n = call('HLEN', K_BACKLOG)
+  local total = 0
+  if n <= BACKLOG_TASKS + 1 then
+    local kv = call('HGETALL', K_BACKLOG)  -- (HGETALL: the least-privilege ACL has no HVALS)
+    for i = 2, #kv, 2 do
+      local c = count_of(kv[i])
+      if not c then total = -1 break end
+      total = total + c
+    end
+  end
+  -- (DBSIZE, which that ACL does not grant either, is skipped when refused)
+  local keys = redis.pcall('DBSIZE')
+  if n > BACKLOG_TASKS + 1 or total < 0 or (type(keys) == 'number' and total > keys) then
+    set_aside(K_BACKLOG, 'not a count of the backlog')
+    return 0
+  end
+  return total
 end

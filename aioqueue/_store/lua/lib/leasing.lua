@@ -159,17 +159,22 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   local taken = 0
   -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
   local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
+  -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task
+  local gone_tasks, gone = {}, {}
   for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
     local a, m = attempts_of(r[2], r[6])
+    if r[1] == 'queued' then backlog_note(gone_tasks, gone, r[3], -1) end
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       unlock(id, r[7])  -- expired: recorded, not leased
     elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
-      -- not leased: it waits for its limits (lib/limiters), or they were garbage
+      -- not leased: it waits for its limits (lib/limiters), still in the backlog, or they
+      -- were garbage (dead-lettered)
+      if call('HGET', jk, 's') == 'queued' then backlog_note(gone_tasks, gone, r[3], 1) end
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
@@ -207,6 +212,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     end
   end
   emit_flush()
+  backlog_many(gone_tasks, gone)
   if h.seq then h.seq = seq end
   return taken
 end
