@@ -131,7 +131,7 @@ end
 -- enqueue of stored jobs is never refused), before any write: all or nothing
 local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
 if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
-  local waiting = backlog_total()
+  local waiting = BL.total()
   local new = 0
   for _, run in ipairs(runs) do
     for p = run.first, run.first + (run.k - 1) * run.step, run.step do
@@ -205,7 +205,7 @@ for _, run in ipairs(runs) do
       end
       if bid ~= '' and bhome == '' then batch_add(bid, id) end
       added = added + 1
-      backlog_note(new_tasks, new_counts, task, 1)
+      BL.note(new_tasks, new_counts, task, 1)
       emit_add('enqueued', id, task, 0, nil, state == 'scheduled' and due or nil)
     end
   end
@@ -217,7 +217,7 @@ end
 if #plain > 0 then join_ring('') end
 if added > 0 then
   call('HINCRBY', K_STATS, 'enqueued', added)
-  backlog_many(new_tasks, new_counts)
+  BL.many(new_tasks, new_counts)
 end
 if added > 0 or runnable > 0 or scheduled then
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake

@@ -17,7 +17,7 @@ for i = 2, #ARGV do
     follow_record(id, r[4], -1)
     call('HDEL', jk, 'e', 'f', 'due', 'x')
     call('HSET', jk, 's', 'queued', 'a', 0)
-    backlog(r[5], 1)
+    BL.count(r[5], 1)
     push_ready(id, r[2], false, r[3])
     emit_job('requeued', id, jk)
     done = done + 1

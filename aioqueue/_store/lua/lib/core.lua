@@ -400,32 +400,34 @@ end
   that finds less in its task's field takes the rest from '*' (the task was counted there
   while the hash was full), never below 0. Read by enqueue for max_queued, by info, the
   exporter and the worker's beat (per-task trends). ]]
-local K_BACKLOG = BASE .. 'backlog'
+-- (one table, not locals: a script has at most 200 locals, and the library is near it)
+local BL = {}
 
 -- count delta jobs of task (nil: '') into (delta > 0) or out of (delta < 0) the backlog
-local function backlog(task, delta)
+function BL.count(task, delta)
   if delta == 0 then return end
+  local key = BASE .. 'backlog'
   local f = 't:' .. (task or '')
-  local n = call('HINCRBY', K_BACKLOG, f, delta)
+  local n = call('HINCRBY', key, f, delta)
   if delta > 0 then
-    if n == delta and call('HLEN', K_BACKLOG) > BACKLOG_TASKS then
-      call('HDEL', K_BACKLOG, f)
-      call('HINCRBY', K_BACKLOG, '*', delta)
+    if n == delta and call('HLEN', key) > BACKLOG_TASKS then
+      call('HDEL', key, f)
+      call('HINCRBY', key, '*', delta)
     end
     return
   end
   if n > 0 then return end
-  call('HDEL', K_BACKLOG, f)
-  if n < 0 and call('HINCRBY', K_BACKLOG, '*', n) <= 0 then call('HDEL', K_BACKLOG, '*') end
+  call('HDEL', key, f)
+  if n < 0 and call('HINCRBY', key, '*', n) <= 0 then call('HDEL', key, '*') end
 end
 
 -- count many at once: tasks in order of first sight, counts task -> delta
-local function backlog_many(tasks, counts)
-  for _, t in ipairs(tasks) do backlog(t, counts[t]) end
+function BL.many(tasks, counts)
+  for _, t in ipairs(tasks) do BL.count(t, counts[t]) end
 end
 
 -- note one job of task into tasks/counts (for backlog_many)
-local function backlog_note(tasks, counts, task, delta)
+function BL.note(tasks, counts, task, delta)
   task = task or ''
   if not counts[task] then
     tasks[#tasks + 1] = task
@@ -437,11 +439,12 @@ end
 -- the queue's backlog: the sum of its counts (O(BACKLOG_TASKS)). A hash that cannot be one
 -- (the wrong type, more fields than the bound, a sum above the keys the server holds: every
 -- counted job has a record) is set aside and counting restarts from 0 (I9)
-local function backlog_total()
-  local n = call('HLEN', K_BACKLOG)
+function BL.total()
+  local key = BASE .. 'backlog'
+  local n = call('HLEN', key)
   local total = 0
   if n <= BACKLOG_TASKS + 1 then
-    local kv = call('HGETALL', K_BACKLOG)  -- (HGETALL: the least-privilege ACL has no HVALS)
+    local kv = call('HGETALL', key)  -- (HGETALL: the least-privilege ACL has no HVALS)
     for i = 2, #kv, 2 do
       local c = count_of(kv[i])
       if not c then total = -1 break end
@@ -451,7 +454,7 @@ local function backlog_total()
   -- (DBSIZE, which that ACL does not grant either, is skipped when refused)
   local keys = redis.pcall('DBSIZE')
   if n > BACKLOG_TASKS + 1 or total < 0 or (type(keys) == 'number' and total > keys) then
-    set_aside(K_BACKLOG, 'not a count of the backlog')
+    set_aside(key, 'not a count of the backlog')
     return 0
   end
   return total

@@ -165,7 +165,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
     local a, m = attempts_of(r[2], r[6])
-    if r[1] == 'queued' then backlog_note(gone_tasks, gone, r[3], -1) end
+    if r[1] == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
@@ -174,7 +174,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
       -- not leased: it waits for its limits (lib/limiters), still in the backlog, or they
       -- were garbage (dead-lettered)
-      if call('HGET', jk, 's') == 'queued' then backlog_note(gone_tasks, gone, r[3], 1) end
+      if call('HGET', jk, 's') == 'queued' then BL.note(gone_tasks, gone, r[3], 1) end
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
@@ -212,7 +212,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     end
   end
   emit_flush()
-  backlog_many(gone_tasks, gone)
+  BL.many(gone_tasks, gone)
   if h.seq then h.seq = seq end
   return taken
 end

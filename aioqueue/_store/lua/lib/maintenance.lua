@@ -46,7 +46,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
       message = 'lease expired on attempt ' .. a .. ' of ' .. m .. ' (worker lost)'}), dead_ttl)
     return 'dead'
   end
-  backlog(r[11], 1)
+  BL.count(r[11], 1)
   if k > 0 then
     -- rc: when it falls due it goes to the front of its lane, as the first one does now
     local due = now + math.min(k, SPREAD_STEPS) * SPREAD_MS
