@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, Queue, QueueFull
 
-from .support.waiting import wait_until
+from .support.server import text
 
 
 async def truth(redis: Redis, q: Queue) -> dict[str, int]:
@@ -23,7 +23,7 @@ async def truth(redis: Redis, q: Queue) -> dict[str, int]:
     async for key in redis.scan_iter(match=q._keys.base + "job:*", count=1000):
         s, t = await redis.hmget(key, "s", "t")
         if s in (b"queued", b"scheduled"):
-            name = (t or b"").decode()
+            name = text(t) if t else ""
             out[name] = out.get(name, 0) + 1
     return out
 
@@ -144,7 +144,8 @@ async def test_a_hundred_tasks_then_the_rest_together(app: App, redis: Redis) ->
     for i in range(105):
         await q.enqueue(f"t{i:03}")
     counts = await q.backlog()
-    assert len(counts) == 101 and counts["*"] == 5
+    assert len(counts) == 101
+    assert counts["*"] == 5
     assert sum(counts.values()) == 105
     # a task counted among the rest leaves from the rest, never below 0
     got = await q.reserve(1000)

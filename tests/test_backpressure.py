@@ -68,7 +68,7 @@ async def test_every_lane_and_the_schedule_count(app: App) -> None:
     # lane (or group) the refused job would go to
     for kwargs in ({"group": "h"}, {"group": "g"}, {}, {"delay": 60}):
         with pytest.raises(QueueFull) as caught:
-            await q.enqueue("t", **kwargs)  # type: ignore[arg-type]
+            await q.enqueue("t", **kwargs)
         assert caught.value.waiting == 3
 
 

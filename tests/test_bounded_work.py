@@ -24,7 +24,12 @@ from redis.asyncio import Redis
 
 from aioqueue import App
 from aioqueue._model.exceptions import ServerRefused
-from aioqueue._model.limits import JOB_LOG_LINES, MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
+from aioqueue._model.limits import (
+    BACKLOG_TASKS,
+    JOB_LOG_LINES,
+    MAX_ACKS_PER_CALL,
+    MAX_JOBS_PER_CALL,
+)
 from aioqueue._store.embedded import EmbeddedServer
 from aioqueue._store.loader import SCRIPTS
 from aioqueue._store.outcomes import Outcome
@@ -166,6 +171,12 @@ async def _peek(c: Ctx) -> Awaitable[Any]:
 
 
 async def _enqueue(c: Ctx) -> Awaitable[Any]:
+    if c.round == 0:
+        # backpressure on, and the backlog's count at its bound (100 tasks and the rest, the
+        # sum under the server's keys): enqueue reads all of it (lib/core BL.total)
+        await c.raw.hset(c.base + "qconf", "maxq", 2**53 - 1)
+        counts: dict[Any, Any] = {f"t:task{i}": 1000 for i in range(BACKLOG_TASKS)}
+        await c.raw.hset(c.base + "backlog", mapping={**counts, "*": 1000})
     run = ["work", 3, -1, -1, 0, "", "", "", "", "", MAX_JOBS_PER_CALL]
     for job_id in ids(f"e{c.round}-", 0):
         run += [job_id, "payload"]

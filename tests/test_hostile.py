@@ -905,6 +905,7 @@ WRONG_TYPES = [
     ("idlew", "list"),
     ("outbox", "hash"),
     ("garbled", "string"),
+    ("backlog", "string"),
 ]
 
 
@@ -1004,6 +1005,7 @@ def _families() -> dict[str, Family]:
         ("gactive", lambda k, w: k.gactive, "g", True),
         ("tp", lambda k, w: k.throughput, "c:{minute}", True),
         ("trend", lambda k, w: k.trend("h", _hour()), "c:echo", True),
+        ("backlog", lambda k, w: k.backlog, "t:echo", True),
         ("worker-ln", lambda k, w: k.worker(w), "ln", True),
         ("worker-sn", lambda k, w: k.worker(w), "sn", False),  # written over by its beat
         ("glimit", lambda k, w: k.qconf, "glimit", False),  # a garbage setting is none

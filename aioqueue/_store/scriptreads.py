@@ -221,13 +221,15 @@ class QueueReads:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
 
     async def trend_buckets(self, res: str, buckets: Sequence[int]) -> list[dict[bytes, bytes]]:
-        """The trend hashes of these buckets (lib/trends.lua), in one pipeline; a bucket of
-        the wrong type reads as empty."""
+        """The trend hashes of these buckets (lib/trends.lua), each with its per-task
+        samples' hash (``:t``), in one pipeline; a hash of the wrong type reads as empty."""
         pipe = self.client.pipeline(transaction=False)
         for b in buckets:
             pipe.hgetall(self.keys.trend(res, b))
+            pipe.hgetall(self.keys.trend(res, b) + ":t")  # the per-task samples
         rows = await self.read(pipe.execute(raise_on_error=False))
-        return [r if isinstance(r, dict) else {} for r in rows]
+        got = [r if isinstance(r, dict) else {} for r in rows]
+        return [{**got[i + 1], **got[i]} for i in range(0, len(got), 2)]
 
     async def finished_counts(self) -> tuple[int, int]:
         """Sizes of the completed and cancelled indexes (a listing's totals)."""
@@ -247,7 +249,7 @@ class QueueReads:
         kind, n = await self.read(pipe.execute(raise_on_error=False))
         if kind not in (b"hash", "hash") or not isinstance(n, int) or n > BACKLOG_TASKS + 1:
             return {}
-        raw = await self.read(self.client.hgetall(self.keys.backlog))
+        raw = cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.backlog)))
         out: dict[str, int] = {}
         for f, v in raw.items():
             name = f.decode(errors="replace")

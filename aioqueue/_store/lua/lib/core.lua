@@ -436,6 +436,20 @@ function BL.note(tasks, counts, task, delta)
   counts[task] = counts[task] + delta
 end
 
+-- the longest waits (ms from due to start) of the jobs of tasks (in order) started now, waits:
+-- task -> ms; kept per task until the next trend sample (base.."twait", a ZSET task -> the
+-- longest, ZADD GT: one command per task; at most BACKLOG_TASKS tasks, the rest as '*')
+function BL.waited(tasks, waits)
+  local key = BASE .. 'twait'
+  for _, t in ipairs(tasks) do
+    local w = waits[t]
+    if w and call('ZADD', key, 'GT', w, t) == 1 and call('ZCARD', key) > BACKLOG_TASKS then
+      call('ZREM', key, t)
+      call('ZADD', key, 'GT', w, '*')
+    end
+  end
+end
+
 -- the queue's backlog: the sum of its counts (O(BACKLOG_TASKS)). A hash that cannot be one
 -- (the wrong type, more fields than the bound, a sum above the keys the server holds: every
 -- counted job has a record) is set aside and counting restarts from 0 (I9)
