@@ -208,3 +208,43 @@ async def test_a_waiting_producer_is_released_when_a_job_is_taken(app: App) -> N
     assert job.id == "late"
     assert sum((await q.backlog()).values()) == 3
     await q.complete(r)
+
+
+@pytest.mark.cluster
+async def test_a_batch_and_a_dependency_across_queues_keep_both_counts_exact(
+    app: App, redis: Redis
+) -> None:
+    """Outcomes that cross queues (another Cluster slot: the outbox) release a batch's
+    callback and a dependent on the home queue: each queue's count stays its records'."""
+
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    @app.task
+    async def collect() -> None: ...
+
+    home, other = app.queue(), app.queue("other")
+
+    async def both(step: str) -> None:
+        await exact(redis, home, step)
+        await exact(redis, other, step)
+
+    batch = await app.batch(
+        [work.options(queue="other").call(i) for i in range(3)], on_complete=collect.call()
+    )
+    assert batch.callback is not None
+    first = await work.options(queue="other").enqueue(9)
+    dependent = await work.options(depends_on=[first]).enqueue(10)
+    await both("a batch and a dependency across queues")
+    assert sum((await home.backlog()).values()) == 0  # the callback and the dependent wait
+    assert sum((await other.backlog()).values()) == 4
+    for r in await other.reserve(10):
+        await other.complete(r, r.args[0])
+    await both("their outcomes forwarded")
+    assert await batch.callback.state() == "queued"
+    assert await dependent.state() == "queued"
+    assert await home.backlog() == {"collect": 1, "work": 1}
+    for r in await home.reserve(10):
+        await home.complete(r)
+    await both("all done")
