@@ -438,14 +438,19 @@ end
 
 -- the longest waits (ms from due to start) of the jobs of tasks (in order) started now, waits:
 -- task -> ms; kept per task until the next trend sample (base.."twait", a ZSET task -> the
--- longest, ZADD GT: one command per task; at most BACKLOG_TASKS tasks, the rest as '*')
+-- longest, ZADD GT: one command per task; at most BACKLOG_TASKS tasks, the rest as '*'). A
+-- task new there renews its TTL (2 minutes: a worker's beat samples it every 20 s; without
+-- workers, it goes)
 function BL.waited(tasks, waits)
   local key = BASE .. 'twait'
   for _, t in ipairs(tasks) do
     local w = waits[t]
-    if w and call('ZADD', key, 'GT', w, t) == 1 and call('ZCARD', key) > BACKLOG_TASKS then
-      call('ZREM', key, t)
-      call('ZADD', key, 'GT', w, '*')
+    if w and call('ZADD', key, 'GT', w, t) == 1 then
+      call('PEXPIRE', key, 120000)
+      if call('ZCARD', key) > BACKLOG_TASKS then
+        call('ZREM', key, t)
+        call('ZADD', key, 'GT', w, '*')
+      end
     end
   end
 end
