@@ -130,6 +130,8 @@ async def test_the_setting_and_the_refusals_show_in_info_and_metrics(
     await collector.refresh()
     families = {m.name: m for m in collector.collect()}
     assert [s.value for s in families["aioqueue_queue_max_queued"].samples] == [1]
+    backlog = families["aioqueue_queue_backlog"].samples
+    assert [(s.labels["task"], s.value) for s in backlog] == [("t", 1)]
     refused = [
         s for s in families["aioqueue_queue_events"].samples if s.labels["event"] == "refused"
     ]
@@ -144,3 +146,4 @@ async def test_the_setting_and_the_refusals_show_in_info_and_metrics(
     )
     [row] = json.loads(res.stdout)["queues"]
     assert (row["max_queued"], row["stats"]["refused"]) == (1, 1)
+    assert (row["backlog"], row["backlog_tasks"]) == (1, {"t": 1})
