@@ -214,7 +214,10 @@ async def _release(c: Ctx) -> Awaitable[Any]:
 
 async def _beat(c: Ctx) -> Awaitable[Any]:
     pairs = await _pairs(c)
-    args = [c.base, "w1", 60_000, 600_000, HUGE, *INFO, 0, MAX_JOBS_PER_CALL, *pairs]
+    # with a trend sample: the per-task one reads the backlog's count (at its bound, see
+    # _enqueue) and the claims' waits, planted far past theirs (read and trimmed by rank)
+    await c.raw.zadd(c.base + "twait", {f"task{i}-{c.round}": i for i in range(10_000)})
+    args = [c.base, "w1", 60_000, 600_000, HUGE, *INFO, 0, MAX_JOBS_PER_CALL, *pairs, HUGE, HUGE]
     return c.run("beat", args)
 
 
