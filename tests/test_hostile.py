@@ -906,6 +906,7 @@ WRONG_TYPES = [
     ("outbox", "hash"),
     ("garbled", "string"),
     ("backlog", "string"),
+    ("task_waits", "hash"),
 ]
 
 
@@ -990,6 +991,7 @@ def _families() -> dict[str, Family]:
         "events-hash": Family(lambda k, w: k.events, "hash"),
         "tp-string": Family(lambda k, w: k.throughput, "string"),
         "trend-hour-list": Family(lambda k, w: k.trend("h", _hour()), "list"),
+        "trend-hour-tasks-string": Family(lambda k, w: k.trend("h", _hour()) + ":t", "string"),
         "cron-defs-list": Family(
             lambda k, w: k.cron_defs, "list", reason="wrong type: list", schedules=True
         ),
