@@ -12,9 +12,10 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, Queue, QueueFull
+from aioqueue import App, Queue, QueueFull, Worker, current_job
 
 from .support.server import text
+from .support.waiting import wait_until
 
 
 async def truth(redis: Redis, q: Queue) -> dict[str, int]:
@@ -248,3 +249,52 @@ async def test_a_batch_and_a_dependency_across_queues_keep_both_counts_exact(
     for r in await home.reserve(10):
         await home.complete(r)
     await both("all done")
+
+
+async def test_a_workers_paths_keep_the_count_exact(app: App, redis: Redis) -> None:
+    """The paths a running worker takes: jobs handed to a parked worker by enqueue, a durable
+    wait parked (scheduled) and woken by a signal, a job past its expiry, a debounced
+    (replaced) job, a batch cancelled, a retry with backoff."""
+    q = app.queue()
+    went: list[str] = []
+
+    @app.task
+    async def waiter() -> str:
+        went.append("parked")
+        return str(await current_job().wait_for_event("go", timeout=600))
+
+    @app.task(max_attempts=2)
+    async def flaky(n: int) -> int:
+        if not went.count(f"flaky{n}"):
+            went.append(f"flaky{n}")
+            raise RuntimeError("the first attempt fails")
+        return n
+
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    debounced = work.options(unique_key="d", on_conflict="debounce", delay=3600)
+    await debounced.enqueue(1)
+    await debounced.enqueue(2)  # replaces the first: still one job
+    await exact(redis, q, "debounced")
+    await work.options(expires=0.01).enqueue(3)
+    batch = await app.batch([work.options(delay=3600).call(i) for i in range(3)])
+    await batch.cancel()
+    await exact(redis, q, "a batch cancelled")
+    async with Worker(app, concurrency=4, idle_block=0.1):
+        parked = await waiter.enqueue()
+        await wait_until(lambda: "parked" in went, timeout=30, what="the wait")
+
+        async def waits() -> bool:
+            return await parked.state() == "scheduled"
+
+        await wait_until(waits, timeout=30, what="the job parked")
+        await exact(redis, q, "a durable wait parked")
+        handed = [await flaky.enqueue(i) for i in range(3)]  # handed to the parked worker
+        assert [await j.result(timeout=30) for j in handed] == [0, 1, 2]
+        await exact(redis, q, "retries done")
+        assert await app.signal("go", "now") == 1
+        assert await parked.result(timeout=30) == "now"
+        await exact(redis, q, "woken")
+    assert await q.backlog() == {"work": 1}  # the debounced job, still delayed
