@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -279,7 +280,7 @@ async def test_a_workers_paths_keep_the_count_exact(app: App, redis: Redis) -> N
     await debounced.enqueue(2)  # replaces the first: still one job
     await exact(redis, q, "debounced")
     await work.options(expires=0.01).enqueue(3)
-    batch = await app.batch([work.options(delay=3600).call(i) for i in range(3)])
+    batch: Any = await app.batch([work.options(delay=3600).call(i) for i in range(3)])
     await batch.cancel()
     await exact(redis, q, "a batch cancelled")
     async with Worker(app, concurrency=4, idle_block=0.1):
