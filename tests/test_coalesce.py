@@ -58,7 +58,7 @@ async def stored_ids(redis: Redis, queue: Queue) -> list[str]:
 
 
 def pending(queue: Queue) -> int:
-    return len(queue._coalescer._pending)
+    return len(queue.coalescer._pending)
 
 
 async def test_concurrent_enqueues_share_one_call_and_each_caller_gets_its_own_job(
@@ -90,7 +90,7 @@ async def test_a_lone_enqueue_is_sent_at_once_by_its_caller(app: App) -> None:
     for i in range(3):
         await q.enqueue("t", job_id=f"j{i}")
     assert scripts.batches == [["j0"], ["j1"], ["j2"]]
-    assert q._coalescer._task is None  # no task: the caller sent it itself
+    assert q.coalescer._task is None  # no task: the caller sent it itself
 
 
 async def test_many_concurrent_enqueues_all_stored_distinct(app: App, redis: Redis) -> None:
@@ -176,8 +176,8 @@ async def test_cancelled_callers_never_lose_or_duplicate_jobs(app: App, redis: R
         # a job that waited for a shared call is stored even if its caller was cancelled
         assert len(stored) >= len(ids) - len(victims)
         assert (await q.stats())["enqueued"] == len(stored)
-        assert q._coalescer._task is None
-        assert not q._coalescer._busy
+        assert q.coalescer._task is None
+        assert not q.coalescer._busy
 
 
 async def test_a_waiting_caller_cancelled_still_gets_its_job_stored(app: App, redis: Redis) -> None:
@@ -194,7 +194,7 @@ async def test_a_waiting_caller_cancelled_still_gets_its_job_stored(app: App, re
     scripts.go.set()
     assert (await first).id == "first"
     assert (await other).id == "other"
-    await wait_until(lambda: q._coalescer._task is None, what="the shared call done")
+    await wait_until(lambda: q.coalescer._task is None, what="the shared call done")
     assert sorted(await stored_ids(redis, q)) == ["first", "other", "waiting"]
 
 
@@ -239,17 +239,17 @@ async def test_a_killed_connection_mid_batch_loses_no_returned_job(
             assert returned, "no enqueue got through"
             # the coalescer is not stuck: the next enqueue goes through
             assert (await q.enqueue("t", job_id="after")).id == "after"
-            assert not q._coalescer._busy
+            assert not q.coalescer._busy
     finally:
         await admin.aclose()
 
 
 async def test_a_coalescer_follows_its_queue_to_another_client(app: App) -> None:
     q = app.queue("co")
-    c = q._coalescer
+    c = q.coalescer
     assert isinstance(c, Coalescer)
     assert c.scripts is q._scripts
-    assert q._coalescer is c  # cached while the client is the same
+    assert q.coalescer is c  # cached while the client is the same
 
 
 async def test_callers_of_a_cancelled_shared_call_are_not_left_waiting(app: App) -> None:
@@ -276,11 +276,11 @@ async def test_callers_of_a_cancelled_shared_call_are_not_left_waiting(app: App)
         "w1",
         "w2",
     ]
-    task = q._coalescer._task
+    task = q.coalescer._task
     assert task is not None
     task.cancel()
     for w in waiting:
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(w, 10)
-    assert not q._coalescer._busy
+    assert not q.coalescer._busy
     assert (await q.enqueue("t", job_id="after")).id == "after"  # and the queue goes on
