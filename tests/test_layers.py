@@ -181,26 +181,10 @@ def knots(graph: dict[str, set[str]]) -> list[set[str]]:
 # this set may only shrink
 TYPE_KNOTS_LEFT: set[str] = {
     "_app.app",
-    "_app.batch",
-    "_app.context",
-    "_app.hooks",
-    "_app.lifecycle",
-    "_app.scheddecl",
-    "_app.schedules",
-    "_app.sync",
+    "_app.batch",  # Call and Chain take a Task; Task.call makes a Call
+    "_app.context",  # JobContext.app is the App (public: ctx.app.queue(...) stays typed)
+    "_app.hooks",  # middleware takes a JobContext
     "_app.task",
-    "_app.taskdecl",  # @app.task's registration, moved out of _app.app (issue 25)
-    "_queue.admin",
-    "_queue.core",
-    "_queue.events",
-    "_queue.leases",
-    "_queue.owner",
-    "_queue.payloads",
-    "_queue.pull",
-    "_queue.queue",
-    "_queue.rekey",
-    "_queue.tasktable",
-    "_queue.unique",
 }
 
 

@@ -14,7 +14,7 @@ import uuid
 import warnings
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar
 
 from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, FailurePolicy
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
@@ -24,14 +24,23 @@ from .._model.job import Job
 from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions, JobRecord, Template
+from .._queue.owner import QueueOwner
 from .._queue.queue import cancel_ids
 from .._store.loader import ScriptCall
 
 if TYPE_CHECKING:
-    from .._queue.owner import OwnedQueue, QueueOwner
+    from .._queue.owner import OwnedQueue
     from .._queue.queue import Queue
-    from .app import App
     from .task import Task
+
+
+class BatchOwner(QueueOwner, Protocol):
+    """What batches and chains use of the App (``app.App``; a protocol: no import cycle)."""
+
+    @property
+    def result_ttl_default_ms(self) -> int: ...
+    def queue(self, name: str | None = None) -> Queue: ...
+
 
 R = TypeVar("R")
 R2 = TypeVar("R2")
@@ -383,7 +392,7 @@ def _plan(
 
 
 async def open_batch(
-    app: App,
+    app: BatchOwner,
     calls: Iterable[Call[Any]] | None,
     *,
     on_complete: Call[R] | None,
@@ -450,7 +459,7 @@ async def open_batch(
 
 
 def _as_callback(
-    app: App,
+    app: BatchOwner,
     call: Call[Any],
     job_id: str | None,
     home: Queue,

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._model.checks import check_name, to_ms
 from .._model.claimcheck import put_blobs
@@ -25,6 +25,7 @@ from .._model.cron import DEFAULT_GRACE_MS, MissedPolicy, Spec, interval_ms, job
 from .._model.exceptions import ConfigurationError, ServerRefused, ServerUnavailable
 from .._model.record import JobRecord, Template
 from .._model.schedauth import read_spec, stored_form, valid_tick
+from .._queue.owner import QueueOwner
 from .._store.loader import schedule_queues
 from .._store.outcomes import TickOutcome
 from .task import Task
@@ -32,9 +33,18 @@ from .task import Task
 if TYPE_CHECKING:
     from .._model.signing import Signer
     from .._store.scripts import QueueScripts
-    from .app import App
 
 logger = logging.getLogger(__name__)
+
+
+class ScheduleOwner(QueueOwner, Protocol):
+    """What schedules use of the App (``app.App``; a protocol: no import cycle)."""
+
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def schedules(self) -> Schedules: ...
+
 
 #: longest sleep of a scheduler between two looks at queues that have schedules (seconds)
 POLL = 1.0
@@ -96,7 +106,7 @@ def schedule_info(spec: Spec, next_ms: int | None) -> ScheduleInfo:
 
 
 def make_spec(
-    app: App,
+    app: ScheduleOwner,
     task: Task[Any, Any] | str,
     cron: str | None,
     every: float | timedelta | None,
@@ -156,7 +166,7 @@ class Schedules:
 
     __slots__ = ("_app", "declared")
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ScheduleOwner) -> None:
         self._app = app
         #: the schedules declared in code, by (queue, name): workers store them on start
         self.declared: dict[tuple[str, str], Spec] = {}
@@ -287,7 +297,7 @@ class Scheduler:
         queues: the queues whose schedules it fires.
     """
 
-    def __init__(self, app: App, queues: Sequence[str]) -> None:
+    def __init__(self, app: ScheduleOwner, queues: Sequence[str]) -> None:
         self.app = app
         self.queues = list(queues)
         self._specs: dict[tuple[str, str, bytes], Spec] = {}

@@ -46,7 +46,7 @@ from .._store.syncdoor import BlockingScripts, blocking_call, load_library_block
 from .task import BoundTask, Task
 
 if TYPE_CHECKING:
-    from .app import App
+    from .owners import ProducingApp
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,7 +62,7 @@ class SyncClient:
     its connections. It needs no open App: only the App's settings and tasks.
     """
 
-    def __init__(self, app: App, client: object = None) -> None:
+    def __init__(self, app: ProducingApp, client: object = None) -> None:
         self.app = app
         # the client the App was given, if any (its one endpoint: see blocking_client)
         self._given = client

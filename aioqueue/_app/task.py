@@ -9,7 +9,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .._model.checks import (
     at_to_ms,
@@ -32,14 +32,27 @@ from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enque
 from .._queue.queue import store_jobs, store_run
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
-from .batch import Call
-from .records import ManyCall, TaskRecords, split_call
+from .batch import BatchOwner, Call
+from .records import ManyCall, RecordingApp, TaskRecords, split_call
 
 if TYPE_CHECKING:
-    from .app import App
+    from .._model.serialize import Serializer
+    from .owners import BlockingProducer
+    from .queues import Queues
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class TaskOwner(BatchOwner, RecordingApp, Protocol):
+    """What a task uses of its App (``app.App``; a protocol: no import cycle): its queues,
+    codec and limiters, its serializer, and its blocking producer."""
+
+    @property
+    def queues(self) -> Queues: ...
+    @property
+    def serializer(self) -> Serializer: ...
+    def sync(self) -> BlockingProducer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +94,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: TaskOwner,
         fn: Callable[P, Awaitable[R]] | Callable[P, R],
         *,
         name: str,
