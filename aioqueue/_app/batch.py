@@ -14,7 +14,7 @@ import uuid
 import warnings
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
 from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, FailurePolicy
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
@@ -24,22 +24,14 @@ from .._model.job import Job
 from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions, JobRecord, Template
-from .._queue.owner import QueueOwner
 from .._queue.queue import cancel_ids
 from .._store.loader import ScriptCall
+from .owners import BatchOwner
+from .records import CalledTask
 
 if TYPE_CHECKING:
-    from .._queue.owner import OwnedQueue
+    from .._queue.owner import OwnedQueue, QueueOwner
     from .._queue.queue import Queue
-    from .task import Task
-
-
-class BatchOwner(QueueOwner, Protocol):
-    """What batches and chains use of the App (``app.App``; a protocol: no import cycle)."""
-
-    @property
-    def result_ttl_default_ms(self) -> int: ...
-    def queue(self, name: str | None = None) -> Queue: ...
 
 
 R = TypeVar("R")
@@ -54,7 +46,11 @@ class Call(Generic[R]):
     __slots__ = ("args", "kwargs", "opts", "task")
 
     def __init__(
-        self, task: Task[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any], opts: JobOptions
+        self,
+        task: CalledTask[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        opts: JobOptions,
     ) -> None:
         task.builder.sig.check(args, kwargs)
         self.task = task
@@ -72,7 +68,7 @@ class Call(Generic[R]):
         return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"
 
     def then(
-        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+        self, task: CalledTask[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
     ) -> Chain[R2]:
         """Run ``task`` with this call's result as its first argument once this call's job
         has succeeded (if it fails for good, ``task`` never runs)."""
@@ -105,7 +101,7 @@ class Chain(Generic[R]):
         return f"<Chain {' -> '.join(c.task.name for c in self.calls)}>"
 
     def then(
-        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+        self, task: CalledTask[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
     ) -> Chain[R2]:
         """Add a step: ``task`` runs with the last step's result as its first argument once
         that step has succeeded.

@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._queue.owner import QueueOwner
+
 if TYPE_CHECKING:
     from .._model.codec import Codec
     from .._queue.owner import EnqueueHooks
+    from .._queue.queue import Queue
     from .._store.durable import Durability
     from .queues import Queues
 
@@ -57,4 +60,12 @@ class BlockingProducer(Protocol):
     def enqueue(self, task: Any, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
-__all__ = ["BlockingProducer", "ConnectedApp", "ProducingApp"]
+class BatchOwner(QueueOwner, Protocol):
+    """What batches and chains use of the App (``app.App``; a protocol: no import cycle)."""
+
+    @property
+    def result_ttl_default_ms(self) -> int: ...
+    def queue(self, name: str | None = None) -> Queue: ...
+
+
+__all__ = ["BatchOwner", "BlockingProducer", "ConnectedApp", "ProducingApp"]

@@ -32,7 +32,8 @@ from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enque
 from .._queue.queue import store_jobs, store_run
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
-from .batch import BatchOwner, Call
+from .batch import Call
+from .owners import BatchOwner
 from .records import ManyCall, RecordingApp, TaskRecords, split_call
 
 if TYPE_CHECKING:
