@@ -27,11 +27,11 @@ from .._model.record import JobOptions, JobRecord, Template
 from .._queue.queue import cancel_ids
 from .._store.loader import ScriptCall
 from .owners import BatchOwner
-from .records import CalledTask
 
 if TYPE_CHECKING:
     from .._queue.owner import OwnedQueue, QueueOwner
     from .._queue.queue import Queue
+    from .task import Task
 
 
 R = TypeVar("R")
@@ -47,7 +47,7 @@ class Call(Generic[R]):
 
     def __init__(
         self,
-        task: CalledTask[..., R],
+        task: Task[Any, R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         opts: JobOptions,
@@ -68,7 +68,7 @@ class Call(Generic[R]):
         return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"
 
     def then(
-        self, task: CalledTask[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
     ) -> Chain[R2]:
         """Run ``task`` with this call's result as its first argument once this call's job
         has succeeded (if it fails for good, ``task`` never runs)."""
@@ -101,7 +101,7 @@ class Chain(Generic[R]):
         return f"<Chain {' -> '.join(c.task.name for c in self.calls)}>"
 
     def then(
-        self, task: CalledTask[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
     ) -> Chain[R2]:
         """Add a step: ``task`` runs with the last step's result as its first argument once
         that step has succeeded.

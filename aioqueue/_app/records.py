@@ -5,8 +5,8 @@ The three producers share it: ``task.enqueue`` (``task.py``), batches and chains
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._model.checks import at_to_ms, expiry_option, new_job_id, to_ms
 from .._model.record import JobOptions, JobRecord, Template
@@ -16,10 +16,6 @@ from .limiters import bind_limits, limit_option
 
 if TYPE_CHECKING:
     from .._model.codec import Codec
-    from .owners import BatchOwner
-
-P = ParamSpec("P")
-R_co = TypeVar("R_co", covariant=True)
 
 #: one call of ``enqueue_many``: keyword arguments, or an (args, kwargs) pair
 ManyCall = Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]
@@ -47,21 +43,6 @@ class RecordedTask(Protocol):
     def priority(self) -> int: ...
     @property
     def limits(self) -> tuple[str, ...]: ...
-
-
-class CalledTask(Protocol[P, R_co]):
-    """A task as a call of it (``batch.Call``) uses one: its App, name, queue and records,
-    and its function's signature (a ``Task`` satisfies it)."""
-
-    @property
-    def app(self) -> BatchOwner: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def builder(self) -> TaskRecords: ...
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R_co] | R_co: ...
 
 
 class TaskRecords:
