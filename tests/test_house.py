@@ -17,9 +17,6 @@ PKG = Path(aioqueue.__file__).resolve().parent
 PRIVATE_READS_LEFT: dict[str, int] = {
     "_cli/main.py": 1,  # argparse's parser._actions: no public way to list a parser's options
     "_cli/supervisor.py": 1,  # the same
-    # a Reservation's maker (the queue that signs its handle) is set in a slot outside its
-    # dataclass fields by reserve() and reservation_from()
-    "_queue/pull.py": 2,
 }
 
 
