@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobState, Reservation
+from aioqueue import App, JobState, QueueFull, Reservation
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.limits import JOB_LOG_BYTES
 
@@ -444,6 +444,32 @@ async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
             assert limit[0] == int(value)
 
 
+@pytest.mark.parametrize("value", [*LIMITS, 2**53 - 1], ids=[*LIMIT_IDS, "2^53-1"])
+@pytest.mark.parametrize("field", ["t:echo", "t:other", "*"])
+async def test_a_backlog_count_at_the_limits_never_refuses_for_ever(
+    redis_url: str, redis: Redis, value: Any, field: str
+) -> None:
+    """The backlog's count (lib/core BL) at the 64-bit limits, garbage, or a sane integer no
+    queue could hold (2^53-1: more than the keys on the server): with max_queued set, the
+    enqueue that meets it sets the hash aside and counts from 0 again (listed in garbled),
+    so producers are not refused for ever; the jobs are all stored and run."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        await q.set_max_queued(5)
+        await redis.hset(q._keys.backlog, field, value)
+        jobs = [await q.enqueue("echo", kwargs={"x": i}) for i in range(5)]
+        assert (await q.counts())["queued"] == 5
+        with pytest.raises(QueueFull):  # counted afresh: exactly 5, so full
+            await q.enqueue("echo", kwargs={"x": 6})
+        assert sum((await q.backlog()).values()) == 5
+        garbled = await redis.hgetall(q._keys.base + "garbled")
+        assert any(b"backlog" in k for k in garbled)
+        for r in await q.reserve(10):
+            await q.complete(r, r.kwargs["x"])
+        assert [await j.result(timeout=10) for j in jobs] == list(range(5))
+        assert await q.backlog() == {}
+
+
 @pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
 async def test_a_dependents_numbers_at_a_limit_the_graph_ends(
     redis_url: str, redis: Redis, value: Any
@@ -530,3 +556,31 @@ async def test_a_limiters_numbers_at_every_limit_stop_no_job_of_it(
         assert sorted(r.id for r in got) == sorted(j.id for j in jobs)
         for r in got:
             await app.queue().complete(r)
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_parked_waiters_wait_number_at_a_limit_is_contained(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """The wait number a parked waiter's record names (field wn, read by signal.lua) at a
+    limit: the signal still wakes it, its payload lands under that number (not its wait's),
+    so the resumed wait does not find it and parks the job again until the wait's end; the
+    queue goes on, nothing stops midway (issue 27)."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        (r,) = await reserve_all(app, 1)
+        parked = await q._scripts.wait(job.id, r.token, 1, 3_600_000, "ev", 60_000)
+        assert parked[0] == 3
+        await redis.hset(k.job(job.id), "wn", value)
+        assert await q._scripts.signal("ev", b"payload") == (1, 0)
+        (r,) = await reserve_all(app, 1)
+        again = await q._scripts.wait(job.id, r.token, 1, 3_600_000, "ev", 60_000)
+        assert again == [3, parked[1]]  # parked again until the end it recorded first
+        assert await job.state() is JobState.SCHEDULED
+        other = await q.enqueue("echo", kwargs={"x": 2})
+        (r2,) = await reserve_all(app, 1)
+        assert r2.id == other.id
+        await q.complete(r2, 2)
+        await check_invariants(redis, k)
