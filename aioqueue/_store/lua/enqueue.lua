@@ -158,7 +158,8 @@ for _, run in ipairs(runs) do
   if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
   local state = 'queued'
   if due > now then state = 'scheduled' end
-  local fields = {'t', task, 'p', '', 'a', 0, 'm', m, 'ct', now, 's', state}
+  local fields = new_record(task, '', m, now)
+  fields[#fields + 1] = 's'; fields[#fields + 1] = state
   if pr ~= '0' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = pr end
   if g ~= '' then fields[#fields + 1] = 'g'; fields[#fields + 1] = g end
   if opts ~= '' then fields[#fields + 1] = 'o'; fields[#fields + 1] = opts end
