@@ -110,6 +110,9 @@ end
 
 -- (one plain job without events writes nothing before its record: its refusal, if any, comes
 -- first, so the most common call skips the checks)
+-- qconf's two fields a call reads, in one read: events (lib/events) and maxq (below)
+local qconf = call('HMGET', K_QCONF, 'events', 'maxq')
+events_read(qconf[1])
 local one = runs[1]
 local lone = total == 1 and one and one.k == 1 and one.g == '' and one.u == '' and one.bid == ''
 if redis.acl_check_cmd and not (lone and not events_on()) then
@@ -128,7 +131,7 @@ end
 
 -- backpressure (qconf maxq): counted with O(1) reads per lane, the jobs of the call that are
 -- new (a retried enqueue of stored jobs is never refused), before any write: all or nothing
-local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
+local maxq = count_of(qconf[2] or '')
 if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
   local waiting = call('LLEN', K_READY) + call('ZCARD', K_PRIO) + call('ZCARD', K_SCHED)
   local new, lanes = 0, {}
