@@ -600,6 +600,10 @@ class StoreMachine(RuleBasedStateMachine):
         states = await check_invariants(self.redis, k)  # I1
         model = self.model
         assert states == {j: job.state for j, job in model.jobs.items()}, self.steps[-5:]
+        # the backlog's exact count (lib/core BL) after every step: the model's waiting jobs
+        backlog = sum((await self.queue.backlog()).values())
+        waiting = sum(job.state in ("queued", "scheduled") for job in model.jobs.values())
+        assert backlog == waiting, f"backlog counted {backlog}, model {waiting}: {self.steps[-5:]}"
         for job_id, job in model.jobs.items():
             raw_a, raw_m, raw_tok = await self.redis.hmget(k.job(job_id), ["a", "m", "l"])
             # absent, a is 0 and m the default (a new record stores neither then)

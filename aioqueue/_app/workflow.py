@@ -16,12 +16,13 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from .._model.checks import new_job_id
+from .._model.claimcheck import put_blobs
 from .._model.exceptions import ConfigurationError, WorkflowError
 from .._model.job import Job
 from .._model.keys import QueueKeys
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions
-from .._queue.deps import POLICIES, DependencyPolicy, deps_run, put_blobs
+from .._queue.deps import POLICIES, DependencyPolicy, deps_run
 from .._queue.depsbox import deps_call, door
 from .._store.loader import ScriptCall
 
@@ -177,7 +178,7 @@ class Workflow:
             call, after = self._steps[name]
             q = queues[name]
             rec = call.task.record_of(call, q, ids[name])
-            await put_blobs(app, q, (rec.id,))
+            await put_blobs(app.codec.claim, q, (rec.id,))
             deps = [member[d] for d in after] or [gate]
             first = deps[: MAX_JOBS_PER_CALL - 1]
             if work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:

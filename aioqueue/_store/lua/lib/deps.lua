@@ -43,6 +43,7 @@ local function dep_release(id, jk, r)
   call('DEL', deps_key(id))
   call('ZREM', K_WAITING, id)
   call('HSET', jk, 's', 'queued', 'dn', 0)
+  BL.count(call('HGET', jk, 't'), 1)
   push_ready(id, r[3], false, r[4])
   wake()
 end
