@@ -129,16 +129,10 @@ if redis.acl_check_cmd and not (lone and not events_on()) then
   end
 end
 
-<<<<<<< HEAD
--- backpressure (qconf maxq): counted with O(1) reads per lane, the jobs of the call that are
--- new (a retried enqueue of stored jobs is never refused), before any write: all or nothing
-local maxq = count_of(qconf[2] or '')
-=======
 -- backpressure (qconf maxq): the backlog's exact count (lib/core: every lane, every group,
 -- scheduled, waiting aside on limits; O(1)) and the jobs of the call that are new (a retried
 -- enqueue of stored jobs is never refused), before any write: all or nothing
-local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
->>>>>>> main
+local maxq = count_of(qconf[2] or '')
 if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
   local waiting = BL.total()
   local new = 0

@@ -60,13 +60,10 @@ local MAX_STEPS_PER_JOB = 1000
 -- the most lines, and bytes, a job's log keeps: the oldest are dropped (joblog.lua)
 local JOB_LOG_LINES = 500
 local JOB_LOG_BYTES = 65536
-<<<<<<< HEAD
 -- the maximum attempts a record without field m has (the App's default max_attempts)
 local DEFAULT_MAX_ATTEMPTS = 3
-=======
 -- the tasks the backlog counts one by one (base.."backlog"; the rest together, field '*')
 local BACKLOG_TASKS = 100
->>>>>>> main
 
 -- a number read from a record that anyone with write access could have garbled: nil, NaN and
 -- infinities become the default
