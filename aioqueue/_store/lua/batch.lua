@@ -41,7 +41,7 @@ if op == 'open' then
   if ARGV[10] then
     local id = ARGV[10]
     local jk = job_key(id)
-    local fields = new_record(ARGV[11], ARGV[12], ARGV[13], now)
+    local fields = REC.new(ARGV[11], ARGV[12], ARGV[13], now)
     call('HSET', jk, 's', 'waiting', 'cb', bid, unpack(fields))
     if ARGV[14] ~= '0' then call('HSET', jk, 'pr', ARGV[14]) end
     if ARGV[15] ~= '' then call('HSET', jk, 'g', ARGV[15]) end
