@@ -48,8 +48,8 @@ local function store(at, deps)
   local id = ARGV[at]
   local jk = job_key(id)
   if call('EXISTS', jk) == 1 then return 0 end
-  call('HSET', jk, 't', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now,
-    's', 'waiting')
+  local fields = REC.new(ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], now)
+  call('HSET', jk, 's', 'waiting', unpack(fields))
   if ARGV[at + 4] ~= '0' then call('HSET', jk, 'pr', ARGV[at + 4]) end
   if ARGV[at + 5] ~= '' then call('HSET', jk, 'g', ARGV[at + 5]) end
   if ARGV[at + 6] ~= '' then call('HSET', jk, 'o', ARGV[at + 6]) end
