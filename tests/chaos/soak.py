@@ -935,12 +935,13 @@ async def _soak(
     # next renewal once it is back). The job then runs again on another worker: at-least-once
     # execution, not a double completion (I3 promises renewal while worker and server are up).
     # Such a duplicate is counted apart only when it fits one such outage: a run that began
-    # before the outage ended, followed by a run that began after the outage began. Real
+    # under a lease taken before the outage ended (begun at most a lease after it), followed
+    # by a run that began after the outage began. Real
     # double completions are counted from the store (completed_twice), never from these.
     by_outage = {
         j
         for j, runs in duplicates.items()
-        if j not in explained and any(_fits(runs, o) for o in long_outages)
+        if j not in explained and any(_fits(runs, o, round(cfg.lease * 1000)) for o in long_outages)
     }
     unexplained = sorted(set(duplicates) - explained - by_outage)
     starts = Counter(run.job for run in started_runs)
@@ -1090,11 +1091,15 @@ class Run:
     job: str
 
 
-def _fits(runs: list[Run], outage: tuple[int, int]) -> bool:
-    """Whether an outage can have made the job run again: one run began before the server
-    answered again, and a later one after it went down."""
+def _fits(runs: list[Run], outage: tuple[int, int], lease_ms: int) -> bool:
+    """Whether an outage can have made the job run again: one run under a lease taken before
+    the server answered again (so begun at most a lease after that: a job leased before or
+    during the outage can start only once the server is back, as its worker's first write
+    needs it), and a later run begun after the server went down."""
     down, up = outage
-    return any(a.started_ms <= up and b.started_ms >= down for a, b in itertools.pairwise(runs))
+    return any(
+        a.started_ms <= up + lease_ms and b.started_ms >= down for a, b in itertools.pairwise(runs)
+    )
 
 
 async def _runs(redis: Redis, key: str) -> list[Run]:
