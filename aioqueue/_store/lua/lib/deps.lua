@@ -8,13 +8,17 @@
   A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
   name, wg its graph as JSON), waits until every node is stored; the nodes without
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
-  The dependent's record: dn dependencies left, dp policy (cancel|run|fail), dl its
-  dependencies (JSON array of members), dt retention ms of a cancelled or dead end (0 for
-  good). The dependency's record: dd (set once it has dependents; read by batch_outcome).
+  The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
+  members), dt retention ms of a cancelled or dead end (0 for good). The dependency's
+  record: dd (set once it has dependents; read by batch_outcome).
   Bounded work (I13): one script call tells at most DEPS_BUDGET dependents; the rest of a
   dependency's dependents are handed on through the outbox (a continuation entry, "\0c"),
   and so is a dependent on another queue ("\0d"); the forwarder (_leases.forward_outbox)
   applies them with deps.lua 'more' and 'met'.
+  Cost (benchmarks/workflows.py): what one call stores or releases for many jobs is written
+  together where it can be (DQ.begin / DQ.flush: the new dependents of each dependency
+  in one SADD, the waiting index in one ZADD; a dependency's released dependents leave the
+  index and their sets in one ZREM and one DEL, and wake the workers once).
   Needs: core, lanes (push_ready, cancel_waiting), batches (batch_outcome, and deps_outcome,
   declared there and defined here), deadletter (to_dead). ]]
 
@@ -24,6 +28,27 @@ local K_WAITING = BASE .. 'waiting'
 
 local function deps_key(id) return BASE .. 'deps:' .. id end
 local function dependents_key(id) return BASE .. 'dependents:' .. id end
+
+-- the writes a call holds back to make them together (one table: a script's main function
+-- has at most 200 locals). DQ.pending: what a call stores for many waiting jobs, held until
+-- DQ.flush (nil: written at once): seen, the dependencies registered with in this call
+-- (their state read once); adds, their new dependents; order, the order they came; waiting,
+-- the index's (score, id) pairs. DQ.released: the jobs a dependency's outcome released
+-- (while deps_outcome tells its dependents: they leave the index and their sets together;
+-- nil: each at once)
+local DQ = {}
+
+function DQ.begin() DQ.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
+
+-- write what DQ.begin held back (before anything reads it); stop: hold back no more
+function DQ.flush(stop)
+  local p = DQ.pending
+  if not p then return end
+  DQ.pending = nil
+  if not stop then DQ.begin() end
+  for _, own in ipairs(p.order) do call('SADD', dependents_key(own), unpack(p.adds[own])) end
+  if #p.waiting > 0 then call('ZADD', K_WAITING, unpack(p.waiting)) end
+end
 
 -- an outbox entry of length-prefixed fields (binary-safe, as batch outcomes go)
 local function to_outbox(fields)
@@ -38,13 +63,37 @@ local function own_id(member)
   return nil
 end
 
+-- the released jobs ids leave the waiting index and their sets of dependencies
+function DQ.unwait(ids)
+  if #ids == 0 then return end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = deps_key(id) end
+  call('DEL', unpack(keys))
+  call('ZREM', K_WAITING, unpack(ids))
+  wake()
+end
+
 -- job id (record jk, its fields r = s, dp, pr, g, dt) has no dependency left: runnable now
 local function dep_release(id, jk, r)
-  call('DEL', deps_key(id))
-  call('ZREM', K_WAITING, id)
-  call('HSET', jk, 's', 'queued', 'dn', 0)
+  call('HSET', jk, 's', 'queued')
   push_ready(id, r[3], false, r[4])
-  wake()
+  local rel = DQ.released
+  if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
+end
+
+-- a dependent whose set of dependencies is garbled (of the wrong type, or gone while it
+-- waits): what it waits for is lost; the set is set aside and the job dead-lettered with
+-- the reason (I9), never run early
+function DQ.garbled(id, jk, wk, now)
+  local kind = call('TYPE', wk).ok
+  if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
+  local r = call('HMGET', jk, 's', 'dp', 'dt')
+  if r[1] == 'waiting' and r[2] then
+    call('ZREM', K_WAITING, id)
+    to_dead(id, jk, now, cjson.encode({type = 'Garbled',
+      message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
+    call('HINCRBY', K_STATS, 'failed', 1)
+  end
 end
 
 -- the dependency dep (a member) of job id, waiting on this queue, has its outcome (ok: it
@@ -54,21 +103,15 @@ end
 local function dep_met(id, dep, ok, now)
   local wk = deps_key(id)
   local jk = job_key(id)
-  local kind = call('TYPE', wk).ok
-  if kind ~= 'set' then
-    -- a set of the wrong type, or gone while its job waits: what the job waits for is
-    -- lost; it is set aside and the job dead-lettered with the reason (I9), never run early
-    if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
-    local r = call('HMGET', jk, 's', 'dp', 'dt')
-    if r[1] == 'waiting' and r[2] then
-      call('ZREM', K_WAITING, id)
-      to_dead(id, jk, now, cjson.encode({type = 'Garbled',
-        message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
-      call('HINCRBY', K_STATS, 'failed', 1)
-    end
+  local gone = redis.pcall('SREM', wk, dep)
+  if type(gone) ~= 'number' then return DQ.garbled(id, jk, wk, now) end
+  if gone == 0 then
+    -- counted before; or its set is gone while the job still waits
+    if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
     return
   end
-  if call('SREM', wk, dep) == 0 then return end
+  local left = call('SCARD', wk)
+  if ok and left > 0 then return end
   local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt')
   if r[1] ~= 'waiting' then return end
   if not ok and r[2] ~= 'run' then
@@ -86,8 +129,7 @@ local function dep_met(id, dep, ok, now)
     end
     return
   end
-  local left = call('SCARD', wk)
-  if left > 0 then call('HSET', jk, 'dn', left) else dep_release(id, jk, r) end
+  if left == 0 then dep_release(id, jk, r) end
 end
 
 -- job id of this queue finished for good (ok: completed): tell its dependents, at most
@@ -97,9 +139,14 @@ deps_outcome = function(id, ok, now)
   local dk = dependents_key(id)
   local flag = ok and '1' or '0'
   local forwarded = false
+  local more = true
   if deps_budget > 0 then
-    local members = call('SPOP', dk, deps_budget)
+    local outer = DQ.released
+    DQ.released = {}
+    local want = deps_budget
+    local members = call('SPOP', dk, want)
     deps_budget = deps_budget - #members
+    more = #members == want
     local me = BASE .. id
     for _, m in ipairs(members) do
       local own = own_id(m)
@@ -109,8 +156,11 @@ deps_outcome = function(id, ok, now)
         forwarded = true
       end
     end
+    local mine = DQ.released
+    DQ.released = outer
+    DQ.unwait(mine)
   end
-  if call('EXISTS', dk) == 1 then
+  if more and call('EXISTS', dk) == 1 then
     to_outbox({'\0c', BASE .. id, flag})
     forwarded = true
   end
@@ -120,13 +170,28 @@ end
 -- count member (a job waiting on any queue) as a dependent of job id of this queue; returns
 -- 'c' it completed already, 'f' it failed or was cancelled, 'x' no such job, 'w' registered
 local function dep_register(id, member)
+  local p = DQ.pending
+  if p and p.seen[id] then
+    -- registered with earlier in this call (its state cannot have changed since: a call
+    -- that ends a job writes what it held back first)
+    local adds = p.adds[id]
+    adds[#adds + 1] = member
+    return 'w'
+  end
   local jk = job_key(id)
-  local s = call('HGET', jk, 's')
+  local r = call('HMGET', jk, 's', 'dd')
+  local s = r[1]
   if not s then return 'x' end
   if s == 'completed' then return 'c' end
   if s == 'failed' or s == 'cancelled' then return 'f' end
-  call('SADD', dependents_key(id), member)
-  call('HSET', jk, 'dd', 1)
+  if not r[2] then call('HSET', jk, 'dd', 1) end
+  if p then
+    p.seen[id] = true
+    p.adds[id] = {member}
+    p.order[#p.order + 1] = id
+  else
+    call('SADD', dependents_key(id), member)
+  end
   return 'w'
 end
 
@@ -139,35 +204,54 @@ local function dep_missing(deps)
   return nil
 end
 
+-- the record's list of dependencies dl (JSON) with deps added: as text when it is a JSON
+-- array (no decoding: a fan-in's list grows by 1,000 a call), else deps alone
+function DQ.dl_more(old, deps)
+  local add = cjson.encode(deps)
+  if type(old) ~= 'string' or #old < 3 or string.sub(old, 1, 1) ~= '['
+      or string.sub(old, -1) ~= ']' or string.sub(add, 1, 1) ~= '[' then
+    return add
+  end
+  return string.sub(old, 1, -2) .. ',' .. string.sub(add, 2)
+end
+
 -- job id (record jk) waits for deps (members; those on other queues are counted here and
 -- registered there by the caller, deps.lua 'watch'); policy and dt as in the record; more:
--- these are added to the dependencies it has (a graph's node with more than one call holds)
-local function dep_wait(id, jk, deps, policy, ttl, now, more)
+-- these are added to the dependencies it has (a graph's node with more than one call holds);
+-- fields: more of the record's fields and values, written with these (a new job's)
+local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   local wk = deps_key(id)
   local me = BASE .. id
-  local dl = deps
-  if more then
-    local ok, old = pcall(cjson.decode, call('HGET', jk, 'dl') or '')
-    if ok and type(old) == 'table' then
-      for _, dep in ipairs(deps) do old[#old + 1] = dep end
-      dl = old
-    end
+  local dl
+  if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
   else
     call('DEL', wk)
+    dl = cjson.encode(deps)
   end
-  local failed
+  local keep, failed = {}, nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
     local st = 'w'
     if own then st = dep_register(own, me) end
-    if st == 'w' or (st ~= 'c' and not failed) then call('SADD', wk, dep) end
+    if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
   end
-  call('HSET', jk, 's', 'waiting', 'dp', policy, 'dl', cjson.encode(dl), 'dt', ttl,
-    'dn', call('SCARD', wk))
+  local left = 0
+  if #keep > 0 then left = call('SADD', wk, unpack(keep)) end
+  if more then left = call('SCARD', wk) end
+  local f = fields or {}
+  for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
+  call('HSET', jk, unpack(f))
+  if DQ.pending and not failed and left > 0 then
+    local w = DQ.pending.waiting
+    w[#w + 1], w[#w + 2] = now, id
+    return
+  end
   call('ZADD', K_WAITING, now, id)
+  -- it ends or is released now: what the call held back is written first
+  if failed or left == 0 then DQ.flush() end
   if failed then dep_met(id, failed, false, now)
-  elseif call('SCARD', wk) == 0 then
+  elseif left == 0 then
     dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt'))
   end
 end
