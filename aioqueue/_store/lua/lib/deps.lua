@@ -30,21 +30,24 @@ local function deps_key(id) return BASE .. 'deps:' .. id end
 local function dependents_key(id) return BASE .. 'dependents:' .. id end
 
 -- the writes a call holds back to make them together (one table: a script's main function
--- has at most 200 locals). DQ.pending: what a call stores for many waiting jobs, held until
+-- has at most 200 locals). DQS.pending: what a call stores for many waiting jobs, held until
 -- DQ.flush (nil: written at once): seen, the dependencies registered with in this call
 -- (their state read once); adds, their new dependents; order, the order they came; waiting,
--- the index's (score, id) pairs. DQ.released: the jobs a dependency's outcome released
+-- the index's (score, id) pairs. DQS.released: the jobs a dependency's outcome released
 -- (while deps_outcome tells its dependents: they leave the index and their sets together;
--- nil: each at once)
+-- nil: each at once). DQS.known: what dep_missing read of the dependencies (s, dd)
 local DQ = {}
+-- (and its state, one call's: a function library keeps its top-level locals from call to
+-- call, and a call that failed midway must not leave writes held back for the next)
+local DQS = {} -- per call
 
-function DQ.begin() DQ.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
+function DQ.begin() DQS.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
 
 -- write what DQ.begin held back (before anything reads it); stop: hold back no more
 function DQ.flush(stop)
-  local p = DQ.pending
+  local p = DQS.pending
   if not p then return end
-  DQ.pending = nil
+  DQS.pending = nil
   if not stop then DQ.begin() end
   for _, own in ipairs(p.order) do call('SADD', dependents_key(own), unpack(p.adds[own])) end
   if #p.waiting > 0 then call('ZADD', K_WAITING, unpack(p.waiting)) end
@@ -77,7 +80,7 @@ end
 local function dep_release(id, jk, r)
   call('HSET', jk, 's', 'queued')
   push_ready(id, r[3], false, r[4])
-  local rel = DQ.released
+  local rel = DQS.released
   if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
 end
 
@@ -141,8 +144,8 @@ deps_outcome = function(id, ok, now)
   local forwarded = false
   local more = true
   if deps_budget > 0 then
-    local outer = DQ.released
-    DQ.released = {}
+    local outer = DQS.released
+    DQS.released = {}
     local want = deps_budget
     local members = call('SPOP', dk, want)
     deps_budget = deps_budget - #members
@@ -156,8 +159,8 @@ deps_outcome = function(id, ok, now)
         forwarded = true
       end
     end
-    local mine = DQ.released
-    DQ.released = outer
+    local mine = DQS.released
+    DQS.released = outer
     DQ.unwait(mine)
   end
   if more and call('EXISTS', dk) == 1 then
@@ -170,7 +173,7 @@ end
 -- count member (a job waiting on any queue) as a dependent of job id of this queue; returns
 -- 'c' it completed already, 'f' it failed or was cancelled, 'x' no such job, 'w' registered
 local function dep_register(id, member)
-  local p = DQ.pending
+  local p = DQS.pending
   if p and p.seen[id] then
     -- registered with earlier in this call (its state cannot have changed since: a call
     -- that ends a job writes what it held back first)
@@ -179,7 +182,7 @@ local function dep_register(id, member)
     return 'w'
   end
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'dd')
+  local r = DQS.known and DQS.known[id] or call('HMGET', jk, 's', 'dd')
   local s = r[1]
   if not s then return 'x' end
   if s == 'completed' then return 'c' end
@@ -195,12 +198,21 @@ local function dep_register(id, member)
   return 'w'
 end
 
--- the first member of deps (on this queue) that names no job, or nil
+-- the first member of deps (on this queue) that names no job, or nil; what it read of
+-- them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing changes them
+-- between the two, in one call)
 local function dep_missing(deps)
+  local known = {}
+  DQS.known = nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
-    if own and call('EXISTS', job_key(own)) == 0 then return dep end
+    if own then
+      local jk = job_key(own)
+      local r = call('HMGET', jk, 's', 'dd')
+      if r[1] then known[own] = r elseif call('EXISTS', jk) == 0 then return dep end
+    end
   end
+  DQS.known = known
   return nil
 end
 
@@ -236,14 +248,15 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
     if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
   end
+  DQS.known = nil
   local left = 0
   if #keep > 0 then left = call('SADD', wk, unpack(keep)) end
   if more then left = call('SCARD', wk) end
   local f = fields or {}
   for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
   call('HSET', jk, unpack(f))
-  if DQ.pending and not failed and left > 0 then
-    local w = DQ.pending.waiting
+  if DQS.pending and not failed and left > 0 then
+    local w = DQS.pending.waiting
     w[#w + 1], w[#w + 2] = now, id
     return
   end
