@@ -293,6 +293,7 @@ class _QueueSnapshot:
     paused: bool
     stats: dict[str, int] = field(default_factory=dict)
     max_queued: int | None = None
+    backlog: dict[str, int] = field(default_factory=dict)
 
 
 class QueueCollector(Collector):
@@ -349,6 +350,7 @@ class QueueCollector(Collector):
             paused=await q.is_paused(),
             stats=await q.stats(),
             max_queued=setting[0] if (setting := await q.max_queued()) else None,
+            backlog=await q.backlog(),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -386,6 +388,11 @@ class QueueCollector(Collector):
             "The backpressure limit of waiting jobs (Queue.set_max_queued; no series: none)",
             labels=["queue"],
         )
+        backlog = GaugeMetricFamily(
+            "aioqueue_queue_backlog",
+            "Jobs queued or scheduled per task, counted exactly (Queue.backlog; '*': past 100)",
+            labels=["queue", "task"],
+        )
         lifetime = CounterMetricFamily(
             "aioqueue_queue_events",
             "Lifetime counters of the queue (enqueued, completed, failed, retried, expired)",
@@ -406,6 +413,8 @@ class QueueCollector(Collector):
             paused.add_metric([s.name], 1.0 if s.paused else 0.0)
             if s.max_queued is not None:
                 maxq.add_metric([s.name], s.max_queued)
+            for task, n in s.backlog.items():
+                backlog.add_metric([s.name, task], n)
             for event in EVENTS:
                 if event in s.stats:
                     lifetime.add_metric([s.name, event], s.stats[event])
@@ -413,7 +422,7 @@ class QueueCollector(Collector):
             "aioqueue_exporter_scrape_seconds", "Time the last scrape took to read the queues"
         )
         took.add_metric([], self._scrape_seconds)
-        return [jobs, dead, groups, ngroups, oldest, workers, paused, maxq, lifetime, took]
+        return [jobs, dead, groups, ngroups, oldest, workers, paused, maxq, backlog, lifetime, took]
 
 
 # ---------------------------------------------------------------------- serving

@@ -58,19 +58,18 @@ async def test_bulk_enqueue_is_all_or_nothing(app: App) -> None:
     assert (await q.counts())["queued"] == 10
 
 
-async def test_scheduled_jobs_and_the_calls_groups_count(app: App) -> None:
+async def test_every_lane_and_the_schedule_count(app: App) -> None:
     q = app.queue()
-    await q.set_max_queued(2)
+    await q.set_max_queued(3)
     await q.enqueue("t", delay=3600)
     await q.enqueue("t", group="g")
-    with pytest.raises(QueueFull) as caught:
-        await q.enqueue("t", group="g")
-    assert caught.value.waiting == 2  # the scheduled one and group g's
-    # a job without a group counts the default lane and the schedule, not other groups' lanes
-    await q.enqueue("t")
-    with pytest.raises(QueueFull) as caught:
-        await q.enqueue("t")
-    assert caught.value.waiting == 2
+    await q.enqueue("t", priority=5)
+    # the backlog in total: the scheduled one, group g's and the priority lane's, whatever
+    # lane (or group) the refused job would go to
+    for kwargs in ({"group": "h"}, {"group": "g"}, {}, {"delay": 60}):
+        with pytest.raises(QueueFull) as caught:
+            await q.enqueue("t", **kwargs)
+        assert caught.value.waiting == 3
 
 
 async def test_a_retried_enqueue_of_a_stored_job_is_never_refused(app: App) -> None:
@@ -131,6 +130,8 @@ async def test_the_setting_and_the_refusals_show_in_info_and_metrics(
     await collector.refresh()
     families = {m.name: m for m in collector.collect()}
     assert [s.value for s in families["aioqueue_queue_max_queued"].samples] == [1]
+    backlog = families["aioqueue_queue_backlog"].samples
+    assert [(s.labels["task"], s.value) for s in backlog] == [("t", 1)]
     refused = [
         s for s in families["aioqueue_queue_events"].samples if s.labels["event"] == "refused"
     ]
@@ -145,3 +146,4 @@ async def test_the_setting_and_the_refusals_show_in_info_and_metrics(
     )
     [row] = json.loads(res.stdout)["queues"]
     assert (row["max_queued"], row["stats"]["refused"]) == (1, 1)
+    assert (row["backlog"], row["backlog_tasks"]) == (1, {"t": 1})

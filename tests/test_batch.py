@@ -865,7 +865,7 @@ async def test_wait_issues_no_commands_while_nothing_happens(
 # keys of a queue that live as long as the queue does (bounded by what is queued)
 _QUEUE_KEYS = {
     "stats", "seq", "ready", "prio", "scheduled", "active", "dead", "wake", "ring",
-    "gactive", "gconf", "gwait", "qconf", "outbox", "completed", "cancelled",
+    "gactive", "gconf", "gwait", "qconf", "outbox", "completed", "cancelled", "backlog",
 }  # fmt: skip
 
 

@@ -24,7 +24,12 @@ from redis.asyncio import Redis
 
 from aioqueue import App
 from aioqueue._model.exceptions import ServerRefused
-from aioqueue._model.limits import JOB_LOG_LINES, MAX_ACKS_PER_CALL, MAX_JOBS_PER_CALL
+from aioqueue._model.limits import (
+    BACKLOG_TASKS,
+    JOB_LOG_LINES,
+    MAX_ACKS_PER_CALL,
+    MAX_JOBS_PER_CALL,
+)
 from aioqueue._store.embedded import EmbeddedServer
 from aioqueue._store.loader import SCRIPTS
 from aioqueue._store.outcomes import Outcome
@@ -166,6 +171,12 @@ async def _peek(c: Ctx) -> Awaitable[Any]:
 
 
 async def _enqueue(c: Ctx) -> Awaitable[Any]:
+    if c.round == 0:
+        # backpressure on, and the backlog's count at its bound (100 tasks and the rest, the
+        # sum under the server's keys): enqueue reads all of it (lib/core BL.total)
+        await c.raw.hset(c.base + "qconf", "maxq", 2**53 - 1)
+        counts: dict[Any, Any] = {f"t:task{i}": 1000 for i in range(BACKLOG_TASKS)}
+        await c.raw.hset(c.base + "backlog", mapping={**counts, "*": 1000})
     run = ["work", 3, -1, -1, 0, "", "", "", "", "", MAX_JOBS_PER_CALL]
     for job_id in ids(f"e{c.round}-", 0):
         run += [job_id, "payload"]
@@ -203,7 +214,10 @@ async def _release(c: Ctx) -> Awaitable[Any]:
 
 async def _beat(c: Ctx) -> Awaitable[Any]:
     pairs = await _pairs(c)
-    args = [c.base, "w1", 60_000, 600_000, HUGE, *INFO, 0, MAX_JOBS_PER_CALL, *pairs]
+    # with a trend sample: the per-task one reads the backlog's count (at its bound, see
+    # _enqueue) and the claims' waits, planted far past theirs (read and trimmed by rank)
+    await c.raw.zadd(c.base + "twait", {f"task{i}-{c.round}": i for i in range(10_000)})
+    args = [c.base, "w1", 60_000, 600_000, HUGE, *INFO, 0, MAX_JOBS_PER_CALL, *pairs, HUGE, HUGE]
     return c.run("beat", args)
 
 

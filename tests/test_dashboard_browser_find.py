@@ -17,6 +17,7 @@ from aioqueue import App, JobState, Worker
 from aioqueue.dashboard import basic_auth, create_app
 
 from .support.browser import browser_page, serve
+from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -214,3 +215,46 @@ async def test_trends_and_the_queue_page_render(
         await page.click("#task-trends a:text-is('charge')")
         await page.wait_for_selector("h1:has-text('task charge')")
         await shot(page, "trends")
+
+
+async def test_a_tasks_trend_shows_its_backlog_and_wait(app: App) -> None:
+    """Per task (issue 29 point 3): the backlog the workers sampled (the exact count) and the
+    longest wait of its jobs started, as cards, charts and columns of the per-task table."""
+
+    @app.task
+    async def invoice(n: int) -> int:
+        return n
+
+    q = app.queue()
+    await q.pause()
+    await invoice.enqueue_many([((i,), {}) for i in range(9)])
+    async with Worker(app, concurrency=4):
+
+        async def sampled() -> bool:
+            return any(p.backlog == 9 for p in (await q.trends("hour")).tasks.get("invoice", ()))
+
+        await wait_until(sampled, timeout=60, what="the task's backlog sampled")
+        await q.resume()
+
+        async def waited() -> bool:
+            points = (await q.trends("hour")).tasks.get("invoice", ())
+            return any((p.wait or 0) > 0 for p in points)
+
+        await wait_until(waited, timeout=60, what="the task's wait sampled")
+    web = create_app(app, auth=basic_auth(ADMIN["username"], ADMIN["password"]))
+    points = (await q.trends("day")).tasks["invoice"]
+    assert max(p.backlog or 0 for p in points) == 9
+    # the table shows the newest sampled bucket's (the hour may turn: read as the page does)
+    newest = next(p for p in reversed(points) if p.backlog is not None)
+    longest = max(p.wait or 0 for p in points)
+    async with serve(web) as site, browser_page(http_credentials=ADMIN) as page:
+        await page.goto(site + "/queues/default/trends?span=day")
+        await page.wait_for_selector("#task-trends")
+        row = page.locator("#task-trends tbody tr", has_text="invoice")
+        cells = await row.locator("td").all_inner_texts()
+        assert cells[3] == str(newest.backlog)
+        assert cells[4] == f"{longest:.1f}s"
+        await page.click("#task-trends a:text-is('invoice')")
+        await page.wait_for_selector("h1:has-text('task invoice')")
+        assert await page.locator("svg.chart").count() == 4  # completed, failed, backlog, wait
+        await shot(page, "trends-task-backlog")

@@ -284,6 +284,53 @@ async def test_trends_count_per_queue_and_task_and_the_beat_samples_the_backlog(
         assert (await c.get("/queues/default/trends?span=year")).status_code == 400
 
 
+async def test_a_tasks_trend_shows_its_backlog_and_the_longest_wait_of_its_starts(
+    app: App,
+) -> None:
+    """Per task: the backlog the workers' beats sample (the exact count, Queue.backlog) and
+    the longest wait (from due to start) of its jobs started in the bucket, written by the
+    claim and taken by the next sample (lib/trends.lua task_sample)."""
+
+    @app.task
+    async def slow(n: int) -> int:
+        return n
+
+    @app.task
+    async def quick(n: int) -> int:
+        return n
+
+    q = app.queue()
+    await q.pause()
+    await slow.enqueue_many([((i,), {}) for i in range(12)])
+    await quick.enqueue_many([((i,), {}) for i in range(3)])
+    async with Worker(app, concurrency=4):
+
+        async def sampled() -> bool:
+            t = await q.trends("hour")
+            return any(p.backlog == 12 for p in t.tasks.get("slow", ())[-2:])
+
+        await wait_until(sampled, timeout=30, what="the beat's per-task backlog sample")
+        t = await q.trends("hour")
+        assert max(p.backlog or 0 for p in t.tasks["quick"]) == 3
+        await q.resume()
+
+        async def waited() -> bool:
+            t = await q.trends("hour")
+            started = [t.tasks.get(n, ()) for n in ("slow", "quick")]
+            return all(any((p.wait or 0) > 0 for p in points) for points in started)
+
+        await wait_until(waited, timeout=60, what="the per-task waits sampled")
+    t = await q.trends("day")
+    assert max(p.backlog or 0 for p in t.tasks["slow"]) == 12
+    slow_wait = max(p.wait or 0 for p in t.tasks["slow"])
+    assert 0 < slow_wait < 600
+    async with client(dashboard(app)) as c:
+        one = await c.get("/queues/default/trends?span=day&task=slow")
+        assert one.status_code == 200
+        assert one.text.count('<svg class="chart') == 4  # a task's backlog and wait too
+        assert "Longest wait" in one.text
+
+
 async def test_a_bucket_counts_at_most_its_tasks_by_name(app: App) -> None:
     """Many task names: a bucket holds 100 counts by name, later tasks count together as
     '*'; a trend lists the 50 busiest."""

@@ -905,6 +905,8 @@ WRONG_TYPES = [
     ("idlew", "list"),
     ("outbox", "hash"),
     ("garbled", "string"),
+    ("backlog", "string"),
+    ("task_waits", "hash"),
 ]
 
 
@@ -989,6 +991,7 @@ def _families() -> dict[str, Family]:
         "events-hash": Family(lambda k, w: k.events, "hash"),
         "tp-string": Family(lambda k, w: k.throughput, "string"),
         "trend-hour-list": Family(lambda k, w: k.trend("h", _hour()), "list"),
+        "trend-hour-tasks-string": Family(lambda k, w: k.trend("h", _hour()) + ":t", "string"),
         "cron-defs-list": Family(
             lambda k, w: k.cron_defs, "list", reason="wrong type: list", schedules=True
         ),
@@ -1004,6 +1007,7 @@ def _families() -> dict[str, Family]:
         ("gactive", lambda k, w: k.gactive, "g", True),
         ("tp", lambda k, w: k.throughput, "c:{minute}", True),
         ("trend", lambda k, w: k.trend("h", _hour()), "c:echo", True),
+        ("backlog", lambda k, w: k.backlog, "t:echo", True),
         ("worker-ln", lambda k, w: k.worker(w), "ln", True),
         ("worker-sn", lambda k, w: k.worker(w), "sn", False),  # written over by its beat
         ("glimit", lambda k, w: k.qconf, "glimit", False),  # a garbage setting is none

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App, JobState, Reservation
+from aioqueue import App, JobState, QueueFull, Reservation
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.limits import JOB_LOG_BYTES
 
@@ -442,6 +442,32 @@ async def test_a_max_queued_setting_at_the_limits_is_a_limit_or_none(
             assert (await q.counts())["queued"] == 2
         else:  # 2^53+1 is past count_of's range: only values within it are a limit
             assert limit[0] == int(value)
+
+
+@pytest.mark.parametrize("value", [*LIMITS, 2**53 - 1], ids=[*LIMIT_IDS, "2^53-1"])
+@pytest.mark.parametrize("field", ["t:echo", "t:other", "*"])
+async def test_a_backlog_count_at_the_limits_never_refuses_for_ever(
+    redis_url: str, redis: Redis, value: Any, field: str
+) -> None:
+    """The backlog's count (lib/core BL) at the 64-bit limits, garbage, or a sane integer no
+    queue could hold (2^53-1: more than the keys on the server): with max_queued set, the
+    enqueue that meets it sets the hash aside and counts from 0 again (listed in garbled),
+    so producers are not refused for ever; the jobs are all stored and run."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        await q.set_max_queued(5)
+        await redis.hset(q._keys.backlog, field, value)
+        jobs = [await q.enqueue("echo", kwargs={"x": i}) for i in range(5)]
+        assert (await q.counts())["queued"] == 5
+        with pytest.raises(QueueFull):  # counted afresh: exactly 5, so full
+            await q.enqueue("echo", kwargs={"x": 6})
+        assert sum((await q.backlog()).values()) == 5
+        garbled = await redis.hgetall(q._keys.base + "garbled")
+        assert any(b"backlog" in k for k in garbled)
+        for r in await q.reserve(10):
+            await q.complete(r, r.kwargs["x"])
+        assert [await j.result(timeout=10) for j in jobs] == list(range(5))
+        assert await q.backlog() == {}
 
 
 @pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)

@@ -599,6 +599,10 @@ class StoreMachine(RuleBasedStateMachine):
         states = await check_invariants(self.redis, k)  # I1
         model = self.model
         assert states == {j: job.state for j, job in model.jobs.items()}, self.steps[-5:]
+        # the backlog's exact count (lib/core BL) after every step: the model's waiting jobs
+        backlog = sum((await self.queue.backlog()).values())
+        waiting = sum(job.state in ("queued", "scheduled") for job in model.jobs.values())
+        assert backlog == waiting, f"backlog counted {backlog}, model {waiting}: {self.steps[-5:]}"
         for job_id, job in model.jobs.items():
             a, m, tok = (text(v) for v in await self.redis.hmget(k.job(job_id), ["a", "m", "l"]))
             assert int(a) == job.a, f"{job_id}: attempts {a!r}, model {job.a}"

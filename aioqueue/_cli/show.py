@@ -50,6 +50,9 @@ async def info(app: App, args: argparse.Namespace) -> int:
                 **counts,
                 "paused": await q.is_paused(),
                 "max_queued": setting[0] if (setting := await q.max_queued()) else None,
+                # the exact count max_queued bounds, in total and per task ('*': past 100)
+                "backlog": sum((backlog := await q.backlog()).values()),
+                "backlog_tasks": backlog,
                 # the autoscaling signals: the backlog is "queued", and how long its head waits
                 "wait_s": await q.wait_time(),
                 "groups": len(await q.groups(limit=10_000)),

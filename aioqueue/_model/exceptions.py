@@ -143,7 +143,7 @@ class QueueFull(ServerError):
     this once that runs out.
 
     Attributes:
-        waiting: the jobs waiting when the call was refused.
+        waiting: the queue's backlog when the call was refused (``Queue.backlog()``).
         limit: the setting's maximum.
         wait: the seconds the setting lets a producer wait for room (0: none).
     """

@@ -18,6 +18,10 @@ slot::
     <prefix>:{<queue>}:seq          STRING counter for lease tokens and priority FIFO order
     <prefix>:{<queue>}:done         pub/sub channel: ids of awaited jobs as they finish
     <prefix>:{<queue>}:stats        HASH   counters: enqueued, completed, failed, retried, ...
+    <prefix>:{<queue>}:backlog      HASH   the exact count of queued and scheduled jobs: field
+                                           "t:<task>" (at most 100), the rest in "*" (lib/core)
+    <prefix>:{<queue>}:twait        ZSET   task -> the longest wait (ms) of its jobs started
+                                           since the last trend sample (lib/core, lib/trends)
     <prefix>:{<queue>}:tp           HASH   jobs completed / dead-lettered per minute, field
                                            "<c|f>:<minute>" (about two hours kept)
     <prefix>:{<queue>}:tr:m:<minute> HASH  trends of a minute (kept 61 minutes), tr:h:<hour> of
@@ -279,6 +283,15 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return self.base + "stats"
+
+    @property
+    def backlog(self) -> str:
+        return self.base + "backlog"
+
+    @property
+    def task_waits(self) -> str:
+        """The longest waits of the jobs started per task since the last trend sample."""
+        return self.base + "twait"
 
     def trend(self, res: str, bucket: int) -> str:
         """The trends of one bucket: ``res`` "m" (minute ``bucket`` of the epoch) or "h" (hour)."""

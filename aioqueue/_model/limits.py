@@ -26,3 +26,5 @@ MAX_STEPS_PER_JOB: Final = 1000
 #: the most lines, and bytes, a job's log keeps (``ctx.log``; joblog.lua): the oldest go first
 JOB_LOG_LINES: Final = 500
 JOB_LOG_BYTES: Final = 65536
+#: the tasks the backlog (``<base>backlog``) counts one by one; the rest together, as ``*``
+BACKLOG_TASKS: Final = 100

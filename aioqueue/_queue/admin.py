@@ -141,6 +141,14 @@ class QueueAdmin(QueueCore):
         ``"day"`` or ``"week"`` (kept in Redis in small per-bucket hashes that expire)."""
         return await trends(self._scripts, span)
 
+    async def backlog(self) -> dict[str, int]:
+        """The queue's backlog per task: its jobs queued (in any lane, or waiting aside on a
+        limiter) or scheduled (delayed, retries' backoff, durable waits), counted exactly by
+        the scripts that move them (the 100 first tasks by name, the rest under ``"*"``); the
+        total, ``sum(...values())``, is what ``max_queued`` bounds. Not counted: jobs
+        waiting for dependencies. See docs/flow-control.md#backpressure."""
+        return await self._scripts.backlog()
+
     async def finished_counts(self) -> dict[str, int]:
         """The jobs that ``jobs("completed")`` and ``jobs("cancelled")`` list: the sizes of
         their indexes (the most recent 100,000 of each whose records are kept)."""

@@ -272,8 +272,9 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
     async def set_max_queued(
         self, limit: int | None, *, wait: float | timedelta | None = None
     ) -> None:
-        """Backpressure: an enqueue that would take this queue past ``limit`` waiting jobs
-        (ready, and scheduled, and those of the call's groups) stores nothing and raises
+        """Backpressure: an enqueue that would take this queue's backlog (``backlog()``: its
+        jobs queued in any lane or group, waiting aside on a limiter, or scheduled; counted
+        exactly) past ``limit`` stores nothing and raises
         ``QueueFull``, after waiting up to ``wait`` seconds for room (backing off). Stored on
         the server, so every producer obeys it; ``None``: no limit (docs/flow-control.md)."""
         n = _count_arg(limit, "limit")

@@ -19,7 +19,9 @@ _MAX = 2**53
 @dataclass(frozen=True, slots=True)
 class TrendPoint:
     """One bucket: jobs completed and dead-lettered in it (of every task, or of one), and
-    the highest backlog (queued jobs) and wait (seconds) sampled in it (None: no sample)."""
+    the highest backlog (queued jobs) sampled in it and the wait (seconds; None: no sample).
+    Of the queue, the wait is the longest a worker's beat sampled (the head of its lanes);
+    of a task, the longest its jobs started in the bucket had waited since they were due."""
 
     start_ms: int
     completed: int
@@ -54,27 +56,50 @@ async def trends(scripts: QueueScripts, span: str) -> Trends:
     now = await scripts.server_ms() // ms
     buckets = list(range(now - n + 1, now + 1))
     rows = await scripts.trend_buckets(res, buckets)
-    per_task: dict[str, list[list[int]]] = {}
+    per_task: dict[str, list[list[int | None]]] = {}
     points = []
     for i, (b, row) in enumerate(zip(buckets, rows, strict=True)):
         done = failed = 0
         for raw, value in row.items():
             kind, sep, task = raw.decode(errors="replace").partition(":")
             count = _count(value)
-            if not sep or kind not in ("c", "f") or count is None:
+            if not sep or kind not in _KINDS or count is None:
                 continue
-            slot = per_task.setdefault(task, [[0, 0] for _ in buckets])[i]
-            slot[kind == "f"] += count
-            done, failed = (done + count, failed) if kind == "c" else (done, failed + count)
+            slot = per_task.setdefault(task, [[0, 0, None, None] for _ in buckets])[i]
+            slot[_KINDS[kind]] = count
+            if kind == "c":
+                done += count
+            elif kind == "f":
+                failed += count
         wait = _count(row.get(b"w"))
         points.append(
             TrendPoint(
                 b * ms, done, failed, _count(row.get(b"b")), None if wait is None else wait / 1000
             )
         )
-    busiest = sorted(per_task, key=lambda t: -sum(c + f for c, f in per_task[t]))[:MAX_TASKS]
+    # a task without a backlog field in a sampled bucket had none queued then
+    for slots in per_task.values():
+        for slot, point in zip(slots, points, strict=True):
+            if point.backlog is not None and slot[2] is None:
+                slot[2] = 0
+    busiest = sorted(per_task, key=lambda t: -sum(_busy(s) for s in per_task[t]))[:MAX_TASKS]
     tasks = {
-        t: tuple(TrendPoint(b * ms, c, f) for b, (c, f) in zip(buckets, per_task[t], strict=True))
+        t: tuple(_point(b * ms, s) for b, s in zip(buckets, per_task[t], strict=True))
         for t in sorted(busiest)
     }
     return Trends(span, tuple(points), tasks)
+
+
+#: a bucket's per-task fields: kind -> its place in a task's slot (completed, dead-lettered,
+#: the highest backlog sampled, the longest wait in ms of its jobs started in the bucket)
+_KINDS = {"c": 0, "f": 1, "b": 2, "w": 3}
+
+
+def _busy(slot: list[int | None]) -> int:
+    """How much a task did and waited in a bucket (the busiest tasks are listed)."""
+    return sum(v or 0 for v in slot[:3])
+
+
+def _point(start_ms: int, slot: list[int | None]) -> TrendPoint:
+    c, f, backlog, wait = slot
+    return TrendPoint(start_ms, c or 0, f or 0, backlog, None if wait is None else wait / 1000)

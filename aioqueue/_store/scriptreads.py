@@ -15,7 +15,7 @@ import redis.exceptions as rexc
 
 from .._model.exceptions import ServerRefused
 from .._model.keys import QueueKeys, aside_key
-from .._model.limits import CLAIMED_JOB_VALUES, JOB_LOG_LINES, MAX_JOBS_PER_CALL
+from .._model.limits import BACKLOG_TASKS, CLAIMED_JOB_VALUES, JOB_LOG_LINES, MAX_JOBS_PER_CALL
 from .._model.record import (
     Claimed,
     JobRecord,
@@ -221,13 +221,15 @@ class QueueReads:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.throughput)))
 
     async def trend_buckets(self, res: str, buckets: Sequence[int]) -> list[dict[bytes, bytes]]:
-        """The trend hashes of these buckets (lib/trends.lua), in one pipeline; a bucket of
-        the wrong type reads as empty."""
+        """The trend hashes of these buckets (lib/trends.lua), each with its per-task
+        samples' hash (``:t``), in one pipeline; a hash of the wrong type reads as empty."""
         pipe = self.client.pipeline(transaction=False)
         for b in buckets:
             pipe.hgetall(self.keys.trend(res, b))
+            pipe.hgetall(self.keys.trend(res, b) + ":t")  # the per-task samples
         rows = await self.read(pipe.execute(raise_on_error=False))
-        return [r if isinstance(r, dict) else {} for r in rows]
+        got = [r if isinstance(r, dict) else {} for r in rows]
+        return [{**got[i + 1], **got[i]} for i in range(0, len(got), 2)]
 
     async def finished_counts(self) -> tuple[int, int]:
         """Sizes of the completed and cancelled indexes (a listing's totals)."""
@@ -236,6 +238,24 @@ class QueueReads:
         pipe.zcard(self.keys.cancelled)
         done, cancelled = await self.read(pipe.execute())
         return int(done), int(cancelled)
+
+    async def backlog(self) -> dict[str, int]:
+        """The backlog's counts per task (lib/core.lua; "*": the tasks past the first 100),
+        tolerantly: a hash past its bound, of the wrong type, or a count that is not digits
+        is left out (the next enqueue with ``max_queued`` sets it aside)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.type(self.keys.backlog)
+        pipe.hlen(self.keys.backlog)
+        kind, n = await self.read(pipe.execute(raise_on_error=False))
+        if kind not in (b"hash", "hash") or not isinstance(n, int) or n > BACKLOG_TASKS + 1:
+            return {}
+        raw = cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.backlog)))
+        out: dict[str, int] = {}
+        for f, v in raw.items():
+            name = f.decode(errors="replace")
+            if v.isdigit() and (name == "*" or name.startswith("t:")):
+                out[name if name == "*" else name[2:]] = int(v)
+        return out
 
     async def group_settings(self) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[bytes]]:
         """gconf, gactive and the groups in gwait (bounded by configured and running groups)."""

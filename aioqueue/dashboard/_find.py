@@ -121,10 +121,11 @@ async def trends(request: Request) -> Response:
         "completed": bars(rows, 1, "completed", f"completed per {unit}", fmt),
         "failed": bars(rows, 2, "failed", f"dead-lettered per {unit}", fmt),
     }
-    if not task:
-        gauges = [(p.start_ms, p.backlog or 0, round((p.wait or 0) * 1000)) for p in points]
-        charts["backlog"] = bars(gauges, 1, "backlog", f"highest backlog per {unit}", fmt)
-        charts["wait"] = bars(gauges, 2, "wait", f"longest wait (ms) per {unit}", fmt)
+    # a task's backlog and wait too: its count sampled by the workers' beats, and the
+    # longest wait of its jobs started in the bucket (lib/trends.lua)
+    gauges = [(p.start_ms, p.backlog or 0, round((p.wait or 0) * 1000)) for p in points]
+    charts["backlog"] = bars(gauges, 1, "backlog", f"highest backlog per {unit}", fmt)
+    charts["wait"] = bars(gauges, 2, "wait", f"longest wait (ms) per {unit}", fmt)
     ctx = {
         "qname": name,
         "span": span,
@@ -135,16 +136,19 @@ async def trends(request: Request) -> Response:
         "charts": charts,
         "tasks": [_task_row(k, v) for k, v in t.tasks.items()],
         "shown": _task_row(task, points),
-        "latest": _latest(t.points),
+        "latest": _latest(points),
     }
     return d.render(request, "trends.html", ctx)
 
 
 def _task_row(task: str, points: tuple[TrendPoint, ...]) -> dict[str, Any]:
+    waits = [p.wait for p in points if p.wait is not None]
     return {
         "task": task,
         "completed": sum(p.completed for p in points),
         "failed": sum(p.failed for p in points),
+        "backlog": _latest(points)["backlog"],
+        "wait": f"{max(waits):.1f}s" if waits else "-",
     }
 
 

@@ -15,8 +15,8 @@
   put back in it, so a retried enqueue never answers success for a lost job. A call whose
   caller's ACL refuses a key a job would write (its record, group lane, unique lock or batch;
   the event stream) is refused (NOPERM) before any write. Backpressure: with qconf maxq set, a
-  call whose new jobs would take the waiting jobs (ready, prio, scheduled, and the lanes of
-  the call's groups) past maxq stores nothing and answers the error "QUEUEFULL <waiting>
+  call whose new jobs would take the queue's backlog (its exact count of queued and
+  scheduled jobs, in every lane: lib/core) past maxq stores nothing and answers the error "QUEUEFULL <waiting>
   <maxq> <wait ms>" (maxq_wait: how long producers wait for room; all or nothing), counted in
   stats (refused). The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
@@ -126,17 +126,14 @@ if redis.acl_check_cmd and not (lone and not events_on()) then
   end
 end
 
--- backpressure (qconf maxq): counted with O(1) reads per lane, the jobs of the call that are
--- new (a retried enqueue of stored jobs is never refused), before any write: all or nothing
+-- backpressure (qconf maxq): the backlog's exact count (lib/core: every lane, every group,
+-- scheduled, waiting aside on limits; O(1)) and the jobs of the call that are new (a retried
+-- enqueue of stored jobs is never refused), before any write: all or nothing
 local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
 if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
-  local waiting = call('LLEN', K_READY) + call('ZCARD', K_PRIO) + call('ZCARD', K_SCHED)
-  local new, lanes = 0, {}
+  local waiting = BL.total()
+  local new = 0
   for _, run in ipairs(runs) do
-    if run.g ~= '' and not lanes[run.g] then
-      lanes[run.g] = true
-      waiting = waiting + call('ZCARD', lane_key(run.g))
-    end
     for p = run.first, run.first + (run.k - 1) * run.step, run.step do
       if call('EXISTS', job_key(ARGV[p])) == 0 then new = new + 1 end
     end
@@ -148,6 +145,7 @@ if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
   end
 end
 
+local new_tasks, new_counts = {}, {}
 for _, run in ipairs(runs) do
   local task, m, delay, at = run.task, run.m, run.delay, run.at
   local pr, g, bid, bhome, opts = run.pr, run.g, run.bid, run.bhome, run.opts
@@ -207,6 +205,7 @@ for _, run in ipairs(runs) do
       end
       if bid ~= '' and bhome == '' then batch_add(bid, id) end
       added = added + 1
+      BL.note(new_tasks, new_counts, task, 1)
       emit_add('enqueued', id, task, 0, nil, state == 'scheduled' and due or nil)
     end
   end
@@ -216,7 +215,10 @@ for i = 1, #plain, MAX_JOBS_PER_CALL do
   call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
 end
 if #plain > 0 then join_ring('') end
-if added > 0 then call('HINCRBY', K_STATS, 'enqueued', added) end
+if added > 0 then
+  call('HINCRBY', K_STATS, 'enqueued', added)
+  BL.many(new_tasks, new_counts)
+end
 if added > 0 or runnable > 0 or scheduled then
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake
   -- token for the jobs left over, and for a delayed job that may fall due before an idle

@@ -55,9 +55,10 @@ end
 local done, skipped = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk', 'xk', 'dd')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'b', 'uk', 'xk', 'dd', 't')
   local s = r[1]
   if s and allowed[s] then
+    if s == 'queued' or s == 'scheduled' then BL.count(r[8], -1) end
     if s == 'queued' then
       if r[2] then
         call('ZREM', lane_key(r[2]), id)

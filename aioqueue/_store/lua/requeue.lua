@@ -10,13 +10,14 @@ local done, skipped = 0, 0
 for i = 2, #ARGV do
   local id = ARGV[i]
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'pr', 'g', 'xk')
+  local r = call('HMGET', jk, 's', 'pr', 'g', 'xk', 't')
   if r[1] == 'failed' then
     call('ZREM', K_DEAD, id)
     call('PERSIST', jk)
     follow_record(id, r[4], -1)
     call('HDEL', jk, 'e', 'f', 'due', 'x')
     call('HSET', jk, 's', 'queued', 'a', 0)
+    BL.count(r[5], 1)
     push_ready(id, r[2], false, r[3])
     emit_job('requeued', id, jk)
     done = done + 1

@@ -44,6 +44,7 @@ else
   push_ready(id, pr, false, '')
 end
 call('HINCRBY', K_STATS, 'enqueued', 1)
+BL.count(ARGV[7], 1)
 emit('enqueued', id, ARGV[7], 0, nil, nil, due > now and due or nil)
 wake()
 return {now, 1}

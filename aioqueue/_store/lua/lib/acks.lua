@@ -23,6 +23,7 @@ end
 
 -- a job given back (retry, release): runnable after delay ms (0: now), by the server's clock
 local function requeue(id, jk, delay, now, pr, g, front)
+  BL.count(call('HGET', jk, 't'), 1)
   if delay > 0 then
     call('HSET', jk, 's', 'scheduled', 'due', now + delay)
     call('ZADD', K_SCHED, now + delay, id)

@@ -76,6 +76,7 @@ local function batch_maybe_finish(bid, now)
     if call('HGET', ck, 's') == 'waiting' then
       if state == 'completed' then
         call('HSET', ck, 's', 'queued')
+        BL.count(call('HGET', ck, 't'), 1)
         push_ready(b[7], call('HGET', ck, 'pr'), false, call('HGET', ck, 'g'))
         wake()
       elseif cancel_waiting(b[7], ck, now, count_of(b[9]) or 0,

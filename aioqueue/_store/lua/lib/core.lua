@@ -60,6 +60,8 @@ local MAX_STEPS_PER_JOB = 1000
 -- the most lines, and bytes, a job's log keeps: the oldest are dropped (joblog.lua)
 local JOB_LOG_LINES = 500
 local JOB_LOG_BYTES = 65536
+-- the tasks the backlog counts one by one (base.."backlog"; the rest together, field '*')
+local BACKLOG_TASKS = 100
 
 -- a number read from a record that anyone with write access could have garbled: nil, NaN and
 -- infinities become the default
@@ -385,4 +387,94 @@ local function renew_leases(out, lease, now, at, n)
     end
   end
   if earliest and now + lease < earliest then wake() end
+end
+
+-- ------------------------------------------------------------------ the backlog count
+--[[ base.."backlog" HASH: the queue's queued jobs, counted exactly by the scripts that move a
+  job into or out of the counted states: a record in state queued (ready in any lane, the
+  default, priority or a group's; or waiting aside on a limiter) or scheduled (delayed, a
+  retry's backoff, a durable wait's timeout). Not counted: waiting (for dependencies, a batch's
+  callback: released by other jobs' outcomes, never by a producer), active and the ends.
+  Field 't:'..task -> its count (a count that falls to 0 is dropped); at most BACKLOG_TASKS
+  such fields, later tasks counted in '*'; the total is the sum (backlog_total). A decrement
+  that finds less in its task's field takes the rest from '*' (the task was counted there
+  while the hash was full), never below 0. Read by enqueue for max_queued, by info, the
+  exporter and the worker's beat (per-task trends). ]]
+-- (one table, not locals: a script has at most 200 locals, and the library is near it)
+local BL = {}
+
+-- count delta jobs of task (nil: '') into (delta > 0) or out of (delta < 0) the backlog
+function BL.count(task, delta)
+  if delta == 0 then return end
+  local key = BASE .. 'backlog'
+  local f = 't:' .. (task or '')
+  local n = call('HINCRBY', key, f, delta)
+  if delta > 0 then
+    if n == delta and call('HLEN', key) > BACKLOG_TASKS then
+      call('HDEL', key, f)
+      call('HINCRBY', key, '*', delta)
+    end
+    return
+  end
+  if n > 0 then return end
+  call('HDEL', key, f)
+  if n < 0 and call('HINCRBY', key, '*', n) <= 0 then call('HDEL', key, '*') end
+end
+
+-- count many at once: tasks in order of first sight, counts task -> delta
+function BL.many(tasks, counts)
+  for _, t in ipairs(tasks) do BL.count(t, counts[t]) end
+end
+
+-- note one job of task into tasks/counts (for backlog_many)
+function BL.note(tasks, counts, task, delta)
+  task = task or ''
+  if not counts[task] then
+    tasks[#tasks + 1] = task
+    counts[task] = 0
+  end
+  counts[task] = counts[task] + delta
+end
+
+-- the longest waits (ms from due to start) of the jobs of tasks (in order) started now, waits:
+-- task -> ms; kept per task until the next trend sample (base.."twait", a ZSET task -> the
+-- longest, ZADD GT: one command per task; at most BACKLOG_TASKS tasks, the rest as '*'). A
+-- task new there renews its TTL (2 minutes: a worker's beat samples it every 20 s; without
+-- workers, it goes)
+function BL.waited(tasks, waits)
+  local key = BASE .. 'twait'
+  for _, t in ipairs(tasks) do
+    local w = waits[t]
+    if w and call('ZADD', key, 'GT', w, t) == 1 then
+      call('PEXPIRE', key, 120000)
+      if call('ZCARD', key) > BACKLOG_TASKS then
+        call('ZREM', key, t)
+        call('ZADD', key, 'GT', w, '*')
+      end
+    end
+  end
+end
+
+-- the queue's backlog: the sum of its counts (O(BACKLOG_TASKS)). A hash that cannot be one
+-- (the wrong type, more fields than the bound, a sum above the keys the server holds: every
+-- counted job has a record) is set aside and counting restarts from 0 (I9)
+function BL.total()
+  local key = BASE .. 'backlog'
+  local n = call('HLEN', key)
+  local total = 0
+  if n <= BACKLOG_TASKS + 1 then
+    local kv = call('HGETALL', key)  -- (HGETALL: the least-privilege ACL has no HVALS)
+    for i = 2, #kv, 2 do
+      local c = count_of(kv[i])
+      if not c then total = -1 break end
+      total = total + c
+    end
+  end
+  -- (DBSIZE, which that ACL does not grant either, is skipped when refused)
+  local keys = redis.pcall('DBSIZE')
+  if n > BACKLOG_TASKS + 1 or total < 0 or (type(keys) == 'number' and total > keys) then
+    set_aside(key, 'not a count of the backlog')
+    return 0
+  end
+  return total
 end

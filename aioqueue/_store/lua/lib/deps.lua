@@ -76,9 +76,11 @@ function DQ.unwait(ids)
   wake()
 end
 
--- job id (record jk, its fields r = s, dp, pr, g, dt) has no dependency left: runnable now
+-- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
+-- now (counted into the backlog)
 local function dep_release(id, jk, r)
   call('HSET', jk, 's', 'queued')
+  BL.count(r[6], 1)
   push_ready(id, r[3], false, r[4])
   local rel = DQS.released
   if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
@@ -115,7 +117,7 @@ local function dep_met(id, dep, ok, now)
   end
   local left = call('SCARD', wk)
   if ok and left > 0 then return end
-  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt')
+  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't')
   if r[1] ~= 'waiting' then return end
   if not ok and r[2] ~= 'run' then
     call('DEL', wk)
@@ -265,6 +267,6 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   if failed or left == 0 then DQ.flush() end
   if failed then dep_met(id, failed, false, now)
   elseif left == 0 then
-    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt'))
+    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't'))
   end
 end

@@ -157,9 +157,10 @@ local CANCELLED_BEFORE = cjson.encode({type = 'Cancelled', message = 'cancelled 
 -- once (see leave_lane) and records why (err, JSON; default CANCELLED_BEFORE); returns true
 -- if it was cancelled
 local function cancel_waiting(id, jk, now, ttl, err)
-  local r = call('HMGET', jk, 's', 'g', 'pr', 'uk', 'xk')
+  local r = call('HMGET', jk, 's', 'g', 'pr', 'uk', 'xk', 't')
   local s = r[1]
   if s ~= 'queued' and s ~= 'scheduled' and s ~= 'waiting' then return false end
+  if s ~= 'waiting' then BL.count(r[6], -1) end
   unlock(id, r[4])
   call('HSET', jk, 's', 'cancelled', 'f', now, 'e', err or CANCELLED_BEFORE)
   call('ZREM', K_SCHED, id)

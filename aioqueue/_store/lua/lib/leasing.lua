@@ -159,17 +159,23 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   local taken = 0
   -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
   local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
+  -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task
+  local gone_tasks, gone = {}, {}
+  local waits = {}  -- task -> the longest wait of its jobs started here (ms since due)
   for i, id in ipairs(got) do
     local jk = job_key(id)
-    local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk')
+    local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk', 'ct', 'due')
     local a, m = attempts_of(r[2], r[6])
+    if r[1] == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then
       call('HINCRBY', K_STATS, 'failed', 1)
     elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
       unlock(id, r[7])  -- expired: recorded, not leased
     elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
-      -- not leased: it waits for its limits (lib/limiters), or they were garbage
+      -- not leased: it waits for its limits (lib/limiters), still in the backlog, or they
+      -- were garbage (dead-lettered)
+      if call('HGET', jk, 's') == 'queued' then BL.note(gone_tasks, gone, r[3], 1) end
     elseif r[1] == 'queued' then
       seq = seq + 1
       taken = taken + 1
@@ -194,6 +200,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
         h.lims = nil
       end
       emit_add('started', id, r[3], a, h.wid)
+      local since = now - math.max(num(r[8], now), num(r[9], 0))
+      if since > (waits[r[3] or ''] or -1) then waits[r[3] or ''] = since end
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = id
       local n = #out
@@ -207,6 +215,8 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     end
   end
   emit_flush()
+  BL.many(gone_tasks, gone)
+  BL.waited(gone_tasks, waits)
   if h.seq then h.seq = seq end
   return taken
 end

@@ -18,7 +18,7 @@ local SPREAD_MS, SPREAD_STEPS = 100, 50
 -- declared dead). Returns 'dead', 'cancelled', 'queued' or nil (it was not active)
 local function recover_job(id, now, dead_ttl, unstarted, k, why)
   local jk = job_key(id)
-  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf', 'uk', 'o')
+  local r = call('HMGET', jk, 's', 'a', 'm', 'pr', 'g', 'x', 'wk', 'rf', 'uk', 'o', 't')
   if dead_if_corrupt(id, jk, r[1], now, dead_ttl) then return 'dead' end
   if r[1] ~= 'active' then return nil end
   unhold(r[7], id)
@@ -46,6 +46,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
       message = 'lease expired on attempt ' .. a .. ' of ' .. m .. ' (worker lost)'}), dead_ttl)
     return 'dead'
   end
+  BL.count(r[11], 1)
   if k > 0 then
     -- rc: when it falls due it goes to the front of its lane, as the first one does now
     local due = now + math.min(k, SPREAD_STEPS) * SPREAD_MS
