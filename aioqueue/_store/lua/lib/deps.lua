@@ -11,7 +11,7 @@
   The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
   members), dt retention ms of a cancelled or dead end (0 for good). The dependency's
   record: dd (set once it has dependents; read by batch_outcome).
-  Bounded work (I13): one script call tells at most DEPS_BUDGET dependents; the rest of a
+  Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
   dependency's dependents are handed on through the outbox (a continuation entry, "\0c"),
   and so is a dependent on another queue ("\0d"); the forwarder (_leases.forward_outbox)
   applies them with deps.lua 'more' and 'met'.
@@ -22,16 +22,12 @@
   Needs: core, lanes (push_ready, cancel_waiting), batches (batch_outcome, and deps_outcome,
   declared there and defined here), deadletter (to_dead). ]]
 
-local DEPS_BUDGET = 1000
-local deps_budget = DEPS_BUDGET -- per call
+local deps_budget = 1000 -- per call
 local K_WAITING = BASE .. 'waiting'
 
-local function deps_key(id) return BASE .. 'deps:' .. id end
-local function dependents_key(id) return BASE .. 'dependents:' .. id end
-
--- the writes a call holds back to make them together (one table: a script's main function
--- has at most 200 locals). DQS.pending: what a call stores for many waiting jobs, held until
--- DQ.flush (nil: written at once): seen, the dependencies registered with in this call
+-- the writes a call holds back to make them together, and helpers (one table: a script's
+-- main function has at most 200 locals). DQS.pending: what a call stores for many waiting
+-- jobs, held until DQ.flush (nil: written at once): seen, the dependencies registered with in this call
 -- (their state read once); adds, their new dependents; order, the order they came; waiting,
 -- the index's (score, id) pairs. DQS.released: the jobs a dependency's outcome released
 -- (while deps_outcome tells its dependents: they leave the index and their sets together;
@@ -41,6 +37,9 @@ local DQ = {}
 -- call, and a call that failed midway must not leave writes held back for the next)
 local DQS = {} -- per call
 
+local function deps_key(id) return BASE .. 'deps:' .. id end
+function DQ.dependents_key(id) return BASE .. 'dependents:' .. id end
+
 function DQ.begin() DQS.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
 
 -- write what DQ.begin held back (before anything reads it); stop: hold back no more
@@ -49,12 +48,12 @@ function DQ.flush(stop)
   if not p then return end
   DQS.pending = nil
   if not stop then DQ.begin() end
-  for _, own in ipairs(p.order) do call('SADD', dependents_key(own), unpack(p.adds[own])) end
+  for _, own in ipairs(p.order) do call('SADD', DQ.dependents_key(own), unpack(p.adds[own])) end
   if #p.waiting > 0 then call('ZADD', K_WAITING, unpack(p.waiting)) end
 end
 
 -- an outbox entry of length-prefixed fields (binary-safe, as batch outcomes go)
-local function to_outbox(fields)
+function DQ.to_outbox(fields)
   local rec = {}
   for _, f in ipairs(fields) do rec[#rec + 1] = #f .. ':' .. f end
   call('RPUSH', BASE .. 'outbox', table.concat(rec))
@@ -141,7 +140,7 @@ end
 -- deps_budget of them in this call; the others (and those on other queues) go through the
 -- outbox. Returns true when something went to the outbox
 deps_outcome = function(id, ok, now)
-  local dk = dependents_key(id)
+  local dk = DQ.dependents_key(id)
   local flag = ok and '1' or '0'
   local forwarded = false
   local more = true
@@ -157,7 +156,7 @@ deps_outcome = function(id, ok, now)
       local own = own_id(m)
       if own then dep_met(own, me, ok, now)
       else
-        to_outbox({'\0d', m, me, flag})
+        DQ.to_outbox({'\0d', m, me, flag})
         forwarded = true
       end
     end
@@ -166,7 +165,7 @@ deps_outcome = function(id, ok, now)
     DQ.unwait(mine)
   end
   if more and call('EXISTS', dk) == 1 then
-    to_outbox({'\0c', BASE .. id, flag})
+    DQ.to_outbox({'\0c', BASE .. id, flag})
     forwarded = true
   end
   return forwarded
@@ -195,7 +194,7 @@ local function dep_register(id, member)
     p.adds[id] = {member}
     p.order[#p.order + 1] = id
   else
-    call('SADD', dependents_key(id), member)
+    call('SADD', DQ.dependents_key(id), member)
   end
   return 'w'
 end
