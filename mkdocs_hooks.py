@@ -46,8 +46,23 @@ SECTIONS = {
 
 #: public attributes that are internals, left out of the reference (mkdocs.yml's ``filters``,
 #: checked by tests/test_doc_site.py): the App's client and result waiter, a task's codecs, the
-#: schedules' declaration hook of the App's decorators
-HIDDEN = ("redis", "result_waiter", "args_decoder", "result_converter", "declare")
+#: schedules' declaration hook of the App's decorators; a queue's door to its keys and its
+#: enqueue coalescer, what a Job handle asks of its queue, a task's record builder, the
+#: queue that made a reservation (the collaborators' public faces instead of reads of
+#: private attributes, issue 25)
+HIDDEN = (
+    "redis",
+    "result_waiter",
+    "args_decoder",
+    "result_converter",
+    "declare",
+    "door",
+    "coalescer",
+    "job_state",
+    "wait_result",
+    "builder",
+    "made_by",
+)
 
 #: the public modules besides ``aioqueue`` whose ``__all__`` the reference documents
 MODULES = (

@@ -153,7 +153,7 @@ class Ctx:
         return [(c.id, c.token) for c in res.jobs]
 
     def run(self, name: str, args: list[Any], keys: list[str] | None = None) -> Awaitable[Any]:
-        return self.s._run(name, args, keys or [])
+        return self.s.run(name, args, keys or [])
 
 
 Row = Callable[[Ctx], Awaitable[Awaitable[Any]]]

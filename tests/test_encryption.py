@@ -373,7 +373,7 @@ async def test_rekey_does_not_clobber_a_record_changed_meanwhile(
         key = q._keys.job(job.id)
         stored = await redis.hget(key, "p")
         sub = f"job:{job.id}"
-        run = q._scripts._run
+        run = q._scripts.run
         base = q._scripts.base
         res = await run("rekey", (base, sub, 1, "p", b"not what is stored", b"NEW"))
         assert list(res) == [0, 1]

@@ -15,29 +15,8 @@ PKG = Path(aioqueue.__file__).resolve().parent
 # reads of another object's private attribute, per module, still left (to be passed in or
 # made public where they belong): the ceiling per module, which may only come down
 PRIVATE_READS_LEFT: dict[str, int] = {
-    # Queue's door, keys, blob store and cancel (no public face yet: house-low); Task's record
-    # builders (_template, _record, _sig), shared by the three producers
-    "_app/batch.py": 27,
-    "_app/context.py": 1,  # Queue._scripts
-    # Queue._scripts/_put_blobs (6), Task._sig (1), ScheduleInfo._of, its own constructor (2)
-    "_app/schedules.py": 9,
-    # Task's record builders (6); SyncJob asks its SyncClient's door (3); BlockingScripts._run
-    "_app/sync.py": 10,
-    "_app/task.py": 4,  # Queue._enqueue/_enqueue_run (2), BoundTask calls its Task's (2)
-    "_cli/admin.py": 1,  # Queue._scripts
     "_cli/main.py": 1,  # argparse's parser._actions: no public way to list a parser's options
     "_cli/supervisor.py": 1,  # the same
-    "_model/job.py": 2,
-    "_model/signing.py": 4,
-    "_queue/leases.py": 3,
-    "_queue/payloads.py": 1,
-    "_queue/pull.py": 2,
-    "_queue/rekey.py": 5,
-    "_queue/sharded.py": 4,
-    "_queue/tasktable.py": 2,
-    "_queue/unique.py": 4,
-    "_store/embedded.py": 1,
-    "_worker/loops.py": 2,  # Queue._scripts (the task table)
 }
 
 

@@ -176,31 +176,20 @@ def knots(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-# modules still in a cycle inside their folder through type-only imports (a face and the
-# object that holds it; to be cut by composition: issue 25);
+# modules still in a cycle inside their folder through type-only imports (issue 25: the
+# rest were cut by typing against Protocols from below: _queue/owner.py, _app/owners.py);
 # this set may only shrink
 TYPE_KNOTS_LEFT: set[str] = {
+    # the public pair App <-> JobContext: App.middleware takes functions of a JobContext
+    # (through hooks.Middleware), and JobContext.app is the App (``ctx.app.queue(...)`` stays
+    # typed for users); a Protocol on either side would narrow a user-facing type
     "_app.app",
-    "_app.batch",
     "_app.context",
     "_app.hooks",
-    "_app.lifecycle",
-    "_app.scheddecl",
-    "_app.schedules",
-    "_app.sync",
+    # the public pair Task <-> Call: Task.call makes a Call, Call.then and Chain.then take a
+    # Task (a Protocol there would show an internal name in the API reference's signatures)
+    "_app.batch",
     "_app.task",
-    "_app.taskdecl",  # @app.task's registration, moved out of _app.app (issue 25)
-    "_queue.admin",
-    "_queue.core",
-    "_queue.events",
-    "_queue.leases",
-    "_queue.owner",
-    "_queue.payloads",
-    "_queue.pull",
-    "_queue.queue",
-    "_queue.rekey",
-    "_queue.tasktable",
-    "_queue.unique",
 }
 
 

@@ -18,18 +18,21 @@ from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, T
 
 from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, FailurePolicy
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
+from .._model.claimcheck import put_blobs
 from .._model.exceptions import BatchCancelled, BatchFailed, BatchNotFound, ConfigurationError
 from .._model.job import Job
 from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions, JobRecord, Template
+from .._queue.queue import cancel_ids
 from .._store.loader import ScriptCall
+from .owners import BatchOwner
 
 if TYPE_CHECKING:
-    from .._queue.owner import QueueOwner
+    from .._queue.owner import OwnedQueue, QueueOwner
     from .._queue.queue import Queue
-    from .app import App
     from .task import Task
+
 
 R = TypeVar("R")
 R2 = TypeVar("R2")
@@ -43,9 +46,13 @@ class Call(Generic[R]):
     __slots__ = ("args", "kwargs", "opts", "task")
 
     def __init__(
-        self, task: Task[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any], opts: JobOptions
+        self,
+        task: Task[Any, R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        opts: JobOptions,
     ) -> None:
-        task._sig.check(args, kwargs)
+        task.builder.sig.check(args, kwargs)
         self.task = task
         self.args = args
         self.kwargs = kwargs
@@ -123,7 +130,7 @@ class Chain(Generic[R]):
             callback = _as_callback(
                 app, calls[k + 1], ids[k + 1], home, bids[k], chain=True, then=nxt
             )
-            scripts = home._scripts
+            scripts = home.door
             pipeline.append(
                 scripts.batch_open_call(bids[k], "fail", ttl_ms, "", None, None, callback)
             )
@@ -134,12 +141,12 @@ class Chain(Generic[R]):
                 # step k, stored by the link before, is this link's one sub-job
                 member = ids[k]
                 if homes[k] is not home:
-                    member = homes[k]._keys.base + member
+                    member = homes[k].door.keys.base + member
                 pipeline.append(scripts.batch_add_call(bids[k], [member]))
             pipeline.append(scripts.batch_seal_call(bids[k]))
         for q, job_id in zip(homes, ids, strict=True):
-            await q._put_blobs((job_id,))
-        await homes[-1]._scripts.run_many(pipeline)
+            await put_blobs(q.app.codec.claim, q.name, (job_id,))
+        await homes[-1].door.run_many(pipeline)
         return Job(homes[-1], ids[-1])
 
 
@@ -173,7 +180,7 @@ class Batch(Generic[R]):
         opts = await _batch_opts(self)
         jobs, pipeline = _plan(self, list(calls), opts)
         await _put_blobs(self.queue.app, jobs)
-        await self.queue._scripts.run_many(pipeline)
+        await self.queue.door.run_many(pipeline)
         return jobs
 
     async def seal(self) -> None:
@@ -182,7 +189,7 @@ class Batch(Generic[R]):
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
-        if not await self.queue._scripts.batch_seal(self.id):
+        if not await self.queue.door.batch_seal(self.id):
             raise BatchNotFound(self.id)
 
     async def cancel(self) -> int:
@@ -192,11 +199,11 @@ class Batch(Generic[R]):
         Raises:
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
-        n = await self.queue._scripts.batch_cancel(self.id)
+        n = await self.queue.door.batch_cancel(self.id)
         if n is None:
             raise BatchNotFound(self.id)
         for queue, ids in (await self._foreign_members()).items():
-            n += await queue._cancel(ids)
+            n += await cancel_ids(queue, ids)
         return n
 
     async def info(self) -> BatchInfo:
@@ -206,7 +213,7 @@ class Batch(Generic[R]):
             BatchNotFound: no such batch (never created, or its retention ran out).
         """
         fields = ("s", "total", "done", "failed", "sealed")
-        raw = await self.queue._scripts.batch_fields(self.id, fields)
+        raw = await self.queue.door.batch_fields(self.id, fields)
         if raw[0] is None:
             raise BatchNotFound(self.id)
         return BatchInfo(
@@ -230,7 +237,7 @@ class Batch(Generic[R]):
         q = self.queue
 
         async def check() -> tuple[bool, BatchInfo | None]:
-            state, _, _ = await q._scripts.watch(self.id, register=True, kind="batch")
+            state, _, _ = await q.door.watch(self.id, register=True, kind="batch")
             if not state:
                 raise BatchNotFound(self.id)
             if state == BatchState.OPEN:
@@ -243,7 +250,7 @@ class Batch(Generic[R]):
             return True, info
 
         waiter = q.app.result_waiter
-        channel = q._keys.done_channel
+        channel = q.door.keys.done_channel
         info = await waiter.wait(
             channel, f"batch:{self.id}", check, to_seconds(timeout), f"batch {self.id!r}"
         )
@@ -260,12 +267,12 @@ class Batch(Generic[R]):
         """
         q = self.queue
         codec = q.app.codec
-        members = await q._scripts.batch_members(self.id)
+        members = await q.door.batch_members(self.id)
         if not members:
-            if (await q._scripts.batch_fields(self.id, ("s",)))[0] is None:
+            if (await q.door.batch_fields(self.id, ("s",)))[0] is None:
                 raise BatchNotFound(self.id)
             return []
-        res, err = await q._scripts.batch_outcomes(self.id, members)
+        res, err = await q.door.batch_outcomes(self.id, members)
         bound = (q.name, self.id)  # a member's result must have been made for this batch
         out = []
         for m, r, e in zip(members, res, err, strict=True):
@@ -280,10 +287,10 @@ class Batch(Generic[R]):
                 out.append(BatchItem(job, False, None, codec.load_error(e)))
         return out
 
-    async def _foreign_members(self) -> dict[Queue, list[str]]:
+    async def _foreign_members(self) -> dict[OwnedQueue, list[str]]:
         q = self.queue
-        members = await q._scripts.batch_members(self.id)
-        out: dict[Queue, list[str]] = {}
+        members = await q.door.batch_members(self.id)
+        out: dict[OwnedQueue, list[str]] = {}
         for m in members:
             elsewhere = split_queue_member(q.app.prefix, m.decode())
             if elsewhere is not None and elsewhere[0] != q.name:
@@ -303,11 +310,11 @@ def _member_job(home: Queue, member: str) -> Job[Any]:
 async def _put_blobs(app: QueueOwner, jobs: Iterable[Job[Any]]) -> None:
     """Put the claim-checked payloads of sub-jobs before their records (``_claimcheck.py``)."""
     for job in jobs:
-        await app.queue(job.queue)._put_blobs((job.id,))
+        await put_blobs(app.codec.claim, job.queue, (job.id,))
 
 
 async def _batch_opts(batch: Batch[Any]) -> dict[str, Any]:
-    raw = await batch.queue._scripts.batch_fields(batch.id, ("grp", "pri"))
+    raw = await batch.queue.door.batch_fields(batch.id, ("grp", "pri"))
     return {
         "group": raw[0].decode() if raw[0] else None,
         "priority": int(raw[1]) if raw[1] else None,
@@ -340,7 +347,7 @@ def _plan(
             )
         # sub-jobs of one task and options share one template: the enqueue calls send it
         # once per run of them
-        t = call.task._template(o)
+        t = call.task.builder.template(o)
         key = (t, queue is home)
         template = templates.get(key)
         if template is None:
@@ -359,9 +366,9 @@ def _plan(
                 batch_queue="" if queue is home else home.name,
                 options=options,
             )
-        rec = call.task._record(o, call.args, call.kwargs, queue.name, template)
+        rec = call.task.builder.record(o, call.args, call.kwargs, queue.name, template)
         if queue is not home:
-            members.append(queue._keys.base + rec.id)
+            members.append(queue.door.keys.base + rec.id)
             foreign = True
         else:
             members.append(rec.id)
@@ -374,14 +381,14 @@ def _plan(
         # sub-job then finds it counted already)
         for i in range(0, len(members), MAX_JOBS_PER_CALL):
             chunk = members[i : i + MAX_JOBS_PER_CALL]
-            pipeline.append(home._scripts.batch_add_call(batch.id, chunk))
+            pipeline.append(home.door.batch_add_call(batch.id, chunk))
     for name, records in by_queue.items():
-        pipeline += app.queue(name)._scripts.enqueue_calls(records)
+        pipeline += app.queue(name).door.enqueue_calls(records)
     return jobs, pipeline
 
 
 async def open_batch(
-    app: App,
+    app: BatchOwner,
     calls: Iterable[Call[Any]] | None,
     *,
     on_complete: Call[R] | None,
@@ -429,14 +436,14 @@ async def open_batch(
         callback_record = rec = _as_callback(app, on_complete, None, home, bid)
         callback = Job(home, rec.id)
     batch: Batch[R] = Batch(home, bid, callback)
-    scripts = home._scripts
+    scripts = home.door
     pipeline = [
         scripts.batch_open_call(
             bid, on_failure, ttl_ms, own_group or "", concurrency, priority, callback_record
         )
     ]
     if callback_record is not None:
-        await home._put_blobs((callback_record.id,))
+        await put_blobs(app.codec.claim, home.name, (callback_record.id,))
     if calls is not None:
         opts = {"group": own_group, "priority": priority}
         members, more = _plan(batch, list(calls), opts)
@@ -448,7 +455,7 @@ async def open_batch(
 
 
 def _as_callback(
-    app: App,
+    app: BatchOwner,
     call: Call[Any],
     job_id: str | None,
     home: Queue,
@@ -463,7 +470,7 @@ def _as_callback(
     queue), which counts this callback as its sub-job. The record is built once its options
     are final: with signing on, they are signed together with its payload."""
     task, opts = call.task, call.opts
-    t = task._template(opts)
+    t = task.builder.template(opts)
     options = {**app.codec.load_options(t.options), "batch": bid, "bq": home.name}
     if chain:
         options["chain"] = 1
@@ -474,4 +481,4 @@ def _as_callback(
         options.update(app.codec.member_options(nxt_home.name, nxt_bid))
         template = dataclasses.replace(template, batch=nxt_bid, batch_queue=batch_queue)
     template = dataclasses.replace(template, options=app.codec.dump_options(options))
-    return task._record(opts, call.args, call.kwargs, home.name, template, job_id)
+    return task.builder.record(opts, call.args, call.kwargs, home.name, template, job_id)

@@ -128,7 +128,7 @@ class JobContext:
         return await durable_wait(self._scripts(), self.app, self._where(), self.run, timeout, key)
 
     def _scripts(self) -> QueueScripts:
-        return self.app.queue(self.queue)._scripts
+        return self.app.queue(self.queue).door
 
     def _where(self) -> tuple[str, str, str]:
         return (self.queue, self.id, self.task)

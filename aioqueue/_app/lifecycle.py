@@ -22,7 +22,7 @@ from .results import ResultWaiter
 from .sync import SyncClient
 
 if TYPE_CHECKING:
-    from .app import App
+    from .owners import ProducingApp
 
 
 class State(enum.Enum):
@@ -34,7 +34,7 @@ class State(enum.Enum):
 class Lifecycle:
     """The connection side of one App (see the module's docstring)."""
 
-    def __init__(self, app: App, given: aioredis.Redis | None) -> None:
+    def __init__(self, app: ProducingApp, given: aioredis.Redis | None) -> None:
         self.app = app
         #: a client of the user's own (``App(client=...)``): used, never closed
         self.given = given

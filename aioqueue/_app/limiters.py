@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 class App(Protocol):
     """What limiters use of the App (``app.App``; a protocol: no import cycle)."""
 
-    prefix: str
-    default_queue: str
-    lease: float
-
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def lease(self) -> float: ...
     @property
     def redis(self) -> aioredis.Redis: ...
 

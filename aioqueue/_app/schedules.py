@@ -17,13 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._model.checks import check_name, to_ms
+from .._model.claimcheck import put_blobs
 from .._model.cron import DEFAULT_GRACE_MS, MissedPolicy, Spec, interval_ms, job_id_for
 from .._model.exceptions import ConfigurationError, ServerRefused, ServerUnavailable
 from .._model.record import JobRecord, Template
 from .._model.schedauth import read_spec, stored_form, valid_tick
+from .._queue.owner import QueueOwner
 from .._store.loader import schedule_queues
 from .._store.outcomes import TickOutcome
 from .task import Task
@@ -31,9 +33,18 @@ from .task import Task
 if TYPE_CHECKING:
     from .._model.signing import Signer
     from .._store.scripts import QueueScripts
-    from .app import App
 
 logger = logging.getLogger(__name__)
+
+
+class ScheduleOwner(QueueOwner, Protocol):
+    """What schedules use of the App (``app.App``; a protocol: no import cycle)."""
+
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def schedules(self) -> Schedules: ...
+
 
 #: longest sleep of a scheduler between two looks at queues that have schedules (seconds)
 POLL = 1.0
@@ -74,27 +85,28 @@ class ScheduleInfo:
     #: declared in code (``@app.cron``, ``app.schedule``), not added at run time
     declared: bool
 
-    @classmethod
-    def _of(cls, spec: Spec, next_ms: int | None) -> ScheduleInfo:
-        return cls(
-            name=spec.name,
-            task=spec.task,
-            queue=spec.queue,
-            cron=spec.cron,
-            tz=spec.tz,
-            every=None if spec.every_ms is None else timedelta(milliseconds=spec.every_ms),
-            args=spec.args,
-            kwargs=dict(spec.kwargs),
-            missed=spec.missed,
-            jitter=timedelta(milliseconds=spec.jitter_ms),
-            grace=timedelta(milliseconds=spec.grace_ms),
-            next_run=None if next_ms is None else datetime.fromtimestamp(next_ms / 1000, UTC),
-            declared=spec.declared,
-        )
+
+def schedule_info(spec: Spec, next_ms: int | None) -> ScheduleInfo:
+    """What ``list()`` and ``add()`` show of a stored schedule (``next_ms``: its next tick)."""
+    return ScheduleInfo(
+        name=spec.name,
+        task=spec.task,
+        queue=spec.queue,
+        cron=spec.cron,
+        tz=spec.tz,
+        every=None if spec.every_ms is None else timedelta(milliseconds=spec.every_ms),
+        args=spec.args,
+        kwargs=dict(spec.kwargs),
+        missed=spec.missed,
+        jitter=timedelta(milliseconds=spec.jitter_ms),
+        grace=timedelta(milliseconds=spec.grace_ms),
+        next_run=None if next_ms is None else datetime.fromtimestamp(next_ms / 1000, UTC),
+        declared=spec.declared,
+    )
 
 
 def make_spec(
-    app: App,
+    app: ScheduleOwner,
     task: Task[Any, Any] | str,
     cron: str | None,
     every: float | timedelta | None,
@@ -116,7 +128,7 @@ def make_spec(
     """
     if isinstance(task, Task):
         task_name, task_queue = task.name, task.queue
-        task._sig.check(tuple(args), dict(kwargs or {}))
+        task.builder.sig.check(tuple(args), dict(kwargs or {}))
     elif isinstance(task, str) and task:
         registered = app.tasks.get(task)
         task_name = task
@@ -154,7 +166,7 @@ class Schedules:
 
     __slots__ = ("_app", "declared")
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ScheduleOwner) -> None:
         self._app = app
         #: the schedules declared in code, by (queue, name): workers store them on start
         self.declared: dict[tuple[str, str], Spec] = {}
@@ -220,9 +232,9 @@ class Schedules:
             queue=queue,
             declared=False,
         )
-        scripts = self._app.queue(spec.queue)._scripts
+        scripts = self._app.queue(spec.queue).door
         first = await store(scripts, spec, self._app.codec.signer)
-        return ScheduleInfo._of(spec, first)
+        return schedule_info(spec, first)
 
     async def remove(self, name: str, *, queue: str | None = None) -> bool:
         """Remove a stored schedule; True if there was one. Without ``queue``, on every queue
@@ -231,7 +243,7 @@ class Schedules:
         queues = [queue] if queue else await self._queues()
         removed = False
         for q in queues:
-            removed = await self._app.queue(q)._scripts.schedule_remove(name) or removed
+            removed = await self._app.queue(q).door.schedule_remove(name) or removed
         return removed
 
     async def list(self, *, queues: Sequence[str] | None = None) -> builtins.list[ScheduleInfo]:
@@ -239,7 +251,7 @@ class Schedules:
         that has any), by next run. A garbled definition is logged and left out."""
         out: builtins.list[ScheduleInfo] = []
         for q in queues or await self._queues():
-            scripts = self._app.queue(q)._scripts
+            scripts = self._app.queue(q).door
             _, ticks = await scripts.schedule_ticks()
             nexts = {n: int(t) for n, t in ticks if valid_tick(t)}
             for name, raw in sorted((await scripts.schedule_defs()).items()):
@@ -248,7 +260,7 @@ class Schedules:
                 except ValueError as exc:
                     logger.warning("queue %s: %s", q, exc)
                     continue
-                out.append(ScheduleInfo._of(spec, nexts.get(name)))
+                out.append(schedule_info(spec, nexts.get(name)))
         far = datetime.max.replace(tzinfo=UTC)
         return sorted(out, key=lambda s: (s.next_run or far, s.queue, s.name))
 
@@ -285,7 +297,7 @@ class Scheduler:
         queues: the queues whose schedules it fires.
     """
 
-    def __init__(self, app: App, queues: Sequence[str]) -> None:
+    def __init__(self, app: ScheduleOwner, queues: Sequence[str]) -> None:
         self.app = app
         self.queues = list(queues)
         self._specs: dict[tuple[str, str, bytes], Spec] = {}
@@ -326,7 +338,7 @@ class Scheduler:
         """Store the schedules declared in code for this scheduler's queues."""
         for (queue, _), spec in self.app.schedules.declared.items():
             if queue in self.queues:
-                scripts = self.app.queue(queue)._scripts
+                scripts = self.app.queue(queue).door
                 await self._contained(scripts, store(scripts, spec, self.app.codec.signer))
         if not self._resync:  # (a worker's startup stores them too: the loop need not again)
             self._synced_at = asyncio.get_running_loop().time()
@@ -350,7 +362,7 @@ class Scheduler:
         most its own entry: a key of the wrong type is set aside, ticks without a definition
         or that are not a valid time are set aside (at most ``TICKS_PER_PASS`` a pass), a
         definition that is garbled or not made by a key holder is set aside."""
-        scripts = self.app.queue(queue)._scripts
+        scripts = self.app.queue(queue).door
         wait = await self._contained(scripts, self._fire_due(scripts, queue))
         return 0.0 if wait is None else wait
 
@@ -409,7 +421,7 @@ class Scheduler:
         job, run_at = None, -1
         if fire is not None:
             job = self._job(spec, fire)
-            await self.app.queue(spec.queue)._put_blobs((job.id,))
+            await put_blobs(self.app.codec.claim, spec.queue, (job.id,))
             if spec.jitter_ms:
                 run_at = fire + spec.jitter_for(fire)
         _, outcome = await scripts.schedule_tick(spec.name, tick, after, job, run_at)

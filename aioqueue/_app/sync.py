@@ -46,7 +46,7 @@ from .._store.syncdoor import BlockingScripts, blocking_call, load_library_block
 from .task import BoundTask, Task
 
 if TYPE_CHECKING:
-    from .app import App
+    from .owners import ProducingApp
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,7 +62,7 @@ class SyncClient:
     its connections. It needs no open App: only the App's settings and tasks.
     """
 
-    def __init__(self, app: App, client: object = None) -> None:
+    def __init__(self, app: ProducingApp, client: object = None) -> None:
         self.app = app
         # the client the App was given, if any (its one endpoint: see blocking_client)
         self._given = client
@@ -115,7 +115,9 @@ class SyncClient:
                 client = self._redis
         return client
 
-    def _door(self, queue: str) -> BlockingScripts:
+    def door(self, queue: str) -> BlockingScripts:
+        """The blocking door to ``queue``'s keys on this client (an internal, left out of the
+        API reference)."""
         door = self._doors.get(queue)
         if door is None or door.client is not self.redis:
             door = self._doors[queue] = BlockingScripts(
@@ -135,11 +137,13 @@ class SyncClient:
             SerializationError / PayloadTooLarge: the arguments cannot be stored.
             ServerUnavailable: Redis could not be reached.
         """
-        t, opts = (task.task, task.opts) if isinstance(task, BoundTask) else (task, task._defaults)
+        t, opts = (
+            (task.task, task.opts) if isinstance(task, BoundTask) else (task, task.builder.defaults)
+        )
         _no_unique(opts)
-        t._sig.check(args, kwargs)
+        t.builder.sig.check(args, kwargs)
         queue = self._target(opts.queue or t.queue, opts, t.name, args, kwargs)
-        record = t._record(opts, args, kwargs, queue)
+        record = t.builder.record(opts, args, kwargs, queue)
         self._store(queue, t.name, (record.id,), lambda door: door.enqueue([record]))
         return SyncJob(self, queue, record.id, t.result_converter)
 
@@ -156,11 +160,11 @@ class SyncClient:
                 )
             t, opts = task.task, task.opts
         else:
-            t, opts = task, task._defaults
+            t, opts = task, task.builder.defaults
         _no_unique(opts)
         queue = self._target(opts.queue or t.queue, opts, t.name)  # a sharded queue: one shard
-        template = t._template(opts)
-        pairs = t._pairs(queue, template.options, calls)
+        template = t.builder.template(opts)
+        pairs = t.builder.pairs(queue, template.options, calls)
         if not pairs:
             return []
         ids = tuple(pairs[::2])
@@ -185,8 +189,8 @@ class SyncClient:
         if not isinstance(args, list | tuple):
             raise ConfigurationError(f"args must be a list or tuple, not {type(args).__name__}")
         queue = self._target(queue, JobOptions(), task)
-        door = self._door(queue)
-        reply = door._run("tasks", tasktable.get_args(door.base, task))
+        door = self.door(queue)
+        reply = door.run("tasks", tasktable.get_args(door.base, task))
         known = tasktable.parse(queue, task, reply).check(allow_unknown)
         attempts, priority = (
             (self.app.max_attempts, 0) if known is None else (known.max_attempts, known.priority)
@@ -218,7 +222,7 @@ class SyncClient:
         claim = self.app.codec.claim
         if claim is not None and claim.pending:  # the store is async: refused (_claimcheck)
             claim.refuse_pending(queue, ids)
-        door = self._door(queue)
+        door = self.door(queue)
         hooks = self.app.hooks
         if hooks.on_enqueue:  # the App's before/after-enqueue hooks, as for async producers
             event = hooks.before(queue, task, ids)
@@ -236,13 +240,13 @@ class SyncClient:
         """Cancel jobs of a queue (see ``Queue.cancel_jobs``): how many were cancelled at once."""
         if not job_ids:
             return 0
-        door = self._door(queue or self.app.default_queue)
+        door = self.door(queue or self.app.default_queue)
         now, _ = door.cancel(list(job_ids), self.app.dead_ttl_ms)
         return now
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per state of a queue: scheduled, queued, active, failed (see ``Queue.counts``)."""
-        door = self._door(queue or self.app.default_queue)
+        door = self.door(queue or self.app.default_queue)
         return state_counts(door.lane_counts(), door.group_counts())
 
 
@@ -274,14 +278,14 @@ class SyncJob(Generic[R]):
 
     def state(self) -> JobState:
         """The job's current state. Raises JobNotFound when there is no record."""
-        state, _, _ = self._client._door(self.queue).watch(self.id, register=False)
+        state, _, _ = self._client.door(self.queue).watch(self.id, register=False)
         if not state:
             raise JobNotFound(self.id)
         return JobState(state)
 
     def info(self) -> JobInfo:
         """The job's stored record. Raises JobNotFound when there is none."""
-        raw = self._client._door(self.queue).job_record(self.id)
+        raw = self._client.door(self.queue).job_record(self.id)
         return job_info_from(self._client.app.codec, self.queue, self.id, raw)
 
     def cancel(self) -> bool:
@@ -301,7 +305,7 @@ class SyncJob(Generic[R]):
         """
         remaining = Deadline(to_seconds(timeout, "timeout"), f"job {self.id!r}").remaining
         client = self._client
-        door = client._door(self.queue)
+        door = client.door(self.queue)
         codec = client.app.codec
 
         pubsub = client.redis.pubsub()  # type: ignore[no-untyped-call]

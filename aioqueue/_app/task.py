@@ -9,7 +9,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .._model.checks import (
     at_to_ms,
@@ -19,28 +19,41 @@ from .._model.checks import (
     check_name,
     check_priority,
     expiry_option,
-    new_job_id,
-    to_ms,
     to_seconds,
 )
 from .._model.convert import ArgsDecoder, Convert, task_types
 from .._model.exceptions import ConfigurationError
 from .._model.isolation import Isolation, check_isolation
 from .._model.job import Job
-from .._model.record import JobOptions, JobRecord, Template
+from .._model.record import JobOptions, JobRecord
 from .._model.retrypolicy import DEFAULT_POLICY, TaskPolicy
 from .._model.signature import Signature
 from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
+from .._queue.queue import store_jobs, store_run
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
 from .batch import Call
-from .limiters import bind_limits, limit_option
+from .owners import BatchOwner
+from .records import ManyCall, RecordingApp, TaskRecords, split_call
 
 if TYPE_CHECKING:
-    from .app import App
+    from .._model.serialize import Serializer
+    from .owners import BlockingProducer
+    from .queues import Queues
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class TaskOwner(BatchOwner, RecordingApp, Protocol):
+    """What a task uses of its App (``app.App``; a protocol: no import cycle): its queues,
+    codec and limiters, its serializer, and its blocking producer."""
+
+    @property
+    def queues(self) -> Queues: ...
+    @property
+    def serializer(self) -> Serializer: ...
+    def sync(self) -> BlockingProducer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +95,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: TaskOwner,
         fn: Callable[P, Awaitable[R]] | Callable[P, R],
         *,
         name: str,
@@ -109,13 +122,11 @@ class Task(Generic[P, R]):
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.isolation = check_isolation(isolation, fn, name, self.timeout, self.is_async)
-        self._sig = Signature(fn, name)
+        #: the records of its jobs: signature check, default options, templates (records.py)
+        self.builder = TaskRecords(self, Signature(fn, name))
         # the decoders of its typed arguments and result (_convert.py), found on first use so
         # a hint may name a class defined after the task; None: JSON gives the right values
         self._types: tuple[ArgsDecoder | None, Convert | None] | None = None
-        self._defaults = JobOptions()
-        self._templates: dict[JobOptions, Template] = {}
-        self._default_template: Template | None = None
         self.limits: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
@@ -229,7 +240,7 @@ class Task(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """This task with its arguments bound, for batches and chains (checked like enqueue)."""
-        return Call(self, args, dict(kwargs), self._defaults)
+        return Call(self, args, dict(kwargs), self.builder.defaults)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue one job; returns once it is stored.
@@ -239,7 +250,7 @@ class Task(Generic[P, R]):
             SerializationError / PayloadTooLarge: the arguments cannot be stored.
             ServerUnavailable: Redis could not be reached.
         """
-        return await self._enqueue(self._defaults, args, kwargs)
+        return await enqueue_one(self, self.builder.defaults, args, kwargs)
 
     async def enqueue_many(
         self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
@@ -249,165 +260,12 @@ class Task(Generic[P, R]):
         Args:
             calls: for each job, a mapping of keyword arguments, or an ``(args, kwargs)`` pair.
         """
-        return await self._enqueue_many(self._defaults, calls)
-
-    async def _enqueue(
-        self, opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> Job[R]:
-        self._sig.check(args, kwargs)
-        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
-        if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
-            opts = on_shard(sharded, opts, self.name, args, kwargs)
-        queue = self.app.queue(opts.queue or self.queue)
-        if opts.depends_on:
-            record = self._record(opts, args, kwargs, queue.name)
-            conv = self.result_converter
-            job: Job[R] = await enqueue_dependent(self.app, queue.name, record, opts, conv)
-            return job
-        if opts.unique is not None:
-            return (await self._enqueue_unique(opts, [(args, kwargs)], queue.name))[0]
-        record = self._record(opts, args, kwargs, queue.name)
-        return (await queue._enqueue([record], self.result_converter))[0]
-
-    async def _enqueue_unique(
-        self,
-        opts: JobOptions,
-        calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
-        queue_name: str,
-    ) -> list[Job[R]]:
-        """Enqueue unique jobs in order (see ``_unique.enqueue_unique``)."""
-        spec = opts.unique
-        assert spec is not None
-        keys = [spec.key or derived_key(self.name, a, kw) for a, kw in calls]
-
-        def record(i: int, job_id: str | None = None) -> JobRecord:
-            args, kwargs = calls[i]
-            r = self._record(opts, args, kwargs, queue_name, job_id=job_id)
-            return JobRecord(r.id, r.payload, r.template, keys[i])
-
-        records = [record(i) for i in range(len(calls))]
-        return await enqueue_unique(
-            self.app.queue(queue_name), records, spec, record, self.result_converter
-        )
-
-    async def _enqueue_many(
-        self,
-        opts: JobOptions,
-        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
-    ) -> list[Job[R]]:
-        sharded = self.app.queues.sharded.get(opts.queue or self.queue)
-        if sharded is not None:  # each shard's calls in one round trip of their own
-            split = [_split(call) for call in calls]
-            parts = spread(sharded, opts, self.name, split)
-            done = await asyncio.gather(
-                *(self._enqueue_many(o, [split[i] for i in idx]) for o, idx in parts)
-            )
-            jobs: list[Job[R]] = [None] * len(split)  # type: ignore[list-item]
-            for (_, idx), part in zip(parts, done, strict=True):
-                for i, job in zip(idx, part, strict=True):
-                    jobs[i] = job
-            return jobs
-        queue = self.app.queue(opts.queue or self.queue)
-        if opts.unique is not None:
-            pairs = [_split(call) for call in calls]
-            for args, kwargs in pairs:
-                self._sig.check(args, kwargs)
-            return await self._enqueue_unique(opts, pairs, queue.name)
-        if self.limits:  # a template per job (its limit keys); coalesced in one round trip
-            return list(await asyncio.gather(*(self._enqueue(opts, *_split(c)) for c in calls)))
-        template = self._template(opts)
-        pairs = self._pairs(queue.name, template.options, calls)
-        return await queue._enqueue_run(template, pairs, self.result_converter)
-
-    def _pairs(
-        self,
-        queue: str,
-        options: bytes,
-        calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]],
-    ) -> list[Any]:
-        """New ids and the payloads of ``calls`` on ``queue``: id, payload, id, payload, ...
-        (every job of an ``enqueue_many`` shares one template, whose ``options`` each payload
-        is signed with: only ids and payloads vary)."""
-        dump, name, check = self.app.codec.dump_args, self.name, self._sig.check
-        pairs: list[Any] = []
-        for call in calls:
-            if isinstance(call, tuple):  # inline (the hot path of enqueue_many), as _split
-                args, kwargs = call
-            else:
-                args, kwargs = (), call
-            check(args, kwargs)
-            job_id = new_job_id()
-            pairs.append(job_id)
-            pairs.append(dump(queue, job_id, name, args, kwargs, options))
-        return pairs
+        return await enqueue_calls(self, self.builder.defaults, calls)
 
     def record_of(self, call: Call[R], queue: str, job_id: str) -> JobRecord:
         """The record ``call`` (of this task) is stored as, on ``queue`` with id ``job_id``
         (a workflow's steps are stored by ``lua/deps.lua``, not by ``enqueue``)."""
-        return self._record(call.opts, call.args, call.kwargs, queue, None, job_id)
-
-    def _record(
-        self,
-        opts: JobOptions,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        queue: str,
-        template: Template | None = None,
-        job_id: str | None = None,
-    ) -> JobRecord:
-        """The record of one job of this task on ``queue`` with these options and arguments
-        (and ``template``, when the caller changed the one ``opts`` give: the payload is
-        signed together with the template's options); ``job_id`` when the caller chose it."""
-        job_id = job_id or opts.job_id or new_job_id()
-        opts = bind_limits(self, opts, args, kwargs)  # its limit keys, from its arguments
-        template = template or self._template(opts)
-        payload = self.app.codec.dump_args(queue, job_id, self.name, args, kwargs, template.options)
-        return JobRecord(job_id, payload, template)
-
-    def _template(self, opts: JobOptions) -> Template:
-        """The template (everything but id and payload) of this task's jobs with ``opts``;
-        it only depends on them, so it is made once per options object."""
-        if opts is self._defaults:  # the common case, without hashing the options
-            template = self._default_template
-            if template is None:
-                template = self._default_template = self._make_template(opts)
-            return template
-        template = self._templates.get(opts)
-        if template is None:
-            if len(self._templates) > 1000:  # many one-off options: do not grow without bound
-                self._templates.clear()
-            template = self._templates[opts] = self._make_template(opts)
-        return template
-
-    def _make_template(self, opts: JobOptions) -> Template:
-        extra: dict[str, Any] = {}
-        if opts.timeout is not None:
-            extra["timeout"] = opts.timeout
-        if opts.result_ttl is not None:
-            extra["result_ttl"] = opts.result_ttl
-        if opts.expires is not None:
-            key, value = expiry_option(opts.expires)
-            extra[key] = value
-        extra |= limit_option(self.app, opts.queue or self.queue, opts.limits)
-        return Template(
-            self.name,
-            opts.max_attempts or self.max_attempts,
-            -1 if opts.delay is None else to_ms(opts.delay, "delay"),
-            -1 if opts.at is None else at_to_ms(opts.at),
-            self.priority if opts.priority is None else opts.priority,
-            opts.group or "",
-            options=self.app.codec.dump_options(extra) if extra else b"",
-            unique="" if opts.unique is None else opts.unique.template_value,
-        )
-
-
-def _split(
-    call: Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]],
-) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
-    """One call of ``enqueue_many``: its positional and keyword arguments."""
-    if isinstance(call, tuple):
-        return call
-    return (), call
+        return self.builder.record(call.opts, call.args, call.kwargs, queue, None, job_id)
 
 
 def _expires(value: datetime | float | timedelta | None) -> datetime | float | None:
@@ -417,6 +275,81 @@ def _expires(value: datetime | float | timedelta | None) -> datetime | float | N
             expiry_option(value)  # checks it is aware
         return value
     return to_seconds(value, "expires")
+
+
+async def enqueue_one(
+    task: Task[P, R], opts: JobOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Job[R]:
+    """Enqueue one job of ``task`` with ``opts`` (``task.enqueue``, ``BoundTask.enqueue``)."""
+    builder, app = task.builder, task.app
+    builder.sig.check(args, kwargs)
+    sharded = app.queues.sharded.get(opts.queue or task.queue)
+    if sharded is not None:  # a sharded queue: the job's shard (docs/scaling.md)
+        opts = on_shard(sharded, opts, task.name, args, kwargs)
+    queue = app.queue(opts.queue or task.queue)
+    if opts.depends_on:
+        record = builder.record(opts, args, kwargs, queue.name)
+        conv = task.result_converter
+        job: Job[R] = await enqueue_dependent(app, queue.name, record, opts, conv)
+        return job
+    if opts.unique is not None:
+        return (await _enqueue_unique(task, opts, [(args, kwargs)], queue.name))[0]
+    record = builder.record(opts, args, kwargs, queue.name)
+    return (await store_jobs(queue, [record], task.result_converter))[0]
+
+
+async def _enqueue_unique(
+    task: Task[P, R],
+    opts: JobOptions,
+    calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
+    queue_name: str,
+) -> list[Job[R]]:
+    """Enqueue unique jobs in order (see ``_queue/unique.enqueue_unique``)."""
+    spec = opts.unique
+    assert spec is not None
+    keys = [spec.key or derived_key(task.name, a, kw) for a, kw in calls]
+
+    def record(i: int, job_id: str | None = None) -> JobRecord:
+        args, kwargs = calls[i]
+        r = task.builder.record(opts, args, kwargs, queue_name, job_id=job_id)
+        return JobRecord(r.id, r.payload, r.template, keys[i])
+
+    records = [record(i) for i in range(len(calls))]
+    return await enqueue_unique(
+        task.app.queue(queue_name), records, spec, record, task.result_converter
+    )
+
+
+async def enqueue_calls(
+    task: Task[P, R], opts: JobOptions, calls: Iterable[ManyCall]
+) -> list[Job[R]]:
+    """Enqueue many jobs of ``task`` with ``opts`` (``enqueue_many``), in one round trip per
+    queue."""
+    sharded = task.app.queues.sharded.get(opts.queue or task.queue)
+    if sharded is not None:  # each shard's calls in one round trip of their own
+        split = [split_call(call) for call in calls]
+        parts = spread(sharded, opts, task.name, split)
+        done = await asyncio.gather(
+            *(enqueue_calls(task, o, [split[i] for i in idx]) for o, idx in parts)
+        )
+        jobs: list[Job[R]] = [None] * len(split)  # type: ignore[list-item]
+        for (_, idx), part in zip(parts, done, strict=True):
+            for i, job in zip(idx, part, strict=True):
+                jobs[i] = job
+        return jobs
+    queue = task.app.queue(opts.queue or task.queue)
+    builder = task.builder
+    if opts.unique is not None:
+        pairs = [split_call(call) for call in calls]
+        for args, kwargs in pairs:
+            builder.sig.check(args, kwargs)
+        return await _enqueue_unique(task, opts, pairs, queue.name)
+    if task.limits:  # a template per job (its limit keys); coalesced in one round trip
+        one = [enqueue_one(task, opts, *split_call(c)) for c in calls]
+        return list(await asyncio.gather(*one))
+    template = builder.template(opts)
+    pairs = builder.pairs(queue.name, template.options, calls)
+    return await store_run(queue, template, pairs, task.result_converter)
 
 
 class BoundTask(Generic[P, R]):
@@ -434,7 +367,7 @@ class BoundTask(Generic[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue one job with the bound options (see ``Task.enqueue``)."""
-        return await self.task._enqueue(self.opts, args, kwargs)
+        return await enqueue_one(self.task, self.opts, args, kwargs)
 
     async def enqueue_many(
         self, calls: Iterable[Mapping[str, Any] | tuple[tuple[Any, ...], Mapping[str, Any]]]
@@ -443,7 +376,7 @@ class BoundTask(Generic[P, R]):
         allowed here: each job gets its own id)."""
         if self.opts.job_id is not None or self.opts.depends_on:
             raise ConfigurationError("job_id= and depends_on= name one job: use enqueue()")
-        return await self.task._enqueue_many(self.opts, calls)
+        return await enqueue_calls(self.task, self.opts, calls)
 
 
 def check_backoff(backoff: object) -> Backoff | None:

@@ -17,11 +17,12 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from .._model.checks import new_job_id
+from .._model.claimcheck import put_blobs
 from .._model.exceptions import ConfigurationError, WorkflowError
 from .._model.job import Job
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobOptions
-from .._queue.deps import POLICIES, DependencyPolicy, deps_run, put_blobs
+from .._queue.deps import POLICIES, DependencyPolicy, deps_run
 from .._queue.depsbox import Door, deps_call, door
 from .._store.loader import ScriptCall
 
@@ -255,7 +256,7 @@ class _Sender:
         """Send ``calls`` once the part before them is stored (its errors raise here)."""
         await self.wait()
         for queue, job_ids in self.blobs.items():
-            await put_blobs(self.app, queue, job_ids)
+            await put_blobs(self.app.codec.claim, queue, job_ids)
         self.blobs = {}
         if calls:
             self.flying = asyncio.ensure_future(self._run(calls))

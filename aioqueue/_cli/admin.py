@@ -454,7 +454,7 @@ def _given(args: argparse.Namespace) -> set[str]:
 async def _enqueue(app: App, args: argparse.Namespace) -> int:
     queue = queue_of(app, args)
     await check_signing(app, queue.name, "enqueue")
-    found = await lookup(queue._scripts, queue.name, args.task)
+    found = await lookup(queue.door, queue.name, args.task)
     if found.unknown and not args.force:
         raise UsageError(found.message() + " (--force enqueues it anyway)")
     if not found.live:

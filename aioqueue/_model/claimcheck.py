@@ -202,3 +202,10 @@ class ClaimChecker:
             await self.store.delete(keys)
         except Exception:  # the store's trouble: the blobs are left for sweep_payloads
             logger.warning("could not delete %d payload blobs", len(keys), exc_info=True)
+
+
+async def put_blobs(claim: ClaimChecker | None, queue: str, ids: Iterable[str]) -> None:
+    """Put the claim-checked payloads of jobs ``ids`` of ``queue`` in the payload store (the
+    App's ``codec.claim``; None: no store), before their records are stored."""
+    if claim is not None and claim.pending:
+        await claim.flush(queue, ids)

@@ -109,8 +109,8 @@ class JobHome(Protocol):
         delay: float | timedelta | None,
         at: datetime | float | None,
     ) -> JobState: ...
-    async def _job_state(self, job_id: str) -> JobState: ...
-    async def _wait_result(self, job_id: str, timeout: float | None) -> Any: ...
+    async def job_state(self, job_id: str) -> JobState: ...
+    async def wait_result(self, job_id: str, seconds: float | None) -> Any: ...
     async def why(self, job_id: str) -> JobWhy: ...
 
 
@@ -151,7 +151,7 @@ class Job(Generic[R]):
             JobNotFound: no record (never enqueued, or its retention ran out).
             CorruptRecord: the record's state cannot be read.
         """
-        return await self._queue._job_state(self.id)
+        return await self._queue.job_state(self.id)
 
     async def cancel(self) -> bool:
         """Cancel the job (see ``Queue.cancel_jobs``). True if it was cancelled at once;
@@ -206,7 +206,7 @@ class Job(Generic[R]):
             SerializationError: the result does not fit the task's return annotation (a Job
                 its Task enqueued reads the result by that annotation; others as JSON gives it).
         """
-        value = await self._queue._wait_result(self.id, to_seconds(timeout))
+        value = await self._queue.wait_result(self.id, to_seconds(timeout))
         return typed_result(self.id, self._convert, value)  # type: ignore[no-any-return]
 
 

@@ -161,7 +161,7 @@ class Signer:
         prefix: the App's key prefix, part of every MAC's context.
     """
 
-    __slots__ = ("_head", "_mac", "_older", "_places")
+    __slots__ = ("_current", "_head", "_mac", "_older", "_places")
 
     def __init__(
         self,
@@ -170,6 +170,7 @@ class Signer:
         prefix: str = "",
     ) -> None:
         first, *more = key_list(key, "signing_key")
+        self._current = (first, prefix)  # what ``current()`` is made of
         self._mac = _Hmac(_key(first))
         self._older = tuple(_Hmac(_key(k)) for k in (*more, *verify_keys))
         self._head = _CONTEXT + _lp(_b(prefix))
@@ -177,9 +178,8 @@ class Signer:
 
     def current(self) -> Signer:
         """This signer with its first key only: what verifies with it needs no ``rekey``."""
-        first = Signer.__new__(Signer)
-        first._mac, first._older, first._head, first._places = self._mac, (), self._head, {}
-        return first
+        key, prefix = self._current
+        return Signer(key, (), prefix)
 
     def _context(self, queue: str, task: str | bytes, field: bytes, job_id: str) -> bytes:
         """Version, prefix, queue, task, field and job id, each length-prefixed (all but the

@@ -46,7 +46,15 @@ class QueueCore:
         return s
 
     @property
-    def _coalescer(self) -> Coalescer:
+    def door(self) -> QueueScripts:
+        """The door to this queue's keys on the App's current client (``_store/scripts.py``;
+        its ``keys`` are this queue's): an internal of the App's other parts, left out of the
+        API reference."""
+        return self._scripts
+
+    @property
+    def coalescer(self) -> Coalescer:
+        """The queue's enqueue coalescer (``coalesce.py``): an internal, as ``door``."""
         c = self._coalescer_obj
         scripts = self._scripts
         if c is None or c.scripts is not scripts:

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, get_args
 
+from .._model.claimcheck import put_blobs
 from .._model.exceptions import (
     ConfigurationError,
     JobCancelled,
@@ -139,14 +140,6 @@ async def _watch_remote(app: Any, home: str, job_id: str, remote: Mapping[str, l
         await deps_run(door(app, home), "met", *met)
 
 
-async def put_blobs(app: Any, queue: str, ids: Iterable[str]) -> None:
-    """Put the claim-checked payloads of these jobs before their records (as
-    ``Queue._put_blobs`` does for an enqueue)."""
-    claim = app.codec.claim
-    if claim is not None and claim.pending:
-        await claim.flush(queue, ids)
-
-
 async def enqueue_dependent(
     app: Any, queue: str, record: JobRecord, opts: JobOptions, convert: Convert | None
 ) -> Job[Any]:
@@ -164,7 +157,7 @@ async def enqueue_dependent(
     remote = _remote(app, queue, members)
     await _check_remote(app, remote)
     t = record.template
-    await put_blobs(app, queue, (record.id,))
+    await put_blobs(app.codec.claim, queue, (record.id,))
     policy = opts.on_dependency_failure or "cancel"
     res = await deps_run(
         door(app, queue), "add", record.id, t.task, record.payload, t.max_attempts, t.priority,

@@ -21,7 +21,7 @@ from .._store.outcomes import FailMode, Outcome, Started
 from .depsbox import forward_call, forward_entry
 
 if TYPE_CHECKING:
-    from .core import QueueCore
+    from .owner import QueueParts
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,10 @@ class Leases:
 
     __slots__ = ("codec", "dead_ttl_ms", "name", "scripts")
 
-    def __init__(self, queue: QueueCore) -> None:
+    def __init__(self, queue: QueueParts) -> None:
         app = queue.app
         self.name = queue.name
-        self.scripts = queue._scripts
+        self.scripts = queue.door
         self.codec = app.codec
         self.dead_ttl_ms = app.dead_ttl_ms
 
@@ -184,13 +184,13 @@ def _fields(record: bytes) -> list[bytes]:
     return out
 
 
-async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500) -> int:
+async def forward_outbox(queue: QueueParts, limit: int = 10_000, chunk: int = 500) -> int:
     """Hand over outcomes of this queue's sub-jobs to their batches on other queues, until
     the outbox is empty (or ``limit`` entries). Safe anywhere, any number of times: applying
     an outcome twice counts it once, and an entry leaves the outbox only after it was applied.
     Returns the number of entries handed over."""
     app = queue.app
-    scripts = queue._scripts
+    scripts = queue.door
     done = 0
     while done < limit:
         items = await scripts.outbox(chunk)
@@ -220,8 +220,7 @@ async def forward_outbox(queue: QueueCore, limit: int = 10_000, chunk: int = 500
             await scripts.outbox_set_aside(garbled, "an entry that cannot be read")
             items = [raw for raw in items if raw not in garbled]
         calls = [
-            app.queue(name)._scripts.batch_apply_call(outcomes)
-            for name, outcomes in by_home.items()
+            app.queue(name).door.batch_apply_call(outcomes) for name, outcomes in by_home.items()
         ]
         calls += [forward_call(app, name, kind, v) for (kind, name), v in deps.items()]
         if calls:

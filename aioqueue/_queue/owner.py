@@ -8,13 +8,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from .._model.job import JobHome
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from .._model.codec import Codec
     from .._model.convert import ArgsDecoder
     from .._model.hooks import EnqueueEvent
-    from .queue import Queue
+    from .._store.scripts import QueueScripts
+    from .coalesce import Coalescer
 
 T = TypeVar("T")
 
@@ -92,7 +95,35 @@ class QueueOwner(Protocol):
     def result_waiter(self) -> ResultWaiting: ...
     @property
     def max_payload_bytes(self) -> int: ...
-    def queue(self, name: str | None = None) -> Queue: ...
+    def queue(self, name: str | None = None) -> OwnedQueue: ...
 
 
-__all__ = ["EnqueueHooks", "OwnedTask", "QueueOwner", "ResultWaiting", "RetryDelay"]
+class QueueParts(Protocol):
+    """What every object of a queue has (``QueueCore`` and so a ``Queue``): its App, its
+    name, and the door to its keys on the App's current client."""
+
+    @property
+    def app(self) -> QueueOwner: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def door(self) -> QueueScripts: ...
+
+
+class OwnedQueue(QueueParts, JobHome, Protocol):
+    """A queue of an App as the producers below ``Queue`` use one (``app.queue(name)``): its
+    parts, its enqueue coalescer, and what a ``Job`` handle asks of its queue."""
+
+    @property
+    def coalescer(self) -> Coalescer: ...
+
+
+__all__ = [
+    "EnqueueHooks",
+    "OwnedQueue",
+    "OwnedTask",
+    "QueueOwner",
+    "QueueParts",
+    "ResultWaiting",
+    "RetryDelay",
+]

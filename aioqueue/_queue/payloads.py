@@ -15,7 +15,7 @@ from .._model.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .._store.scriptreads import QueueReads
-    from .core import QueueCore
+    from .owner import QueueParts
 
 
 async def drop_orphans(
@@ -45,7 +45,7 @@ async def _gone(scripts: QueueReads, ids: Sequence[str]) -> list[str]:
 
 
 async def sweep_payloads(
-    queue: QueueCore, limit: int = 10_000, cursor: str = "", grace: float | timedelta = 10.0
+    queue: QueueParts, limit: int = 10_000, cursor: str = "", grace: float | timedelta = 10.0
 ) -> tuple[int, str]:
     """Delete the payload blobs of ``queue`` whose job is gone (deleted by retention inside
     Redis, or purged in bulk), looking at up to ``limit`` store keys from ``cursor``. A blob
@@ -65,7 +65,7 @@ async def sweep_payloads(
         keys, cursor = await checker.store.scan(start, cursor, min(1000, limit - seen))
         seen += len(keys)
         ids = [k[len(start) :] for k in keys if k.startswith(start)]
-        deleted += await drop_orphans(checker, queue._scripts, queue.name, ids, wait)
+        deleted += await drop_orphans(checker, queue.door, queue.name, ids, wait)
         if not cursor:
             break
     return deleted, cursor

@@ -33,7 +33,9 @@ class _MadeBy:
     __slots__ = ("_queue",)
     _queue: QueuePull | None
 
-    def _made_by(self, queue: QueuePull) -> None:
+    def made_by(self, queue: QueuePull) -> None:
+        """Remember the queue that made this reservation (``reserve``, ``reservation_from``),
+        whose App signs its handle: an internal, left out of the API reference."""
         self._queue = queue
 
 
@@ -169,7 +171,7 @@ class QueuePull(QueueCore):
             self.name,
             options,
         )
-        r._made_by(self)
+        r.made_by(self)
         return r
 
     def reservation_from(self, handle: str) -> Reservation:
@@ -188,7 +190,7 @@ class QueuePull(QueueCore):
         r = Reservation(
             f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.name, f.options
         )
-        r._made_by(self)
+        r.made_by(self)
         return r
 
     async def complete(self, reservation: Reservation, result: Any = None) -> None:

@@ -4,9 +4,9 @@ the operator's methods from ``QueueAdmin`` in ``_admin``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .._model.checks import (
     at_to_ms,
@@ -21,6 +21,7 @@ from .._model.checks import (
     to_ms,
     to_seconds,
 )
+from .._model.claimcheck import put_blobs
 from .._model.codec import Codec
 from .._model.convert import Convert
 from .._model.exceptions import ConfigurationError, JobNotFound
@@ -30,15 +31,13 @@ from .._model.record import JobRecord, Template
 from .admin import QueueAdmin
 from .events import QueueEvents
 from .leases import forward_outbox
+from .owner import OwnedQueue
 from .pull import QueuePull
 from .registry import WorkerInfo, read_workers
 from .rekey import RekeyReport
 from .rekey import rekey as rekey_queue
 from .tasktable import Declared, lookup
 from .unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 
@@ -145,7 +144,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
 
         if spec is not None:
             return (await enqueue_unique(self, [record()], spec, record))[0]
-        return (await self._enqueue([record()]))[0]
+        return (await store_jobs(self, [record()]))[0]
 
     async def _declared(self, task: str, allow_unknown: bool) -> Declared | None:
         """The defaults live workers declared for ``task`` (``_tasktable.py``)."""
@@ -157,53 +156,6 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         if known is not None or not found.live:  # (an allowed unknown name is asked again)
             self._known.put(task, known)
         return known
-
-    async def _enqueue(
-        self, jobs: Sequence[JobRecord], convert: Convert | None = None
-    ) -> list[Job[Any]]:
-        """Store prepared jobs in one round trip (``convert``: their task's result decoder)."""
-        if not jobs:
-            return []
-        hooks = self.app.hooks
-        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
-            event = hooks.before(self.name, jobs[0].template.task, tuple(j.id for j in jobs))
-            await self._store(jobs)
-            hooks.after(event)
-        else:
-            await self._store(jobs)
-        return [Job(self, job.id, convert) for job in jobs]
-
-    async def _put_blobs(self, ids: Iterable[str]) -> None:
-        """Put the claim-checked payloads of these jobs in the payload store, before their
-        records are stored (``_claimcheck.py``)."""
-        claim = self.app.codec.claim
-        if claim is not None and claim.pending:
-            await claim.flush(self.name, ids)
-
-    async def _store(self, jobs: Sequence[JobRecord]) -> None:
-        await self._put_blobs(j.id for j in jobs)
-        # one job shares the round trip of the others enqueued meanwhile (_coalesce.py)
-        if len(jobs) == 1:
-            await self._coalescer.enqueue(jobs[0])
-        else:
-            await self._scripts.enqueue(jobs)
-
-    async def _enqueue_run(
-        self, template: Template, pairs: list[Any], convert: Convert | None = None
-    ) -> list[Job[Any]]:
-        """Store jobs that share one template: ``pairs`` is id, payload, id, payload, ...
-        (the fast path of ``enqueue_many``)."""
-        if not pairs:
-            return []
-        await self._put_blobs(pairs[::2])
-        hooks = self.app.hooks
-        if hooks.on_enqueue:  # before/after-enqueue hooks (_hooks.py)
-            event = hooks.before(self.name, template.task, tuple(pairs[::2]))
-            await self._scripts.enqueue_run(template, pairs)
-            hooks.after(event)
-        else:
-            await self._scripts.enqueue_run(template, pairs)
-        return [Job(self, pairs[i], convert) for i in range(0, len(pairs), 2)]
 
     def job(self, job_id: str) -> Job[Any]:
         """A handle on a job of this queue by id (no I/O).
@@ -227,15 +179,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
             ConfigurationError: an id is not a valid job id (empty, too long, not UTF-8);
                 nothing was cancelled.
         """
-        return await self._cancel([check_job_id(job_id) for job_id in job_ids])
-
-    async def _cancel(self, ids: Sequence[str]) -> int:
-        """``cancel_jobs`` without the checks of the ids (ids read back from Redis)."""
-        cancelled = 0
-        for i in range(0, len(ids), CANCEL_CHUNK):
-            now, _ = await self._scripts.cancel(ids[i : i + CANCEL_CHUNK], self.app.dead_ttl_ms)
-            cancelled += now
-        return cancelled
+        return await cancel_ids(self, [check_job_id(job_id) for job_id in job_ids])
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state: scheduled, queued, active, failed (dead letters)."""
@@ -302,13 +246,16 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         # a garbled counter is left out (the next script to count it sets it aside)
         return {k.decode(errors="replace"): int(v) for k, v in raw.items() if v.isdigit()}
 
-    async def _job_state(self, job_id: str) -> JobState:
+    async def job_state(self, job_id: str) -> JobState:
+        """What ``Job.status()`` reads (an internal of ``Job``, left out of the API reference)."""
         state, _, _ = await self._scripts.watch(job_id, register=False)
         if not state:
             raise JobNotFound(job_id)
         return parse_state(job_id, state)
 
-    async def _wait_result(self, job_id: str, timeout: float | None) -> Any:
+    async def wait_result(self, job_id: str, seconds: float | None) -> Any:
+        """What ``Job.result()`` waits for, at most ``seconds`` (an internal of ``Job``, as
+        ``job_state``)."""
         codec = self.app.codec
 
         async def check() -> tuple[bool, Any]:
@@ -318,7 +265,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
 
         waiter = self.app.result_waiter
         channel = self._keys.done_channel
-        return await waiter.wait(channel, job_id, check, timeout, f"job {job_id!r}")
+        return await waiter.wait(channel, job_id, check, seconds, f"job {job_id!r}")
 
     async def workers(self) -> list[WorkerInfo]:
         """The workers registered on this queue (at most 1,000), from their heartbeats; a
@@ -352,6 +299,59 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         a step, each written back only if unchanged meanwhile. Values no listed key accepts
         are left and counted as ``unreadable`` (docs/security.md, key rotation)."""
         return await rekey_queue(self, check_int(batch, 1, "batch"))
+
+
+async def store_jobs(
+    queue: OwnedQueue, jobs: Sequence[JobRecord], convert: Convert | None = None
+) -> list[Job[Any]]:
+    """Store prepared jobs on ``queue`` in one round trip (``convert``: their task's result
+    decoder), with the App's before/after-enqueue hooks (``_app/hooks.py``)."""
+    if not jobs:
+        return []
+    hooks = queue.app.hooks
+    if hooks.on_enqueue:
+        event = hooks.before(queue.name, jobs[0].template.task, tuple(j.id for j in jobs))
+        await _store(queue, jobs)
+        hooks.after(event)
+    else:
+        await _store(queue, jobs)
+    return [Job(queue, job.id, convert) for job in jobs]
+
+
+async def _store(queue: OwnedQueue, jobs: Sequence[JobRecord]) -> None:
+    await put_blobs(queue.app.codec.claim, queue.name, (j.id for j in jobs))
+    # one job shares the round trip of the others enqueued meanwhile (coalesce.py)
+    if len(jobs) == 1:
+        await queue.coalescer.enqueue(jobs[0])
+    else:
+        await queue.door.enqueue(jobs)
+
+
+async def store_run(
+    queue: OwnedQueue, template: Template, pairs: list[Any], convert: Convert | None = None
+) -> list[Job[Any]]:
+    """Store jobs on ``queue`` that share one template: ``pairs`` is id, payload, id,
+    payload, ... (the fast path of ``enqueue_many``)."""
+    if not pairs:
+        return []
+    await put_blobs(queue.app.codec.claim, queue.name, pairs[::2])
+    hooks = queue.app.hooks
+    if hooks.on_enqueue:  # before/after-enqueue hooks (_app/hooks.py)
+        event = hooks.before(queue.name, template.task, tuple(pairs[::2]))
+        await queue.door.enqueue_run(template, pairs)
+        hooks.after(event)
+    else:
+        await queue.door.enqueue_run(template, pairs)
+    return [Job(queue, pairs[i], convert) for i in range(0, len(pairs), 2)]
+
+
+async def cancel_ids(queue: OwnedQueue, ids: Sequence[str]) -> int:
+    """``Queue.cancel_jobs`` without the checks of the ids (ids read back from Redis)."""
+    cancelled = 0
+    for i in range(0, len(ids), CANCEL_CHUNK):
+        now, _ = await queue.door.cancel(ids[i : i + CANCEL_CHUNK], queue.app.dead_ttl_ms)
+        cancelled += now
+    return cancelled
 
 
 def state_counts(lanes: tuple[int, int, int, int, int], groups: dict[str, int]) -> dict[str, int]:

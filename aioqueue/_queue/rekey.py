@@ -21,7 +21,7 @@ from .._model.codec import describe_error
 from .._model.keys import split_queue_member
 
 if TYPE_CHECKING:
-    from .core import QueueCore
+    from .owner import QueueParts
 
 #: reasons kept in a report (the first ones)
 _REASONS_KEPT = 20
@@ -69,9 +69,9 @@ class _Tally:
         return RekeyReport(self.queue, **self.counts, reasons=tuple(self.reasons))
 
 
-async def rekey(queue: QueueCore, batch: int = 200) -> RekeyReport:
+async def rekey(queue: QueueParts, batch: int = 200) -> RekeyReport:
     """Rekey ``queue``'s stored values, ``batch`` records a step (see the module)."""
-    scripts = queue._scripts
+    scripts = queue.door
     tally = _Tally(queue.name)
     chunk: list[bytes] = []
     async for key in scripts.client.scan_iter(match=f"{scripts.base}job:*", count=batch):
@@ -86,8 +86,8 @@ async def rekey(queue: QueueCore, batch: int = 200) -> RekeyReport:
     return tally.report()
 
 
-async def _jobs(queue: QueueCore, keys: Sequence[bytes], tally: _Tally) -> None:
-    scripts, codec, name = queue._scripts, queue.app.codec, queue.name
+async def _jobs(queue: QueueParts, keys: Sequence[bytes], tally: _Tally) -> None:
+    scripts, codec, name = queue.door, queue.app.codec, queue.name
     pipe = scripts.client.pipeline(transaction=False)
     for key in keys:
         pipe.hmget(key, "t", "p", "o", "r")
@@ -125,9 +125,9 @@ async def _jobs(queue: QueueCore, keys: Sequence[bytes], tally: _Tally) -> None:
             tally.counts["changed"] += 1
 
 
-async def _batch_results(queue: QueueCore, key: bytes, tally: _Tally, batch: int) -> None:
+async def _batch_results(queue: QueueParts, key: bytes, tally: _Tally, batch: int) -> None:
     """The results a batch of this queue holds, each bound to its member job."""
-    scripts, codec = queue._scripts, queue.app.codec
+    scripts, codec = queue.door, queue.app.codec
     sub = key[len(scripts.base) :].decode(errors="surrogateescape")
     async for field, value in scripts.client.hscan_iter(key, count=batch):
         member = cast(bytes, field).decode(errors="surrogateescape")
@@ -145,8 +145,8 @@ async def _batch_results(queue: QueueCore, key: bytes, tally: _Tally, batch: int
             tally.counts["changed"] += 1
 
 
-async def _write(queue: QueueCore, entry: Sequence[Any]) -> tuple[int, int]:
+async def _write(queue: QueueParts, entry: Sequence[Any]) -> tuple[int, int]:
     """rekey.lua on one entry: (written, changed)."""
-    scripts = queue._scripts
-    res = await scripts._run("rekey", (scripts.base, *entry))
+    scripts = queue.door
+    res = await scripts.run("rekey", (scripts.base, *entry))
     return int(res[0]), int(res[1])

@@ -68,7 +68,8 @@ class ShardedQueue:
         self.shards = check_int(shards, 1, "shards", maximum=MAX_SHARDS)
         #: the shards, as ordinary queues
         self.queues: list[Queue] = [Queue(app, shard_name(name, i)) for i in range(shards)]
-        self._next = itertools.count(random.randrange(shards))
+        # the round-robin turn of this producer and consumer (``spread``, ``reserve``)
+        self.rotation = itertools.count(random.randrange(shards))
         self._by_name = {q.name: q for q in self.queues}
 
     def __repr__(self) -> str:
@@ -82,7 +83,7 @@ class ShardedQueue:
         return self.queues[self._index(group or job_id or unique_key)]
 
     def _index(self, key: str | None) -> int:
-        return shard_index(key, self.shards) if key else next(self._next) % self.shards
+        return shard_index(key, self.shards) if key else next(self.rotation) % self.shards
 
     def shard_named(self, name: str) -> Queue:
         """The shard called ``name`` (a reservation's or a job's ``queue``).
@@ -118,7 +119,7 @@ class ShardedQueue:
         first = shard_index(job_id, self.shards)
         for i in range(self.shards):
             q = self.queues[(first + i) % self.shards]
-            if await q._scripts.read(q.app.redis.exists(q._keys.job(job_id))):
+            if await q.door.read(q.app.redis.exists(q.door.keys.job(job_id))):
                 return q.job(job_id)
         raise JobNotFound(job_id)
 
@@ -200,7 +201,7 @@ class ShardedQueue:
         wait_s = to_seconds(wait, "wait")
         loop = asyncio.get_running_loop()
         deadline = None if wait_s is None else loop.time() + wait_s
-        start = next(self._next)
+        start = next(self.rotation)
         out: list[Reservation] = []
         for i in range(self.shards):
             q = self.queues[(start + i) % self.shards]
@@ -279,9 +280,10 @@ def spread(
         return [(on_shard(sharded, opts, task, (), {}), list(range(len(calls))))]
     if opts.unique is not None:
         key = opts.unique.key
-        shards = [sharded._index(key or derived_key(task, a, kw)) for a, kw in calls]
+        n = sharded.shards
+        shards = [shard_index(key or derived_key(task, a, kw), n) for a, kw in calls]
     else:
-        start = next(sharded._next)
+        start = next(sharded.rotation)
         shards = [(start + i) % sharded.shards for i in range(len(calls))]
     parts: dict[int, list[int]] = {}
     for i, s in enumerate(shards):

@@ -152,12 +152,12 @@ def get_args(base: str, name: str) -> tuple[str, ...]:
 
 async def lookup(scripts: QueueScripts, queue: str, name: str) -> Lookup:
     """What the table of ``queue`` says of task ``name`` (one round trip)."""
-    return parse(queue, name, await scripts._run("tasks", get_args(scripts.base, name)))
+    return parse(queue, name, await scripts.run("tasks", get_args(scripts.base, name)))
 
 
 async def register(scripts: QueueScripts, worker_id: str, table: Sequence[str]) -> None:
     """Write a worker's task table on one queue."""
-    await scripts._run("tasks", (scripts.base, "put", worker_id, *table))
+    await scripts.run("tasks", (scripts.base, "put", worker_id, *table))
 
 
 async def strangers(scripts: QueueReads, known: set[str]) -> dict[str, int]:

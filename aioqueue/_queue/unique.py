@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._model.checks import check_text, to_ms
+from .._model.claimcheck import put_blobs
 from .._model.exceptions import ConfigurationError
 from .._model.job import Job
 from .._model.record import JobRecord, UniqueOptions
@@ -24,7 +25,7 @@ from .._store.loader import text_of
 from .._store.outcomes import ReplaceOutcome
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .owner import OwnedQueue
 
 UniqueScope = Literal["queued", "running", "ttl"]
 OnConflict = Literal["existing", "replace", "debounce"]
@@ -88,7 +89,7 @@ def derived_key(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
 
 
 async def enqueue_unique(
-    queue: Queue,
+    queue: OwnedQueue,
     records: Sequence[JobRecord],
     spec: UniqueOptions,
     remake: Callable[[int, str], JobRecord],
@@ -99,18 +100,18 @@ async def enqueue_unique(
     ``remake(i, holder)``: the record of call ``i`` made for the holder's id (its payload is
     signed for that id), which ``replace``/``debounce`` store in the holder.
     """
-    scripts = queue._scripts
+    scripts = queue.door
     hooks = queue.app.hooks
     event = None
     if hooks.on_enqueue and records:
         event = hooks.before(queue.name, records[0].template.task, tuple(r.id for r in records))
     out: list[Job[Any] | None] = [None] * len(records)
     pending = list(range(len(records)))
-    await queue._put_blobs(r.id for r in records)
+    await put_blobs(queue.app.codec.claim, queue.name, (r.id for r in records))
     for round_ in range(_ROUNDS):
         again: list[int] = []
         if len(pending) == 1:  # shares a round trip with concurrent enqueues (_coalesce.py)
-            code = await queue._coalescer.enqueue(records[pending[0]])
+            code = await queue.coalescer.enqueue(records[pending[0]])
             holders = [text_of(code) if isinstance(code, bytes) else None]
         else:
             holders = await scripts.enqueue_unique([records[i] for i in pending])
@@ -125,7 +126,7 @@ async def enqueue_unique(
             debounce = (t.delay_ms, t.at_ms) if spec.on_conflict == "debounce" else None
             key = records[i].unique_key
             job = remake(i, holder)
-            await queue._put_blobs((holder,))
+            await put_blobs(queue.app.codec.claim, queue.name, (holder,))
             outcome = await scripts.replace(key, holder, job, debounce, spec.ttl_ms)
             if outcome is ReplaceOutcome.LOCK_MOVED and round_ < _ROUNDS - 1:
                 again.append(i)

@@ -311,29 +311,12 @@ class EmbeddedServer:
                 return int(line.split(b":", 1)[1])
         return None
 
-    def _ping(self, port: int) -> bool:
-        """Send one RESP PING; True on ``+PONG`` (a loading server answers ``-LOADING``)."""
-        return self._send(port, b"*1\r\n$4\r\nPING\r\n").startswith(b"+PONG")
-
     def _send(self, port: int, command: bytes, until: bytes = b"") -> bytes:
-        """Send one RESP command on a fresh connection; the reply up to a line after
-        ``until`` (or its first chunk), or ``b""`` when the server cannot be reached."""
-        unix = self._unix_socket
-        address = str(self._socket_path()) if unix else (_HOST, port)
-        reply = b""
-        try:
-            with socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as sock:
-                sock.settimeout(0.5)
-                sock.connect(address)
-                sock.sendall(command)
-                while chunk := sock.recv(4096):
-                    reply += chunk
-                    at = reply.find(until)
-                    if at >= 0 and b"\n" in reply[at:]:
-                        break
-        except OSError:
-            pass
-        return reply
+        return _send(self._address(port), command, until)
+
+    def _address(self, port: int) -> str | tuple[str, int]:
+        """Where this server answers: its unix socket's path, or the loopback port."""
+        return str(self._socket_path()) if self._unix_socket else (_HOST, port)
 
     def _terminate(self, *, graceful: bool) -> None:
         server, self._server, self._pid = self._server, None, None
@@ -394,11 +377,10 @@ def attach_or_start(base: Path = DEV_DIR, port: int = DEV_PORT) -> DevServer:
         EmbeddedServerError: the server cannot be started.
     """
     url = f"redis://{_HOST}:{port}/0"
-    probe = EmbeddedServer(port=port)
     data = (base / "valkey").resolve()  # the server runs inside it: no relative paths
     deadline = time.monotonic() + ATTACH_RACE_SECONDS
     while True:
-        if probe._ping(port):
+        if _ping((_HOST, port)):
             logger.info("using the embedded server already running at %s", url)
             return DevServer(url, None)
         data.mkdir(parents=True, exist_ok=True)
@@ -414,3 +396,28 @@ def attach_or_start(base: Path = DEV_DIR, port: int = DEV_PORT) -> DevServer:
             continue
         logger.info("started the embedded server at %s (data in %s)", url, data)
         return DevServer(url, server)
+
+
+def _ping(address: str | tuple[str, int]) -> bool:
+    """Send one RESP PING; True on ``+PONG`` (a loading server answers ``-LOADING``)."""
+    return _send(address, b"*1\r\n$4\r\nPING\r\n").startswith(b"+PONG")
+
+
+def _send(address: str | tuple[str, int], command: bytes, until: bytes = b"") -> bytes:
+    """Send one RESP command on a fresh connection to ``address`` (a unix socket's path, or
+    host and port); the reply up to a line after ``until`` (or its first chunk), or ``b""``
+    when the server cannot be reached."""
+    reply = b""
+    try:
+        with socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET) as sock:
+            sock.settimeout(0.5)
+            sock.connect(address)
+            sock.sendall(command)
+            while chunk := sock.recv(4096):
+                reply += chunk
+                at = reply.find(until)
+                if at >= 0 and b"\n" in reply[at:]:
+                    break
+    except OSError:
+        pass
+    return reply

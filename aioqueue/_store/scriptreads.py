@@ -1,5 +1,5 @@
 """The read side of the door to one queue's keys (``QueueReads``, the base of ``QueueScripts``):
-its plumbing (the client, the keys, ``_run`` and ``read``, each bounded by the socket timeout)
+its plumbing (the client, the keys, ``run`` and ``read``, each bounded by the socket timeout)
 and every read of a queue's keys and records, the operator's reads and the schedules' calls.
 """
 
@@ -49,7 +49,8 @@ class QueueReads:
         self.lanes = tuple(keys.lanes())
         self.base = keys.base
 
-    async def _run(self, name: str, args: Sequence[Any], keys: Sequence[str] = ()) -> Any:
+    async def run(self, name: str, args: Sequence[Any], keys: Sequence[str] = ()) -> Any:
+        """Call script ``name`` on this queue's lanes (or ``keys``): the raw reply."""
         return await evalsha(self.client, SCRIPTS[name], keys or self.lanes, args)
 
     # ------------------------------------------------------------------ reads
@@ -96,13 +97,13 @@ class QueueReads:
 
     async def set_progress(self, job_id: str, data: bytes) -> None:
         """Record a running job's progress (JSON)."""
-        await self._run("progress", (self.base, job_id, data))
+        await self.run("progress", (self.base, job_id, data))
 
     async def step(self, job_id: str, token: str, name: str, value: bytes | None) -> Any:
         """A durable step's recorded result (``value`` None), or record it (step.lua): the
         script's reply, ``[1, value]``, ``[0]`` or a negative code."""
         op = "get" if value is None else "put"
-        return await self._run("step", (self.base, job_id, token, op, name, value or b""))
+        return await self.run("step", (self.base, job_id, token, op, name, value or b""))
 
     async def change(
         self, job_id: str, priority: int | None, delay_ms: int, at_ms: int
@@ -110,7 +111,7 @@ class QueueReads:
         """Change a job that has not started (change.lua): (1, state after), (0, state
         found: it started or finished, unchanged) or (-1, "": no such job)."""
         pr = "" if priority is None else str(priority)
-        reply = await self._run("change", (self.base, job_id, pr, delay_ms, at_ms))
+        reply = await self.run("change", (self.base, job_id, pr, delay_ms, at_ms))
         return int(reply[0]), text_of(reply[1]) if len(reply) > 1 else ""
 
     async def job_log(self, job_id: str) -> list[bytes]:
@@ -129,16 +130,16 @@ class QueueReads:
         """A durable wait of a running job (wait.lua): its reply, ``[1, payload]`` (a
         signal's), ``[2]`` (over by time), ``[3, end ms]`` (parked) or a negative code."""
         args = (self.base, job_id, token, n, ms, event, dead_ttl_ms)
-        return await self._run("wait", args)
+        return await self.run("wait", args)
 
     async def signal(self, event: str, payload: bytes) -> tuple[int, int]:
         """Wake up to 1,000 jobs waiting for ``event`` (signal.lua): (woken, still waiting)."""
-        woken, left = await self._run("signal", (self.base, event, payload))
+        woken, left = await self.run("signal", (self.base, event, payload))
         return int(woken), int(left)
 
     async def append_log(self, job_id: str, token: str, lines: Sequence[str]) -> int:
         """Append lines to a running job's log (joblog.lua): 1, or a negative code."""
-        return int(await self._run("joblog", (self.base, job_id, token, *lines)))
+        return int(await self.run("joblog", (self.base, job_id, token, *lines)))
 
     async def stats(self) -> dict[bytes, bytes]:
         return cast(dict[bytes, bytes], await self.read(self.client.hgetall(self.keys.stats)))
@@ -189,7 +190,7 @@ class QueueReads:
         it, oldest first, with the index of the first (page.lua); (-1, []) when newest first
         and the anchors are gone."""
         args = (self.base, n, 1 if newest_first else 0, pos, *anchors)
-        res = await self._run("page", args, [self.keys.ready])
+        res = await self.run("page", args, [self.keys.ready])
         return int(res[0]), list(res[1:])
 
     async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
@@ -203,13 +204,13 @@ class QueueReads:
         out: list[list[bytes | None]] = []
         for i in range(0, len(ids), MAX_JOBS_PER_CALL):
             chunk = ids[i : i + MAX_JOBS_PER_CALL]
-            flat = await self._run("peek", (self.base, k, *fields, *chunk))
+            flat = await self.run("peek", (self.base, k, *fields, *chunk))
             out += [flat[j : j + k] for j in range(0, len(flat), k)]
         return out
 
     async def why(self, job_id: str) -> bytes:
         """Why a job is (not) running, as why.lua's JSON (see ``JobWhy.read``)."""
-        return cast(bytes, await self._run("why", (self.base, job_id)))
+        return cast(bytes, await self.run("why", (self.base, job_id)))
 
     async def server_ms(self) -> int:
         """The server's clock (TIME), in ms."""
@@ -385,7 +386,7 @@ class QueueReads:
             t = job.template
             args += (job.id, job.payload, t.task, t.max_attempts, run_at_ms, t.priority)
             args.append(t.options)
-        res = await self._run("schedule", args, [*self.lanes, self.keys.cron_next])
+        res = await self.run("schedule", args, [*self.lanes, self.keys.cron_next])
         return int(res[0]), _TICK[int(res[1])]
 
     def _schedule_keys(self) -> list[str]:
@@ -395,27 +396,27 @@ class QueueReads:
     async def schedule_put(self, name: str, definition: str, first_ms: int) -> int:
         """Store a schedule: 1 added, 2 changed (its next tick reset), 0 unchanged."""
         args = (self.base, "put", name, definition, first_ms)
-        return int(await self._run("schedules", args, self._schedule_keys()))
+        return int(await self.run("schedules", args, self._schedule_keys()))
 
     async def schedule_remove(self, name: str) -> bool:
         args = (self.base, "remove", name)
-        return int(await self._run("schedules", args, self._schedule_keys())) == 1
+        return int(await self.run("schedules", args, self._schedule_keys())) == 1
 
     async def schedule_set_aside(self, name: str, definition: bytes, reason: str) -> bool:
         """Move a schedule's definition (if it is still ``definition``) out of the stored ones,
         listed in ``garbled`` with the reason; its tick is dropped."""
         args = (self.base, "aside_def", name, definition, reason)
-        return int(await self._run("schedules", args, self._schedule_keys())) == 1
+        return int(await self.run("schedules", args, self._schedule_keys())) == 1
 
     async def schedule_ticks_aside(self, names: Sequence[str], reason: str) -> int:
         """Move the ticks of ``names`` that have no definition or are not a valid time aside
         (one key, listed in ``garbled``); how many were moved."""
         args = (self.base, "aside_ticks", reason, *names)
-        return int(await self._run("schedules", args, self._schedule_keys()))
+        return int(await self.run("schedules", args, self._schedule_keys()))
 
     async def schedule_contain(self) -> int:
         """Rename schedule keys of the wrong type aside (listed in ``garbled``); how many."""
-        return int(await self._run("schedules", (self.base, "contain"), self._schedule_keys()))
+        return int(await self.run("schedules", (self.base, "contain"), self._schedule_keys()))
 
     async def schedule_ticks(self, limit: int = 10_000) -> tuple[int, list[tuple[str, float]]]:
         """The server's clock (ms) and the schedules' stored next ticks, earliest first (as

@@ -89,7 +89,7 @@ class QueueScripts(QueueReads):
             return list((await self._run_durable("enqueue", args))[1:])
         hot = hot_connection(self.client)
         if hot is None or hot.busy:
-            return list((await self._run("enqueue", args))[1:])
+            return list((await self.run("enqueue", args))[1:])
         command = evalsha_command(self.client, SCRIPTS["enqueue"], self.lanes, args)
         try:
             res = await hot.call(command, call_timeout(self.client))
@@ -101,7 +101,7 @@ class QueueScripts(QueueReads):
             # lost, or not run (the library or script missing, an error reply): the pool's
             # path sends it again, with its retries and reloading (enqueue is idempotent on
             # the job id: a call that did run stores nothing twice)
-            return list((await self._run("enqueue", args))[1:])
+            return list((await self.run("enqueue", args))[1:])
         return list(res[1:])
 
     async def enqueue_unique(self, jobs: Sequence[JobRecord]) -> list[str | None]:
@@ -129,13 +129,13 @@ class QueueScripts(QueueReads):
         delay_ms, at_ms = debounce or (-1, -1)
         t = job.template
         args = (self.base, key, holder, job.payload, t.options, delay_ms, at_ms, ttl_ms)
-        return _REPLACE[int(await self._run("replace", args))]
+        return _REPLACE[int(await self.run("replace", args))]
 
     async def _run_durable(self, name: str, args: Sequence[Any], strict: bool = True) -> Any:
-        """``_run`` with, in durability mode, WAIT in the same round trip."""
+        """``run`` with, in durability mode, WAIT in the same round trip."""
         durability = durability_of(self.client)
         if durability is None:
-            return await self._run(name, args)
+            return await self.run(name, args)
         call = (SCRIPTS[name], self.lanes, args)
         return (await durable_calls(self.client, durability, [call], strict))[0]
 
@@ -163,7 +163,7 @@ class QueueScripts(QueueReads):
         a registered worker's report (leases started or given up, free slots; see beat)."""
         s, free = started or ("", "")
         args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(), s, free)
-        return parse_claim(await self._run("claim", args))
+        return parse_claim(await self.run("claim", args))
 
     async def complete_claim(
         self,
@@ -186,7 +186,7 @@ class QueueScripts(QueueReads):
         if items:
             res = await self._run_durable("complete_claim", args, strict=False)
         else:
-            res = await self._run("complete_claim", args)
+            res = await self.run("complete_claim", args)
         m = len(items)
         if not m:
             return parse_claim(res), []
@@ -211,7 +211,7 @@ class QueueScripts(QueueReads):
         """Record a failed attempt: RETRY (scheduled), DEAD, CANCELLED, NO_JOB or STALE."""
         delay = _FAIL_SIGNAL.get(mode, max(delay_ms, 0))
         args = (self.base, job_id, token, error, delay, dead_ttl_ms)
-        return _FAIL[int(await self._run("fail", args))]
+        return _FAIL[int(await self.run("fail", args))]
 
     async def release(
         self,
@@ -227,14 +227,14 @@ class QueueScripts(QueueReads):
         args: list[Any] = [self.base, delay_ms, mode, dead_ttl_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
-        return [_RELEASE[c] for c in await self._run("release", args)]
+        return [_RELEASE[c] for c in await self.run("release", args)]
 
     async def extend(self, pairs: Sequence[tuple[str, str]], lease_ms: int) -> list[Outcome]:
         """Renew leases: OK, CANCEL_REQUESTED (renewed, but stop it), NO_JOB or STALE."""
         args: list[Any] = [self.base, lease_ms, len(pairs)]
         for job_id, token in pairs:
             args += (job_id, token)
-        res = await self._run("extend", args)
+        res = await self.run("extend", args)
         return [_EXTEND[c] for c in res[1:]]
 
     async def beat(
@@ -259,54 +259,52 @@ class QueueScripts(QueueReads):
             args += (job_id, token)
         if sample is not None:
             args += sample
-        res = await self._run("beat", args)
+        res = await self.run("beat", args)
         return [_EXTEND[c] for c in res[1:]]
 
     async def cancel(self, ids: Sequence[str], dead_ttl_ms: int) -> tuple[int, int]:
         """Cancel jobs (see cancel.lua); returns (cancelled now, running ones asked to stop)."""
-        res = await self._run("cancel", (self.base, dead_ttl_ms, *ids))
+        res = await self.run("cancel", (self.base, dead_ttl_ms, *ids))
         return int(res[0]), int(res[1])
 
     async def configure(self, op: str, group: str = "", v1: object = "", v2: object = "") -> None:
         """Change a queue or group setting (see configure.lua)."""
-        await self._run("configure", (self.base, op, group, v1, v2))
+        await self.run("configure", (self.base, op, group, v1, v2))
 
     async def watch(
         self, job_id: str, register: bool, kind: str = "job"
     ) -> tuple[str, bytes, bytes]:
-        return parse_watch(
-            await self._run("watch", (self.base, job_id, 1 if register else 0, kind))
-        )
+        return parse_watch(await self.run("watch", (self.base, job_id, 1 if register else 0, kind)))
 
     async def reap(self, limit: int, dead_ttl_ms: int, lock_ms: int = 0) -> tuple[int, int, int]:
         """Maintenance; returns (recovered, promoted, dead_trimmed), all -1 when another
         process did it in this lock period."""
         keys = [*self.lanes, self.keys.reap_lock]
-        res = await self._run("reap", (self.base, limit, dead_ttl_ms, lock_ms), keys)
+        res = await self.run("reap", (self.base, limit, dead_ttl_ms, lock_ms), keys)
         return int(res[1]), int(res[2]), int(res[3])
 
     # ------------------------------------------------------------------ admin (an operator's)
     async def requeue(self, ids: Sequence[str]) -> tuple[int, int]:
         """Dead letters back to the queue, attempts reset (requeue.lua): (requeued, skipped)."""
-        res = await self._run("requeue", (self.base, *ids))
+        res = await self.run("requeue", (self.base, *ids))
         return int(res[0]), int(res[1])
 
     async def promote(self, ids: Sequence[str]) -> tuple[int, int]:
         """Scheduled jobs runnable now (promote.lua): (promoted, skipped)."""
-        res = await self._run("promote", (self.base, *ids))
+        res = await self.run("promote", (self.base, *ids))
         return int(res[0]), int(res[1])
 
     async def purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
         """Delete these jobs where their state is one of ``states`` (purge.lua):
         (purged, skipped)."""
-        res = await self._run("purge", (self.base, "ids", " ".join(states), 0, *ids))
+        res = await self.run("purge", (self.base, "ids", " ".join(states), 0, *ids))
         return int(res[0]), int(res[1])
 
     async def purge_head(self, source: str, n: int, group: str = "") -> tuple[int, int]:
         """Delete the first ``n`` jobs of a structure: ``ready``, ``prio``, ``scheduled``,
         ``dead``, ``completed``, ``cancelled`` or ``lane`` (of ``group``) (purge.lua):
         (purged, skipped)."""
-        res = await self._run("purge", (self.base, source, group, n))
+        res = await self.run("purge", (self.base, source, group, n))
         return int(res[0]), int(res[1])
 
     # ------------------------------------------------------------------ batches (batch.lua)
@@ -358,7 +356,7 @@ class QueueScripts(QueueReads):
     async def batch_cancel(self, batch_id: str) -> int | None:
         """Cancel a batch: how many of its sub-jobs on this queue were cancelled, None when
         there is no such batch."""
-        n = int(await self._run("batch", (self.base, "cancel", batch_id)))
+        n = int(await self.run("batch", (self.base, "cancel", batch_id)))
         return None if n < 0 else n
 
     async def run_many(self, calls: Sequence[ScriptCall]) -> list[Any]:

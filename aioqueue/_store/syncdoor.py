@@ -97,7 +97,8 @@ class BlockingScripts:
         self.lanes = tuple(keys.lanes())
         self.base = keys.base
 
-    def _run(self, name: str, args: Sequence[Any]) -> Any:
+    def run(self, name: str, args: Sequence[Any]) -> Any:
+        """Call script ``name`` on this queue's lanes: the raw reply."""
         return evalsha_blocking(self.client, SCRIPTS[name], self.lanes, args)
 
     def _calls(self, calls: Sequence[ScriptCall]) -> None:
@@ -127,10 +128,10 @@ class BlockingScripts:
         self._calls(enqueue_run_calls(self.lanes, self.base, template, pairs))
 
     def watch(self, job_id: str, register: bool) -> tuple[str, bytes, bytes]:
-        return parse_watch(self._run("watch", (self.base, job_id, 1 if register else 0, "job")))
+        return parse_watch(self.run("watch", (self.base, job_id, 1 if register else 0, "job")))
 
     def cancel(self, ids: Sequence[str], dead_ttl_ms: int) -> tuple[int, int]:
-        res = self._run("cancel", (self.base, dead_ttl_ms, *ids))
+        res = self.run("cancel", (self.base, dead_ttl_ms, *ids))
         return int(res[0]), int(res[1])
 
     def job_record(self, job_id: str) -> dict[bytes, bytes]:

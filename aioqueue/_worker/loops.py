@@ -189,7 +189,7 @@ class Loops:
         await self.declare_tasks()
         for qs in self.fetchers:
             try:
-                found = await strangers(qs.queue._scripts, set(self.app.tasks))
+                found = await strangers(qs.queue.door, set(self.app.tasks))
             except TRANSIENT as exc:
                 logger.debug("queue %s: could not sample its jobs: %r", qs.queue.name, exc)
                 continue
@@ -207,7 +207,7 @@ class Loops:
         table = declared_table(self.app)
         for qs in self.fetchers:
             try:
-                await register(qs.queue._scripts, self.id, table)
+                await register(qs.queue.door, self.id, table)
             except TRANSIENT as exc:
                 logger.warning("queue %s: could not declare its tasks: %r", qs.queue.name, exc)
                 self.tables_at = 0.0  # again at the next heartbeat
