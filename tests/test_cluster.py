@@ -34,6 +34,7 @@ from aioqueue._store.loader import SCRIPTS, queue_names
 from aioqueue.testing import unique_prefix
 
 from .support.cluster import LocalCluster, Node
+from .support.server import text
 from .support.waiting import wait_until
 
 
@@ -238,6 +239,14 @@ def _blocking(node: Node, *args: Any) -> Any:
         return r.execute_command(*args)
 
 
+def _migrate_step(src: Node, dst: Node, slot: int) -> int:
+    """Move up to 3 keys of ``slot`` from ``src`` to ``dst``: how many moved (0: none left)."""
+    keys = _blocking(src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
+    if keys:
+        _blocking(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
+    return len(keys)
+
+
 @pytest.mark.slow
 async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalCluster) -> None:
     prefix = unique_prefix()
@@ -260,13 +269,10 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
             )
             moved = 0
             while True:  # a few keys at a time, with traffic in between (ASK, TRYAGAIN)
-                keys = await asyncio.to_thread(_blocking, src, "CLUSTER", "GETKEYSINSLOT", slot, 3)
-                if not keys:
+                n = await asyncio.to_thread(_migrate_step, src, dst, slot)
+                if not n:
                     break
-                await asyncio.to_thread(
-                    _blocking, src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys
-                )
-                moved += len(keys)
+                moved += n
                 await asyncio.sleep(0.02)
             for node in own_cluster.running():
                 if own_cluster.role(node) == "master":
@@ -286,6 +292,83 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
         counters = await app.queue("moving").counts()
         assert counters["queued"] == counters["active"] == 0
         print(f"migrated {moved} keys; {len(traffic.acked)} jobs; retried calls {traffic.errors}")
+
+
+@pytest.mark.slow
+async def test_a_workflow_across_primaries_with_a_slot_migrated_under_it(
+    own_cluster: LocalCluster,
+) -> None:
+    """Issue 27 (Proof): a DAG whose root and sink are on one primary and whose fan-out is
+    on another; while it runs (the root held, then let go in the middle of the migration),
+    the fan-out queue's slot moves to the third primary, a few keys at a time, with its
+    waiting steps, their dependency sets and the outbox notices in flight (ASK, TRYAGAIN).
+    Every step runs once, none before the root, and the sink gets every result."""
+    from .wfapp import register
+
+    prefix = unique_prefix()
+    async with App(own_cluster.url, prefix=prefix, lease=5) as app:
+        t = register(app)
+        primary = {
+            q: own_cluster.primary_for(app.queue(q)._keys.stats)
+            for q in (f"q{i}" for i in range(64))
+        }
+        home = "q0"
+        fan = next(q for q, n in primary.items() if n is not primary[home])
+        src = primary[fan]
+        dst = next(
+            n
+            for n in own_cluster.running()
+            if own_cluster.role(n) == "master" and n not in (src, primary[home])
+        )
+        gate = f"{{{prefix}:w}}:gate"
+        wf = app.workflow("across")
+        root = wf.step("root", t.slow.options(queue=home).call(0, gate))
+        fanned = [
+            wf.step(f"n{i}", t.step.options(queue=fan if i % 3 else home).call(i), after=[root])
+            for i in range(30)
+        ]
+        wf.step("sink", t.join.options(queue=home).call("sink"), after=fanned)
+        handle = await wf.enqueue(queue=home)
+        ids = {n: v["id"] for n, v in (await handle.graph())["steps"].items()}
+        slot = key_slot(app.queue(fan)._keys.stats.encode())
+        async with Worker(app, queues=[home, fan], concurrency=8):
+
+            async def root_running() -> bool:
+                return bool(await app.redis.hget(t.keys.runs, ids["root"]))
+
+            await wait_until(root_running, timeout=30, what="the root to run")
+            await asyncio.to_thread(
+                _blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id
+            )
+            await asyncio.to_thread(
+                _blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id
+            )
+            moved = await asyncio.to_thread(_migrate_step, src, dst, slot)
+            await app.redis.set(gate, 1)  # the root completes while the slot is half moved
+            while True:
+                n = await asyncio.to_thread(_migrate_step, src, dst, slot)
+                if not n:
+                    break
+                moved += n
+                await asyncio.sleep(0.02)
+            for node in own_cluster.running():
+                if own_cluster.role(node) == "master":
+                    await asyncio.to_thread(
+                        _blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id
+                    )
+            assert own_cluster.primary_for(app.queue(fan)._keys.stats) is dst
+            result = await handle.result(timeout=90)
+            assert await handle.state() == "completed"
+        assert moved > 0
+        steps = [f"n{i}" for i in range(30)]
+        assert result["results"] == {ids[n]: i * 10 for i, n in enumerate(steps)}
+        runs = {text(k): int(v) for k, v in (await app.redis.hgetall(t.keys.runs)).items()}
+        assert runs == dict.fromkeys(ids.values(), 1)  # every step ran once
+        order = [text(v) for v in await app.redis.lrange(t.keys.log, 0, -1)]
+        assert order[0] == ids["root"]  # nothing ran before the root
+        assert order[-1] == ids["sink"]
+        assert sorted(order) == sorted(ids.values())
+        print(f"migrated {moved} keys of {fan}'s slot {slot} under a 32-step workflow")
 
 
 @pytest.mark.slow

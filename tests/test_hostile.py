@@ -1390,3 +1390,65 @@ async def test_garbage_in_every_dependency_key_is_contained(
 
 async def _ended(job: Job[Any]) -> bool:
     return (await job.state()).finished
+
+
+#: a workflow's record (``job:wf-<hex>``, its graph in ``wg``) with garbage written over it:
+#: not JSON, JSON of another shape, steps or sinks of the wrong form, a queue name that is no
+#: queue's, an edge to no step; and the record itself of the wrong type
+WORKFLOW_RECORD_GARBAGE: dict[str, str | None] = {
+    "not-json": "\xff{garbage",
+    "a-list": "[1, 2]",
+    "no-name": json.dumps({"steps": {}, "sinks": []}),
+    "steps-a-list": json.dumps({"name": "w", "steps": [], "sinks": []}),
+    "step-a-number": json.dumps({"name": "w", "steps": {"a": 5}, "sinks": ["a"]}),
+    "step-no-queue": json.dumps({"name": "w", "steps": {"a": {"id": "x", "after": []}}}),
+    "queue-with-braces": json.dumps(
+        {"name": "w", "steps": {"a": {"q": "x}{y", "id": "x", "after": []}}, "sinks": ["a"]}
+    ),
+    "edge-to-nothing": json.dumps(
+        {"name": "w", "steps": {"a": {"q": "d", "id": "x", "after": ["z"]}}, "sinks": ["a"]}
+    ),
+    "sink-not-a-step": json.dumps(
+        {"name": "w", "steps": {"a": {"q": "d", "id": "x", "after": []}}, "sinks": ["z"]}
+    ),
+    "record-a-string": None,
+}
+
+
+@pytest.mark.parametrize("family", list(WORKFLOW_RECORD_GARBAGE))
+async def test_garbage_in_a_workflows_record_reads_as_no_workflow_and_its_steps_run(
+    redis_url: str, redis: Redis, family: str
+) -> None:
+    """Every reader of a workflow's record (its handle, the tree the CLI and the dashboard
+    show) answers garbage there with ``WorkflowError`` (no such workflow), never a crash
+    deeper in; the steps, which do not read the record once it released them, run on."""
+    from aioqueue import WorkflowError
+    from aioqueue._app.workflow import workflow_tree
+
+    app = hostile_app(redis_url, lease=2.0)
+    echo = app.tasks["echo"]
+    async with app:
+        k = app.queue()._keys
+        wf = app.workflow("w")
+        a = wf.step("a", echo.call(1))
+        wf.step("b", echo.call(2), after=[a])
+        handle = await wf.enqueue()
+        ids = {n: v["id"] for n, v in (await handle.graph())["steps"].items()}
+        garbage = WORKFLOW_RECORD_GARBAGE[family]
+        if garbage is None:
+            await redis.delete(k.job(handle.id))
+            await redis.set(k.job(handle.id), "garbage")
+        else:
+            await redis.hset(k.job(handle.id), "wg", garbage)
+        for read in (handle.graph, handle.nodes, handle.state, handle.result, handle.cancel):
+            with pytest.raises(WorkflowError):
+                await read()
+        with pytest.raises(WorkflowError):
+            await workflow_tree(handle)
+        async with Worker(app, concurrency=2, idle_block=0.1, grace=0.5):
+            assert await app.queue().job(ids["b"]).result(timeout=30) == 2
+            assert await app.queue().job(ids["a"]).result(timeout=5) == 1
+            await still_works(app)
+        if garbage is None:  # set aside by the next script that met it, or left to expire
+            await redis.delete(k.job(handle.id))
+        await check_invariants(redis, k)

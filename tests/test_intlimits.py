@@ -556,3 +556,31 @@ async def test_a_limiters_numbers_at_every_limit_stop_no_job_of_it(
         assert sorted(r.id for r in got) == sorted(j.id for j in jobs)
         for r in got:
             await app.queue().complete(r)
+
+
+@pytest.mark.parametrize("value", LIMITS, ids=LIMIT_IDS)
+async def test_a_parked_waiters_wait_number_at_a_limit_is_contained(
+    redis_url: str, redis: Redis, value: Any
+) -> None:
+    """The wait number a parked waiter's record names (field wn, read by signal.lua) at a
+    limit: the signal still wakes it, its payload lands under that number (not its wait's),
+    so the resumed wait does not find it and parks the job again until the wait's end; the
+    queue goes on, nothing stops midway (issue 27)."""
+    async with limits_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        job = await q.enqueue("echo", kwargs={"x": 1})
+        (r,) = await reserve_all(app, 1)
+        parked = await q._scripts.wait(job.id, r.token, 1, 3_600_000, "ev", 60_000)
+        assert parked[0] == 3
+        await redis.hset(k.job(job.id), "wn", value)
+        assert await q._scripts.signal("ev", b"payload") == (1, 0)
+        (r,) = await reserve_all(app, 1)
+        again = await q._scripts.wait(job.id, r.token, 1, 3_600_000, "ev", 60_000)
+        assert again == [3, parked[1]]  # parked again until the end it recorded first
+        assert await job.state() is JobState.SCHEDULED
+        other = await q.enqueue("echo", kwargs={"x": 2})
+        (r2,) = await reserve_all(app, 1)
+        assert r2.id == other.id
+        await q.complete(r2, 2)
+        await check_invariants(redis, k)

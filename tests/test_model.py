@@ -5,6 +5,11 @@ The machine (hypothesis ``RuleBasedStateMachine``) enqueues jobs (immediate or d
 priorities and attempt limits, or waiting for other jobs: ``depends_on``, released or
 cancelled as their dependencies end), reserves them with short or long leases, completes, fails
 (with or without a retry), releases and extends them, with current and stale reservations;
+reads and records durable steps and makes durable waits (``ctx.step``, ``ctx.sleep``,
+``ctx.wait_for_event``: fenced by the lease like acks; a wait parks the job, its attempt
+refunded, until its end or a signal), signals events (the parked waiter gets the payload and
+goes to the back of its lane), and runs a job through a whole park-and-resume life (a step
+replayed, the wait met again);
 lets time pass and runs maintenance; and garbles a key that holds none of the model's jobs
 (a counter, a setting, the ring, an empty lane: the wrong type or a garbage value), after
 which the next script to meet it sets it aside and the walk goes on as the model says (I9).
@@ -17,7 +22,10 @@ After each step it checks, on the real server:
   already finished that very attempt, answered as the first time); a finished job is never
   reserved again; each lease has a new, higher token;
 - I5: attempts never exceed the job's maximum; expiries past it dead-letter the job;
-- I8: finished records carry a TTL, unfinished ones none.
+- I8: finished records carry a TTL, unfinished ones none;
+- steps and waits: every job's step hash (recorded results, wait ends, signal payloads) is
+  the model's (the first record of a step wins; a stale holder writes nothing), the wait its
+  record names (``wv``/``wn``) too, and each event's set holds the model's waiters.
 
 Time is the server's. Only ``reserve`` and ``reap`` look at the clock (they hand back expired
 leases and promote due jobs), so before either the machine waits until every short deadline
@@ -79,6 +87,8 @@ LEASES = st.sampled_from([*SHORT_LEASES, LONG])
 DELAYS = st.sampled_from([None, None, None, None, *SHORT_DELAYS, LONG])
 FAIL_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS, LONG])
 RELEASE_DELAYS = st.sampled_from([0, 0, *SHORT_DELAYS])
+STEP_NAMES = st.sampled_from(["s1", "s2"])
+WAITS = st.sampled_from([*SHORT_DELAYS, LONG, LONG])  # how long a durable wait waits
 
 #: integer limits written over a number (I12): the ends of the 64-bit range, past the 2^53 a
 #: script's Lua numbers hold exactly, negative, a float, one no double holds
@@ -178,6 +188,19 @@ class MJob:
     released: bool = False  # its last lease ended by a release (that token is spent)
     deps: set[str] = field(default_factory=set)  # waiting: the dependencies left
     dependents: list[str] = field(default_factory=list)  # at most one (see enqueue_dependent)
+    # durable steps and waits (lua/step.lua, wait.lua, signal.lua): what its step hash holds
+    steps: dict[str, bytes] = field(default_factory=dict)  # s:<name> -> recorded result
+    ends: dict[int, int] = field(default_factory=dict)  # d:<n> -> the wait's end (server ms)
+    payloads: dict[int, bytes] = field(default_factory=dict)  # w:<n> -> a signal's payload
+    wv: str | None = None  # the event its record names (a parked wait for it), and the wait
+    wn: int | None = None
+
+    def recorded(self) -> dict[str, bytes]:
+        """Its step hash as the model says, without ``ct``."""
+        out = {f"s:{k}": v for k, v in self.steps.items()}
+        out.update({f"d:{n}": str(e).encode() for n, e in self.ends.items()})
+        out.update({f"w:{n}": v for n, v in self.payloads.items()})
+        return out
 
 
 class Model:
@@ -190,6 +213,7 @@ class Model:
         self.prio: dict[str, tuple[int, int, str | int]] = {}
         self._seq = 0
         self.tokens: set[int] = set()
+        self.events: dict[str, set[str]] = {}  # evt:<key> -> the jobs in it
 
     def push(self, job: MJob, *, front: bool) -> None:
         job.state = "queued"
@@ -268,6 +292,7 @@ class Model:
                 out.add(job.deadline)
             elif job.state == "scheduled" and job.due is not None:
                 out.add(job.due)
+            out.update(job.ends.values())  # a wait's end, passed or not, by the next wait
         return out
 
 
@@ -288,6 +313,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.model = Model()
         self.n = 0
         self.steps: list[str] = []
+        self.values = 0  # step results and signal payloads drawn so far
         self.current: dict[str, Reservation] = {}  # active job -> its current reservation
 
     def run(self, step: Awaitable[T]) -> T:
@@ -457,6 +483,154 @@ class StoreMachine(RuleBasedStateMachine):
     def extend_current(self, data: st.DataObject, lease: float) -> None:
         self._extend(self._pick_current(data), lease)
 
+    # durable steps and waits (issue 27): a step read or recorded and a wait made by any
+    # reservation (mostly stale ones: fenced like acks) or by an active job's current one
+    @rule(r=reservations, name=STEP_NAMES, put=st.booleans())
+    def step(self, r: Reservation, name: str, put: bool) -> None:
+        self._step(r, name, put)
+
+    @precondition(lambda self: self.current)
+    @rule(data=st.data(), name=STEP_NAMES)
+    def step_current(self, data: st.DataObject, name: str) -> None:
+        """As ``ctx.step`` does: read the step; if it is not recorded, record it; then the
+        record sent again (a resend after a lost reply): the first value stays."""
+        r = self._pick_current(data)
+        if self._step(r, name, False) == 0:
+            self._step(r, name, True)
+        self._step(r, name, True)
+
+    @rule(r=reservations, n=st.integers(1, 2), event=st.booleans(), ms=WAITS)
+    def durable_wait(self, r: Reservation, n: int, event: bool, ms: float) -> None:
+        self._wait(r, n, event, ms)
+
+    @precondition(lambda self: self.current)
+    @rule(data=st.data(), n=st.integers(1, 2), event=st.booleans(), ms=WAITS)
+    def durable_wait_current(self, data: st.DataObject, n: int, event: bool, ms: float) -> None:
+        """As a task run from the top does: its waits 1..n in order, until one parks it."""
+        self._waits(self._pick_current(data), n, event, ms)
+
+    @rule(event=st.booleans())
+    def a_job_that_parks_and_resumes(self, event: bool) -> None:
+        """A workflow task's life, at priority 100 (ahead of every other job: each reserve
+        takes it): it records a step, parks in a wait for its event (woken by the signal)
+        or in a short sleep (over by the time the next reserve looks), runs again from the
+        top (the step replayed, the wait met again: the payload, or over by time), and
+        completes. Every call is checked against the model like any other."""
+        self.enqueue(100, 3, None)
+        job_id = f"j{self.n:04d}"
+        r = self._reserve_first(job_id)
+        assert self._step(r, "s1", False) == 0
+        assert self._step(r, "s1", True) == 1
+        assert self._wait(r, 1, event, LONG if event else SHORT_DELAYS[0]) == 3
+        if event:
+            self._signal(f"e-{job_id}")
+        r = self._reserve_first(job_id)
+        assert self._step(r, "s1", True) == 1  # replayed: the first record stays
+        assert self._wait(r, 1, event, LONG) == (1 if event else 2)
+        self._complete(r)
+
+    def _reserve_first(self, job_id: str) -> Reservation:
+        got = cast(Any, self.reserve(1, LONG)).values
+        assert [g.id for g in got] == [job_id]
+        return cast(Reservation, got[0])
+
+    def _waits(self, r: Reservation, n: int, event: bool, ms: float) -> None:
+        for i in range(1, n + 1):
+            if self._wait(r, i, event, ms) not in (1, 2):
+                break
+
+    @rule(data=st.data())
+    def signal(self, data: st.DataObject) -> None:
+        """Signal an event some job waited for (or none did)."""
+        self._signal(data.draw(st.sampled_from([*sorted(self.model.events), "e-nobody"])))
+
+    def _signal(self, key: str) -> None:
+        """Every member of the event's set is popped; the one still parked for it (each job
+        waits for an event of its own, so the lane order does not hang on SPOP's) gets the
+        payload and goes to the back of its lane."""
+        payload = self._value()
+        got = self.run(self.queue._scripts.signal(key, payload))
+        self.steps.append(f"signal {key} -> {got}")
+        jobs = self.model.jobs
+        woken = [
+            jobs[j]
+            for j in sorted(self.model.events.pop(key, set()))
+            if jobs[j].state == "scheduled" and jobs[j].wv == key and jobs[j].wn is not None
+        ]
+        assert got == (len(woken), 0), f"signal {key} gave {got}, model woke {woken}"
+        for job in woken:
+            assert job.wn is not None
+            job.payloads[job.wn] = payload
+            job.wv = job.wn = None
+            self.model.push(job, front=False)
+        EVENTS[f"signal woke {len(woken)}"] += 1
+
+    def _value(self) -> bytes:
+        self.values += 1
+        return f"v{self.values}".encode()
+
+    def _step(self, r: Reservation, name: str, put: bool) -> int:
+        """One step.lua call; its reply's code."""
+        job = self.model.jobs[r.id]
+        value = self._value() if put else None
+        reply = self.run(self.queue._scripts.step(r.id, r.token, name, value))
+        got = [int(reply[0]), *reply[1:]]
+        self.steps.append(f"step {r.id} {name} put={value!r} token={r.token} -> {got}")
+        if job.state != "active" or job.token != r.token:
+            assert got == [-2], f"step by a stale holder of {r.id} gave {got}"
+            EVENTS["step:LeaseLost"] += 1
+        elif name in job.steps:  # recorded: a get, and a put too (the first record wins)
+            assert got == [1, job.steps[name]], f"step {name} of {r.id} gave {got}"
+            EVENTS["step replayed"] += 1
+        elif value is None:
+            assert got[0] == 0, f"step {name} of {r.id} gave {got}, model: not recorded"
+            assert (int(got[1]) == 0) == (not job.recorded()), "whether anything is recorded"
+            EVENTS["step not recorded"] += 1
+        else:
+            assert got == [1, value], f"step {name} of {r.id} gave {got}, model: recorded now"
+            job.steps[name] = value
+            EVENTS["step recorded"] += 1
+        return int(got[0])
+
+    def _wait(self, r: Reservation, n: int, event: bool, ms: float) -> int:
+        """One wait.lua call; its reply's code."""
+        soon = self._settle()  # a recorded end is then over iff it was due soon
+        job = self.model.jobs[r.id]
+        key = f"e-{r.id}" if event else ""
+        reply = self.run(self.queue._scripts.wait(r.id, r.token, n, int(ms * 1000), key, 3600_000))
+        got = [int(reply[0]), *reply[1:]]
+        self.steps.append(f"wait {r.id} #{n} {key or 'sleep'} {ms} token={r.token} -> {got}")
+        if job.state != "active" or job.token != r.token:
+            assert got == [-2], f"wait by a stale holder of {r.id} gave {got}"
+            EVENTS["wait:LeaseLost"] += 1
+            return -2
+        if event and n in job.payloads:
+            assert got == [1, job.payloads[n]], f"wait {n} of {r.id} gave {got}: its payload"
+            EVENTS["wait returned a payload"] += 1
+            return 1
+        end = job.ends.get(n)
+        if end is not None and end in soon:
+            assert got == [2], f"wait {n} of {r.id} (ended at {end}) gave {got}"
+            if event:
+                self.model.events.get(key, set()).discard(r.id)
+                job.wv = job.wn = None
+            EVENTS["wait over by time"] += 1
+            return 2
+        assert got[0] == 3, f"wait {n} of {r.id} gave {got}, model: parked"
+        if end is not None:
+            assert int(got[1]) == end, f"parked until {got[1]}, not its recorded end {end}"
+        job.ends[n] = int(got[1])
+        if event:
+            self.model.events.setdefault(key, set()).add(r.id)
+            job.wv, job.wn = key, n
+        # parked: the lease given back, the attempt refunded, scheduled at the wait's end
+        self._ended(job)
+        job.state, job.due, job.deadline = "scheduled", int(got[1]), None
+        job.released = True
+        job.a = max(job.a - 1, 0)
+        EVENTS["parked"] += 1
+        return 3
+
     def _pick_current(self, data: st.DataObject) -> Reservation:
         return self.current[data.draw(st.sampled_from(sorted(self.current)))]
 
@@ -625,6 +799,25 @@ class StoreMachine(RuleBasedStateMachine):
         for name, state in (("active", "active"), ("scheduled", "scheduled"), ("dead", "failed")):
             held = {text(x) for x in await members(self.redis, getattr(k, name))}
             assert held == {j for j, job in model.jobs.items() if job.state == state}, name
+        await self._check_steps()
+
+    async def _check_steps(self) -> None:
+        """Each job's step hash (its steps, wait ends and payloads), the wait its record
+        names, and each event's set of waiters are the model's."""
+        k, model = self.keys, self.model
+        for job_id, job in model.jobs.items():
+            raw = await self.redis.hgetall(k.steps(job_id))
+            stored = {text(f): v for f, v in raw.items() if text(f) != "ct"}
+            assert stored == job.recorded(), f"{job_id}: steps {stored}, model {job.recorded()}"
+            wv, wn = (
+                None if v is None else text(v)
+                for v in await self.redis.hmget(k.job(job_id), ["wv", "wn"])
+            )
+            model_wn = None if job.wn is None else str(job.wn)
+            assert (wv, wn) == (job.wv, model_wn), f"{job_id}: waits for {wv} #{wn}"
+        for key, waiting in model.events.items():
+            held = {text(x) for x in await self.redis.smembers(k.event(key))}
+            assert held == waiting, f"evt:{key} holds {held}, model {waiting}"
 
     # ------------------------------------------------------------------ helpers
     def _outcome(self, coro: Awaitable[Any]) -> Any:
@@ -683,6 +876,13 @@ def test_store_and_pull_api_follow_the_model(private_url: str) -> None:
         + EVENTS["recovered by reap"],
         "a delayed job promoted": EVENTS["promoted by a claim"] + EVENTS["promoted by reap"],
         "a key garbled": sum(n for e, n in EVENTS.items() if e.startswith("garbled ")),
+        "a step recorded, then replayed": min(EVENTS["step recorded"], EVENTS["step replayed"]),
+        "a stale step or wait refused": EVENTS["step:LeaseLost"] + EVENTS["wait:LeaseLost"],
+        "a job parked": EVENTS["parked"],
+        "a parked job woken by a signal": EVENTS["signal woke 1"],
+        # a resumed run met its wait again (long chains of steps: either will do)
+        "a wait over by time or a signal's payload read": EVENTS["wait over by time"]
+        + EVENTS["wait returned a payload"],
     }
     assert all(reached.values()), f"not reached: {reached}, {dict(EVENTS)}"
 

@@ -498,3 +498,55 @@ async def test_garbage_in_signed_fields_is_refused_and_the_worker_carries_on(
                 await done.result(timeout=5)
         await check_invariants(redis, b.keys)
     assert b.paid == []
+
+
+# ---------------------------------------------------------------------- workflows (issue 27)
+async def test_a_planted_dependency_result_is_refused_by_the_dependent(
+    redis_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """A dependency's result replaced (a pickle that would run code, another job's genuine
+    result, an unsigned value) before its dependent reads it: ``dependency_results`` raises
+    BadSignature, the dependent is dead-lettered and never acts on it, and nothing in the
+    planted pickle runs."""
+    marker = tmp_path / "pwned-dependent"
+    b = bank(redis_url, serializer="pickle")
+    acted: list[Any] = []
+
+    @b.app.task
+    async def spend() -> str:
+        from aioqueue import current_job
+
+        results = await current_job().dependency_results()
+        acted.append(results)
+        return "spent"
+
+    async with b.app:
+        q = b.app.queue()
+        planted = {
+            "pickle": pickle.dumps(Touch(marker)),
+            "unsigned": pickle.dumps(7),
+            "moved": None,  # another job's genuine signed result
+        }
+        other = await q.enqueue("double", [50])
+        [r] = await q.reserve(1)
+        await q.complete(r, 100)
+        genuine = await redis.hget(b.keys.job(other.id), "r")
+        dependents, pairs = {}, {}
+        for label in planted:
+            dep = await q.enqueue("double", [1])
+            gate = await q.enqueue("double", [2])
+            dependents[label] = await spend.options(depends_on=[dep, gate]).enqueue()
+            pairs[label] = (dep.id, gate.id)
+        held = {r.id: r for r in await q.reserve(2 * len(planted))}
+        assert len(held) == 2 * len(planted)
+        for label, value in planted.items():
+            dep_id, gate_id = pairs[label]
+            await q.complete(held[dep_id], 2)
+            await redis.hset(b.keys.job(dep_id), "r", genuine if value is None else value)
+            await q.complete(held[gate_id], 4)  # the last dependency: the dependent is released
+        async with working(b.app):
+            for label, job in dependents.items():
+                assert await outcome(redis, b.keys, job.id) == "failed:BadSignature", label
+        await check_invariants(redis, b.keys)
+    assert acted == []
+    assert not marker.exists(), "the planted pickle ran in the dependent's worker"

@@ -241,7 +241,7 @@ async def test_result_reads_the_sinks_without_the_graph_and_a_record_without_the
     async with Worker(wapp, queues=[wapp.default_queue, OTHER], concurrency=4):
         out = await handle.result(timeout=60)
     assert out == {"b": 20, "c": 30}
-    for planted in (None, "\xff{garbage", '{"b": 1}'):
+    for planted in (None, "\xff{garbage", '{"b": 1}', '{"b": ["no queue!", "x"]}'):
         if planted is None:
             await redis.hdel(jk, "ws")
         else:

@@ -9,6 +9,7 @@ leaves a closed graph that never runs (``WorkflowHandle.cancel`` removes it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import uuid
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
-from .._model.checks import new_job_id
+from .._model.checks import check_name, new_job_id
 from .._model.claimcheck import put_blobs
 from .._model.exceptions import ConfigurationError, WorkflowError
 from .._model.job import Job
@@ -303,11 +304,10 @@ class WorkflowHandle:
         """
         rows = await door(self.app, self.queue).scripts.job_fields([self.id], ["s", "wg"])
         s, wg = rows[0]
-        try:
+        graph: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
             graph = json.loads(wg or b"")
-        except ValueError:
-            graph = None
-        if not isinstance(graph, dict) or not isinstance(graph.get("steps"), dict):
+        if not _well_formed(graph):
             raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue!r}")
         graph["released"] = s != b"waiting"
         graph["cancelled"] = s == b"cancelled"
@@ -365,7 +365,7 @@ class WorkflowHandle:
         except ValueError:
             sinks = None
         ok = isinstance(sinks, dict) and all(
-            isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
+            isinstance(v, list) and len(v) == 2 and _is_queue_name(v[0]) and isinstance(v[1], str)
             for v in sinks.values()
         )
         if ok and sinks:
@@ -382,6 +382,30 @@ class WorkflowHandle:
         for name, qids in self._by_queue(await self.graph()).items():
             n += await self.app.queue(name).cancel_jobs(qids)
         return n
+
+
+def _well_formed(graph: Any) -> bool:
+    """Whether a stored graph (``wg``) has the shape ``Workflow.enqueue`` writes: garbage
+    written there reads as no workflow, never as a crash deeper in a reader."""
+    if not isinstance(graph, dict) or not isinstance(graph.get("name"), str):
+        return False
+    steps, sinks = graph.get("steps"), graph.get("sinks")
+    if not isinstance(steps, dict) or not isinstance(sinks, list):
+        return False
+    for v in steps.values():
+        if not isinstance(v, dict) or not isinstance(v.get("after"), list):
+            return False
+        if not (_is_queue_name(v.get("q")) and isinstance(v.get("id"), str)):
+            return False
+        if not all(isinstance(a, str) and a in steps for a in v["after"]):
+            return False
+    return all(isinstance(n, str) and n in steps for n in sinks)
+
+
+def _is_queue_name(value: Any) -> bool:
+    with contextlib.suppress(ConfigurationError):
+        return bool(check_name("queue name", value))
+    return False
 
 
 #: the most steps a tree shows (a larger workflow's tree ends with how many were left out)

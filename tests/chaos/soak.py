@@ -59,8 +59,9 @@ from aioqueue._store.loader import SCRIPTS
 
 from ..support.invariants import check_invariants
 from ..support.server import text
-from .chaosapp import POISON_EXIT, done_key, started_key
+from .chaosapp import POISON_EXIT, WF_QUEUES, WfKeys, done_key, register_workflows, started_key
 from .cluster import ClusterServer
+from .wfsoak import WfPlan, check_workflows, enqueue_workflows, plan_workflows, signal_waiters
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "chaos-w"
@@ -95,6 +96,9 @@ class SoakConfig:
     # queue's primary (killed, its replica promoted); memory is not compared (the queue's
     # primary changes)
     cluster: bool = False
+    # DAG workflows (wfsoak.py) on queues of their own, stored before the faults begin; their
+    # first steps sleep (parked) into the chaos phase, spread over its first 60 %
+    workflows: int = 24
 
     @classmethod
     def long(cls, **overrides: Any) -> SoakConfig:
@@ -110,6 +114,7 @@ class SoakConfig:
             server_crashes=1,
             poison=5,
             doomed=20,
+            workflows=100,
         )
         return replace(base, **overrides)
 
@@ -222,6 +227,8 @@ class WorkerPool:
         args = [sys.executable, "-m", "aioqueue", "worker", "tests.chaos.chaosapp:app"]
         args += ["--url", self.url, "--concurrency", str(self.cfg.concurrency), "--grace", "5"]
         args += ["--log-level", "WARNING"]
+        if self.cfg.workflows:
+            args += [a for q in ("default", *WF_QUEUES) for a in ("-q", q)]
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
@@ -332,6 +339,8 @@ class Tracker:
     """What the monitor saw of each job's record."""
 
     pending: set[str] = field(default_factory=set)  # enqueued, not yet seen finished
+    # ids whose record may not exist yet (a parent's children): pending once seen
+    expected: set[str] = field(default_factory=set)
     finished: dict[str, tuple[str, bytes, str]] = field(default_factory=dict)  # state, f, reason
     alive: set[str] = field(default_factory=set)  # finished, record still there: re-checked
     vanished: set[str] = field(default_factory=set)  # record gone before seen finished
@@ -340,7 +349,7 @@ class Tracker:
     poll_errors: int = 0
 
     async def poll(self, redis: Redis, keys: QueueKeys) -> None:
-        ids = [*self.pending, *self.alive]
+        ids = [*self.expected, *self.pending, *self.alive]
         for start in range(0, len(ids), 2000):
             chunk = ids[start : start + 2000]
             job_keys = [keys.job(jid) for jid in chunk]
@@ -351,6 +360,11 @@ class Tracker:
 
     def _see(self, jid: str, s: bytes | None, f: bytes | None, e: bytes | None) -> None:
         state = s.decode() if s is not None else None
+        if jid in self.expected:
+            if state is None:
+                return
+            self.expected.discard(jid)
+            self.pending.add(jid)
         if jid in self.pending:
             if state is None:
                 self.pending.discard(jid)
@@ -611,8 +625,74 @@ async def _chaos(
             counts.outages.append((began_ms, time.time_ns() // 1_000_000))
 
 
+@dataclass(slots=True)
+class _Workflows:
+    """The run's workflows: their producer, plans and monitors (one per queue)."""
+
+    app: App | None = None
+    plans: list[WfPlan] = field(default_factory=list)
+    trackers: dict[str, Tracker] = field(default_factory=dict)
+    signals_woke: int = 0
+    signal_rounds: int = 0
+
+    def finished(self) -> dict[str, tuple[str, bytes, str]]:
+        out: dict[str, tuple[str, bytes, str]] = {}
+        for t in self.trackers.values():
+            out.update(t.finished)
+        return out
+
+    def left(self) -> int:
+        return sum(len(t.pending) + len(t.expected) for t in self.trackers.values())
+
+    async def poll(self, admin: Redis, prefix: str) -> None:
+        for q, t in self.trackers.items():
+            await t.poll(admin, QueueKeys(prefix, q))
+
+    async def signal(self) -> None:
+        """Until cancelled: signal the waiters not yet seen done (a task of its own, so that
+        a signal held up by a server outage holds up nothing else)."""
+        if self.app is None:
+            return
+        while True:
+            self.signals_woke += await signal_waiters(self.app, self.plans, self.finished())
+            self.signal_rounds += 1
+            await asyncio.sleep(0.3)
+
+
+async def _start_workflows(
+    cfg: SoakConfig, url: str, prefix: str, stack: contextlib.AsyncExitStack
+) -> _Workflows:
+    """Store the run's workflows (before the faults) and start monitoring their jobs."""
+    if not cfg.workflows:
+        return _Workflows()
+    app = await stack.enter_async_context(
+        App(
+            url,
+            prefix=prefix,
+            result_ttl=cfg.result_ttl,
+            dead_ttl=cfg.dead_ttl,
+            max_attempts=25,  # as the workers' App: a step may meet many kills
+            redis_options={"client_name": f"{PRODUCER_NAME}-wf"},
+        )
+    )
+    rng = random.Random(cfg.seed + 1)  # the plain jobs' and the faults' draws stay as they were
+    plans = plan_workflows(cfg.workflows, cfg.seconds * 0.6, cfg.seed, rng)
+    await enqueue_workflows(app, register_workflows(app), plans)
+    trackers = {q: Tracker() for q in WF_QUEUES}
+    for p in plans:
+        children = set(p.child_ids)
+        for jid, q in p.all_ids().items():
+            (trackers[q].expected if jid in children else trackers[q].pending).add(jid)
+    return _Workflows(app, plans, trackers)
+
+
 async def _background(
-    admin: Redis, keys: QueueKeys, tracker: Tracker, pool: WorkerPool, counts: _Counts
+    admin: Redis,
+    keys: QueueKeys,
+    tracker: Tracker,
+    pool: WorkerPool,
+    counts: _Counts,
+    wf: _Workflows,
 ) -> None:
     """Supervise workers, poll job records and sample memory until cancelled."""
     last_poll = 0.0
@@ -623,6 +703,7 @@ async def _background(
         if now - last_poll >= 0.5:
             try:
                 await tracker.poll(admin, keys)
+                await wf.poll(admin, keys.prefix)
             except (rexc.RedisError, OSError):
                 tracker.poll_errors += 1
             last_poll = time.monotonic()
@@ -712,9 +793,13 @@ async def _soak(
             baseline = 0 if cfg.cluster else await settled_memory(admin)
             baseline_stats = {} if cfg.cluster else await memory_stats(admin)
         counts.peak_memory = baseline
+        with phases("workflows_enqueue"):
+            wf = await _start_workflows(cfg, server.url, prefix, stack)
         # the supervisor (and the record monitor) run until the memory is measured, so a
         # worker killed by the last fault is replaced, and every worker is idle and alive
-        background = asyncio.ensure_future(_background(admin, keys, tracker, pool, counts))
+        background = asyncio.ensure_future(
+            asyncio.gather(_background(admin, keys, tracker, pool, counts, wf), wf.signal())
+        )
         try:
             with phases("chaos_and_enqueue"):
                 producing = asyncio.ensure_future(_produce(apps, plans, cfg, tracker, counts))
@@ -729,10 +814,11 @@ async def _soak(
             with phases("drain"):
 
                 async def unfinished() -> int:
-                    return len(tracker.pending)
+                    return len(tracker.pending) + wf.left()
 
                 await until_done(unfinished, stall=cfg.stall_timeout)
                 await tracker.poll(admin, keys)
+                await wf.poll(admin, prefix)
 
             with phases("checks"):
                 # every job has an outcome and the workers are idle: the queue is quiescent
@@ -744,6 +830,26 @@ async def _soak(
                     failures.append(f"I1: {exc}")
                 leases_left = await admin.zcard(keys.active)
                 group_slots_left = await admin.hlen(keys.gactive)
+                for q in wf.trackers:
+                    qk = QueueKeys(prefix, q)
+                    try:
+                        await check_invariants(admin, qk)
+                    except AssertionError as exc:
+                        invariants = str(exc)
+                        failures.append(f"I1 on {q}: {exc}")
+                    leases_left += await admin.zcard(qk.active)
+                    if await admin.zcard(qk.waiting):
+                        failures.append(
+                            f"jobs left waiting on {q}: {await admin.zcard(qk.waiting)}"
+                        )
+                long_outages = [(a, b) for a, b in counts.outages if (b - a) / 1000 > cfg.lease / 3]
+                wf_verdict = await check_workflows(
+                    admin, prefix, wf.plans, wf.finished(), pool.dead_pids, long_outages
+                )
+                failures += wf_verdict.failures
+                for t in wf.trackers.values():
+                    if t.regressions or t.vanished:
+                        failures.append(f"workflows: {t.regressions[:5]} {sorted(t.vanished)[:5]}")
                 raw_stats = await admin.hgetall(keys.stats)
                 stats = {text(k): int(v) - warm_stats.get(text(k), 0) for k, v in raw_stats.items()}
                 started_runs = await _runs(admin, started_key(prefix))
@@ -757,13 +863,20 @@ async def _soak(
                     with contextlib.suppress(AioQueueError):  # on a connection killed earlier
                         await apps[0].queue().reap()
                     # SCAN also expires what it meets
-                    return await count_keys(admin, job_match) + await admin.zcard(keys.dead)
+                    return (
+                        await count_keys(admin, job_match)
+                        + await admin.zcard(keys.dead)
+                        + (await _wf_records(admin, prefix, wf))
+                    )
 
                 await until_done(unexpired, stall=cfg.stall_timeout, interval=0.5)
-                records_left = await count_keys(admin, job_match)
+                records_left = await count_keys(admin, job_match) + await _wf_records(
+                    admin, prefix, wf
+                )
                 dead_left = await admin.zcard(keys.dead)
                 await admin.delete(started_key(prefix))
                 await admin.delete(done_key(prefix))
+                await admin.delete(*WfKeys(prefix).all())
         finally:
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -824,7 +937,6 @@ async def _soak(
     # Such a duplicate is counted apart only when it fits one such outage: a run that began
     # before the outage ended, followed by a run that began after the outage began. Real
     # double completions are counted from the store (completed_twice), never from these.
-    long_outages = [(a, b) for a, b in counts.outages if (b - a) / 1000 > cfg.lease / 3]
     by_outage = {
         j
         for j, runs in duplicates.items()
@@ -923,6 +1035,11 @@ async def _soak(
         "records_left_after_retention": records_left,
         "keys_left": keys_left,
         "monitor": {"polls": tracker.polls, "poll_errors": tracker.poll_errors},
+        "workflows": {
+            **wf_verdict.figures,
+            "signals_woke": wf.signals_woke,
+            "signal_rounds": wf.signal_rounds,
+        },
     }
 
 
@@ -989,6 +1106,11 @@ async def _runs(redis: Redis, key: str) -> list[Run]:
     return out
 
 
+async def _wf_records(redis: Redis, prefix: str, wf: _Workflows) -> int:
+    """Job records left on the workflows' queues (steps, children, workflow records)."""
+    return sum([await count_keys(redis, QueueKeys(prefix, q).base + "job:*") for q in wf.trackers])
+
+
 async def _keys_left(redis: Redis, prefix: str) -> dict[str, str]:
     """Every key of the run still there: its type and size (each must be small and fixed)."""
     out = {}
@@ -1042,6 +1164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--client-kill-rounds", type=int)
     p.add_argument("--server-restarts", type=int)
     p.add_argument("--server-crashes", type=int)
+    p.add_argument("--workflows", type=int, help="DAG workflows among the jobs (wfsoak.py)")
     p.add_argument("--workdir", type=Path, help="keep logs and the AOF here")
     p.add_argument(
         "--cluster",

@@ -1,5 +1,6 @@
-"""The chaos soak in its bounded mode: about 8,000 jobs, 3 worker processes, ~45 s, with worker
-SIGKILLs, poison jobs, CLIENT KILLs and a server restart from its AOF (see ``soak.py``).
+"""The chaos soak in its bounded mode: about 8,000 jobs and 24 DAG workflows (steps, parked
+sleeps and waits, children), 3 worker processes, ~60 s, with worker SIGKILLs, poison jobs,
+CLIENT KILLs and a server restart from its AOF (see ``soak.py``, ``wfsoak.py``).
 
 The longer local mode: ``python -m tests.chaos.soak --long``.
 """
@@ -56,3 +57,14 @@ async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
     assert summary["records_left_after_retention"] == 0
     memory = summary["memory"]
     assert memory["after_retention"] <= memory["baseline"] + memory["tolerance"]
+    # workflows (issue 27): every step and child completed, no recorded step ran again, no
+    # step ran before its dependencies completed, every sink's callback got all its results
+    # (checked in the summary's failures), and the parked paths were taken
+    wf = summary["workflows"]
+    assert wf["workflows"] == cfg.workflows
+    assert wf["completed"] == wf["steps_and_children"]
+    assert wf["recorded_steps_run_again"] == 0
+    assert wf["runs_before_dependencies"] == 0
+    assert wf["sink_callbacks_run"] >= cfg.workflows
+    assert wf["parents_resumed"] >= cfg.workflows
+    assert wf["signals_woke"] >= cfg.workflows
