@@ -166,9 +166,7 @@ class Workflow:
         }
         hd = doors[home]
         out = _Sender(app, hd, self.name)
-        sinks = {n: [queues[n], ids[n]] for n in graph["sinks"]}  # what result() reads
-        gate_args = (wid, self.name, json.dumps(graph), json.dumps(sinks))
-        calls: list[ScriptCall] = [deps_call(hd, "gate", *gate_args)]
+        calls: list[ScriptCall] = [deps_call(hd, "gate", wid, self.name, json.dumps(graph))]
         gate = hd.keys.member(wid)
         # steps go in runs per queue ("adds": at most 1,000 steps and dependencies a call);
         # before a step's calls on other queues (its remote dependencies count it in there)
@@ -349,30 +347,14 @@ class WorkflowHandle:
     async def result(self, timeout: float | timedelta | None = None) -> Any:
         """The result of its sink (the step no other waits for); with several sinks, their
         results by step name. Raises as ``Job.result`` does for the sink."""
+        graph = await self.graph()
+        steps = graph["steps"]
         jobs: dict[str, Job[Any]] = {
-            n: Job(self.app.queue(q), job_id) for n, (q, job_id) in (await self._sinks()).items()
+            n: Job(self.app.queue(steps[n]["q"]), steps[n]["id"]) for n in graph["sinks"]
         }
         if len(jobs) == 1:
             return await next(iter(jobs.values())).result(timeout)
         return {n: await job.result(timeout) for n, job in jobs.items()}
-
-    async def _sinks(self) -> dict[str, tuple[str, str]]:
-        """The sinks by step name: (queue, job id); read from the record's ``ws`` without
-        the whole graph (a record stored without it: from the graph)."""
-        ws = (await door(self.app, self.queue).scripts.job_fields([self.id], ["ws"]))[0][0]
-        try:
-            sinks = json.loads(ws or b"")
-        except ValueError:
-            sinks = None
-        ok = isinstance(sinks, dict) and all(
-            isinstance(v, list) and len(v) == 2 and _is_queue_name(v[0]) and isinstance(v[1], str)
-            for v in sinks.values()
-        )
-        if ok and sinks:
-            return {str(n): (v[0], v[1]) for n, v in sinks.items()}
-        graph = await self.graph()
-        steps = graph["steps"]
-        return {n: (steps[n]["q"], steps[n]["id"]) for n in graph["sinks"]}
 
     async def cancel(self) -> int:
         """Cancel every step that has not ended (running ones are asked to stop); returns

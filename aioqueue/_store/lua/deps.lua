@@ -25,9 +25,8 @@
            / 0 failed: each counted once; returns the number of triples
     extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
            node with more than one call holds); returns 1, 0 when it is not waiting
-    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON)   ARGV[6] its
-           sinks (JSON, '' none): stores the workflow's record, waiting (closed); returns 1,
-           0 when it exists
+    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
+           workflow's record, waiting (closed); returns 1, 0 when it exists
     open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
            which releases the nodes that wait for it; returns 1, 0 when it was not closed
     more   ARGV[3..] pairs: id on this queue, 1 / 0: tell more of its dependents (the rest
@@ -131,7 +130,6 @@ if op == 'gate' then
   local jk = job_key(ARGV[3])
   if call('EXISTS', jk) == 1 then return 0 end
   call('HSET', jk, 's', 'waiting', 't', '', 'wn', ARGV[4], 'wg', ARGV[5], 'ct', now)
-  if (ARGV[6] or '') ~= '' then call('HSET', jk, 'ws', ARGV[6]) end
   return 1
 end
 
