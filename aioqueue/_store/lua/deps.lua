@@ -48,13 +48,12 @@ local function store(at, deps)
   local id = ARGV[at]
   local jk = job_key(id)
   if call('EXISTS', jk) == 1 then return 0 end
-  local fields = REC.new(ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], now)
-  call('HSET', jk, 's', 'waiting', unpack(fields))
-  if ARGV[at + 4] ~= '0' then call('HSET', jk, 'pr', ARGV[at + 4]) end
-  if ARGV[at + 5] ~= '' then call('HSET', jk, 'g', ARGV[at + 5]) end
-  if ARGV[at + 6] ~= '' then call('HSET', jk, 'o', ARGV[at + 6]) end
+  local f = REC.new(ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], now)
+  if ARGV[at + 4] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', ARGV[at + 4] end
+  if ARGV[at + 5] ~= '' then f[#f + 1], f[#f + 2] = 'g', ARGV[at + 5] end
+  if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end
   emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
-  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now)
+  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now, false, f)
   return 1
 end
 
@@ -82,11 +81,13 @@ if op == 'adds' then
     at = at + 10 + k
   end
   local n = 0
+  DQ.begin()
   for _, st in ipairs(steps) do
     local deps = {}
     for i = st[1] + 10, st[1] + 9 + st[2] do deps[#deps + 1] = ARGV[i] end
     n = n + store(st[1], deps)
   end
+  DQ.flush(true)
   if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end
   emit_flush()
   return n
