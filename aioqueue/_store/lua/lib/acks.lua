@@ -2,7 +2,8 @@
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
   Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots,
-  has_ready), limiters (limits_done), batches (batch_outcome), deps (deps_outcome).
+  has_ready), limiters (limits_done), batches (batch_outcome; deps_outcome, declared there
+  and set by the part on dependencies).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
