@@ -148,7 +148,7 @@ def _task_row(task: str, points: tuple[TrendPoint, ...]) -> dict[str, Any]:
         "completed": sum(p.completed for p in points),
         "failed": sum(p.failed for p in points),
         "backlog": _latest(points)["backlog"],
-        "wait": f"{max(waits):.1f}s" if waits else "-",
+        "wait": _data.took(0, round(max(waits) * 1000)) if waits else "-",
     }
 
 
@@ -157,6 +157,6 @@ def _latest(points: tuple[TrendPoint, ...]) -> dict[str, str]:
     for p in reversed(points):
         if p.backlog is not None:
             at = datetime.fromtimestamp(p.start_ms / 1000, UTC).strftime("%H:%M")
-            wait = "-" if p.wait is None else f"{p.wait:.1f}s"
+            wait = "-" if p.wait is None else _data.took(0, round(p.wait * 1000))
             return {"backlog": str(p.backlog), "wait": wait, "at": at}
     return {"backlog": "-", "wait": "-", "at": "-"}
