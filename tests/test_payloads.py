@@ -384,3 +384,28 @@ async def test_the_sweep_spares_a_blob_whose_record_arrives_within_the_grace(
     assert deleted == 1
     assert late in store.blobs
     assert orphan not in store.blobs
+
+
+async def test_a_workflow_puts_its_steps_blobs_before_each_part_it_sends(redis_url: str) -> None:
+    """A workflow is stored in parts, one round trip in flight while the next is built: each
+    part's claim-checked payloads are in the store before its records (a graph of several
+    parts, every step's payload large), and every step reads its own back."""
+    store = MemoryStore()
+    prefix = unique_prefix()
+    async with checked(redis_url, prefix, store) as app:
+        size = app.tasks["size"]
+        n = 3000  # 'adds' holds 500 of these steps a call, a part 4 calls: two parts and more
+        wf = app.workflow("claim-checked")
+        root = wf.step("root", size.call(rows(100)))
+        for i in range(n):
+            wf.step(f"s{i}", size.call(rows(100 + i % 3)), after=[root])
+        handle = await wf.enqueue()
+        assert len(store.blobs) == n + 1
+        assert not app.codec.claim.pending  # type: ignore[union-attr]
+        async with working(app):
+            graph = await handle.graph()
+            sinks = graph["sinks"]
+            assert len(sinks) == n
+            out = await handle.result(timeout=120)
+        assert all(v > 1000 for v in out.values()), out
+        await wait_until(lambda: not store.blobs, what="every blob deleted on completion")

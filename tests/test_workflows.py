@@ -217,3 +217,33 @@ async def test_the_dashboard_shows_a_workflow_tree_linked_to_each_job(
     assert "&lt;shown&gt;" in page.text  # escaped
     assert page.text.count(">completed<") == 3  # the workflow and its two steps
     assert missing.status_code == 404
+
+
+async def test_result_reads_the_sinks_without_the_graph_and_a_record_without_them_still_works(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """The record keeps its sinks apart (``ws``: what ``result`` reads, not the whole graph);
+    a record stored without them (before they were kept) or with garbage there is read from
+    its graph."""
+    t = tasks
+    wf = wapp.workflow("two sinks")
+    a = wf.step("a", t.step.call(1))
+    wf.step("b", t.step.call(2), after=[a])
+    wf.step("c", t.step_other.call(3), after=[a])
+    handle = await wf.enqueue()
+    jk = wapp.queue()._keys.job(handle.id)
+    graph = await handle.graph()
+    ids = {n: v["id"] for n, v in graph["steps"].items()}
+    assert json.loads(await redis.hget(jk, "ws") or b"") == {
+        "b": [wapp.default_queue, ids["b"]],
+        "c": [OTHER, ids["c"]],
+    }
+    async with Worker(wapp, queues=[wapp.default_queue, OTHER], concurrency=4):
+        out = await handle.result(timeout=60)
+    assert out == {"b": 20, "c": 30}
+    for planted in (None, "\xff{garbage", '{"b": 1}'):
+        if planted is None:
+            await redis.hdel(jk, "ws")
+        else:
+            await redis.hset(jk, "ws", planted)
+        assert await handle.result(timeout=5) == {"b": 20, "c": 30}

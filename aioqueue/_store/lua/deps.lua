@@ -25,8 +25,9 @@
            / 0 failed: each counted once; returns the number of triples
     extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
            node with more than one call holds); returns 1, 0 when it is not waiting
-    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
-           workflow's record, waiting (closed); returns 1, 0 when it exists
+    gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON)   ARGV[6] its
+           sinks (JSON, '' none): stores the workflow's record, waiting (closed); returns 1,
+           0 when it exists
     open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
            which releases the nodes that wait for it; returns 1, 0 when it was not closed
     more   ARGV[3..] pairs: id on this queue, 1 / 0: tell more of its dependents (the rest
@@ -48,13 +49,12 @@ local function store(at, deps)
   local id = ARGV[at]
   local jk = job_key(id)
   if call('EXISTS', jk) == 1 then return 0 end
-  call('HSET', jk, 't', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now,
-    's', 'waiting')
-  if ARGV[at + 4] ~= '0' then call('HSET', jk, 'pr', ARGV[at + 4]) end
-  if ARGV[at + 5] ~= '' then call('HSET', jk, 'g', ARGV[at + 5]) end
-  if ARGV[at + 6] ~= '' then call('HSET', jk, 'o', ARGV[at + 6]) end
+  local f = {'t', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now}
+  if ARGV[at + 4] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', ARGV[at + 4] end
+  if ARGV[at + 5] ~= '' then f[#f + 1], f[#f + 2] = 'g', ARGV[at + 5] end
+  if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end
   emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
-  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now)
+  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now, false, f)
   return 1
 end
 
@@ -82,11 +82,13 @@ if op == 'adds' then
     at = at + 10 + k
   end
   local n = 0
+  DQ.begin()
   for _, st in ipairs(steps) do
     local deps = {}
     for i = st[1] + 10, st[1] + 9 + st[2] do deps[#deps + 1] = ARGV[i] end
     n = n + store(st[1], deps)
   end
+  DQ.flush(true)
   if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end
   emit_flush()
   return n
@@ -129,6 +131,7 @@ if op == 'gate' then
   local jk = job_key(ARGV[3])
   if call('EXISTS', jk) == 1 then return 0 end
   call('HSET', jk, 's', 'waiting', 't', '', 'wn', ARGV[4], 'wg', ARGV[5], 'ct', now)
+  if (ARGV[6] or '') ~= '' then call('HSET', jk, 'ws', ARGV[6]) end
   return 1
 end
 

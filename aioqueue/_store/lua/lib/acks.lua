@@ -2,7 +2,7 @@
   with their results (do_complete, fenced by lease tokens), or give them back to run again
   later (requeue: a retry, a release).
   Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots,
-  has_ready), limiters (limits_done), batches (batch_outcome).
+  has_ready), limiters (limits_done), batches (batch_outcome), deps (deps_outcome).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -75,8 +75,12 @@ local function do_complete(first, n, now)
       call('HSET', jk, 's', 'completed', 'r', ARGV[b + 2], 'f', now)
       emit_add('completed', id, r[8], r[9], r[6])
       if r[4] then announce(jk, id) end
-      local code = 1
-      if (r[5] or r[11]) and batch_outcome(id, jk, true, ARGV[b + 2], now) then code = 2 end
+      -- its batch, if any, and its dependents (dd); a job of no batch tells its dependents
+      -- straight away (batch_outcome would read its record again)
+      local fwd = false
+      if r[5] then fwd = batch_outcome(id, jk, true, ARGV[b + 2], now)
+      elseif r[11] then fwd = deps_outcome(id, true, now) end
+      local code = fwd and 2 or 1
       follow_record(id, r[10], ttl)
       if ttl == 0 then
         call('DEL', jk)

@@ -8,25 +8,52 @@
   A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
   name, wg its graph as JSON), waits until every node is stored; the nodes without
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
-  The dependent's record: dn dependencies left, dp policy (cancel|run|fail), dl its
-  dependencies (JSON array of members), dt retention ms of a cancelled or dead end (0 for
-  good). The dependency's record: dd (set once it has dependents; read by batch_outcome).
-  Bounded work (I13): one script call tells at most DEPS_BUDGET dependents; the rest of a
+  The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
+  members), dt retention ms of a cancelled or dead end (0 for good). The dependency's
+  record: dd (set once it has dependents; read by batch_outcome).
+  Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
   dependency's dependents are handed on through the outbox (a continuation entry, "\0c"),
   and so is a dependent on another queue ("\0d"); the forwarder (_leases.forward_outbox)
   applies them with deps.lua 'more' and 'met'.
+  Cost (benchmarks/workflows.py): what one call stores or releases for many jobs is written
+  together where it can be (DQ.begin / DQ.flush: the new dependents of each dependency
+  in one SADD, the waiting index in one ZADD; a dependency's released dependents leave the
+  index and their sets in one ZREM and one DEL, and wake the workers once).
   Needs: core, lanes (push_ready, cancel_waiting), batches (batch_outcome, and deps_outcome,
   declared there and defined here), deadletter (to_dead). ]]
 
-local DEPS_BUDGET = 1000
-local deps_budget = DEPS_BUDGET -- per call
+local deps_budget = 1000 -- per call
 local K_WAITING = BASE .. 'waiting'
 
+-- the writes a call holds back to make them together, and helpers (one table: a script's
+-- main function has at most 200 locals). DQS.pending: what a call stores for many waiting
+-- jobs, held until DQ.flush (nil: written at once): seen, the dependencies registered with in this call
+-- (their state read once); adds, their new dependents; order, the order they came; waiting,
+-- the index's (score, id) pairs. DQS.released: the jobs a dependency's outcome released
+-- (while deps_outcome tells its dependents: they leave the index and their sets together;
+-- nil: each at once). DQS.known: what dep_missing read of the dependencies (s, dd)
+local DQ = {}
+-- (and its state, one call's: a function library keeps its top-level locals from call to
+-- call, and a call that failed midway must not leave writes held back for the next)
+local DQS = {} -- per call
+
 local function deps_key(id) return BASE .. 'deps:' .. id end
-local function dependents_key(id) return BASE .. 'dependents:' .. id end
+function DQ.dependents_key(id) return BASE .. 'dependents:' .. id end
+
+function DQ.begin() DQS.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
+
+-- write what DQ.begin held back (before anything reads it); stop: hold back no more
+function DQ.flush(stop)
+  local p = DQS.pending
+  if not p then return end
+  DQS.pending = nil
+  if not stop then DQ.begin() end
+  for _, own in ipairs(p.order) do call('SADD', DQ.dependents_key(own), unpack(p.adds[own])) end
+  if #p.waiting > 0 then call('ZADD', K_WAITING, unpack(p.waiting)) end
+end
 
 -- an outbox entry of length-prefixed fields (binary-safe, as batch outcomes go)
-local function to_outbox(fields)
+function DQ.to_outbox(fields)
   local rec = {}
   for _, f in ipairs(fields) do rec[#rec + 1] = #f .. ':' .. f end
   call('RPUSH', BASE .. 'outbox', table.concat(rec))
@@ -38,14 +65,39 @@ local function own_id(member)
   return nil
 end
 
--- job id (record jk, its fields r = s, dp, pr, g, dt) has no dependency left: runnable now
-local function dep_release(id, jk, r)
-  call('DEL', deps_key(id))
-  call('ZREM', K_WAITING, id)
-  call('HSET', jk, 's', 'queued', 'dn', 0)
-  BL.count(call('HGET', jk, 't'), 1)
-  push_ready(id, r[3], false, r[4])
+-- the released jobs ids leave the waiting index and their sets of dependencies
+function DQ.unwait(ids)
+  if #ids == 0 then return end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = deps_key(id) end
+  call('DEL', unpack(keys))
+  call('ZREM', K_WAITING, unpack(ids))
   wake()
+end
+
+-- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
+-- now (counted into the backlog)
+local function dep_release(id, jk, r)
+  call('HSET', jk, 's', 'queued')
+  BL.count(r[6], 1)
+  push_ready(id, r[3], false, r[4])
+  local rel = DQS.released
+  if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
+end
+
+-- a dependent whose set of dependencies is garbled (of the wrong type, or gone while it
+-- waits): what it waits for is lost; the set is set aside and the job dead-lettered with
+-- the reason (I9), never run early
+function DQ.garbled(id, jk, wk, now)
+  local kind = call('TYPE', wk).ok
+  if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
+  local r = call('HMGET', jk, 's', 'dp', 'dt')
+  if r[1] == 'waiting' and r[2] then
+    call('ZREM', K_WAITING, id)
+    to_dead(id, jk, now, cjson.encode({type = 'Garbled',
+      message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
+    call('HINCRBY', K_STATS, 'failed', 1)
+  end
 end
 
 -- the dependency dep (a member) of job id, waiting on this queue, has its outcome (ok: it
@@ -55,22 +107,16 @@ end
 local function dep_met(id, dep, ok, now)
   local wk = deps_key(id)
   local jk = job_key(id)
-  local kind = call('TYPE', wk).ok
-  if kind ~= 'set' then
-    -- a set of the wrong type, or gone while its job waits: what the job waits for is
-    -- lost; it is set aside and the job dead-lettered with the reason (I9), never run early
-    if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
-    local r = call('HMGET', jk, 's', 'dp', 'dt')
-    if r[1] == 'waiting' and r[2] then
-      call('ZREM', K_WAITING, id)
-      to_dead(id, jk, now, cjson.encode({type = 'Garbled',
-        message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
-      call('HINCRBY', K_STATS, 'failed', 1)
-    end
+  local gone = redis.pcall('SREM', wk, dep)
+  if type(gone) ~= 'number' then return DQ.garbled(id, jk, wk, now) end
+  if gone == 0 then
+    -- counted before; or its set is gone while the job still waits
+    if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
     return
   end
-  if call('SREM', wk, dep) == 0 then return end
-  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt')
+  local left = call('SCARD', wk)
+  if ok and left > 0 then return end
+  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't')
   if r[1] ~= 'waiting' then return end
   if not ok and r[2] ~= 'run' then
     call('DEL', wk)
@@ -87,32 +133,39 @@ local function dep_met(id, dep, ok, now)
     end
     return
   end
-  local left = call('SCARD', wk)
-  if left > 0 then call('HSET', jk, 'dn', left) else dep_release(id, jk, r) end
+  if left == 0 then dep_release(id, jk, r) end
 end
 
 -- job id of this queue finished for good (ok: completed): tell its dependents, at most
 -- deps_budget of them in this call; the others (and those on other queues) go through the
 -- outbox. Returns true when something went to the outbox
 deps_outcome = function(id, ok, now)
-  local dk = dependents_key(id)
+  local dk = DQ.dependents_key(id)
   local flag = ok and '1' or '0'
   local forwarded = false
+  local more = true
   if deps_budget > 0 then
-    local members = call('SPOP', dk, deps_budget)
+    local outer = DQS.released
+    DQS.released = {}
+    local want = deps_budget
+    local members = call('SPOP', dk, want)
     deps_budget = deps_budget - #members
+    more = #members == want
     local me = BASE .. id
     for _, m in ipairs(members) do
       local own = own_id(m)
       if own then dep_met(own, me, ok, now)
       else
-        to_outbox({'\0d', m, me, flag})
+        DQ.to_outbox({'\0d', m, me, flag})
         forwarded = true
       end
     end
+    local mine = DQS.released
+    DQS.released = outer
+    DQ.unwait(mine)
   end
-  if call('EXISTS', dk) == 1 then
-    to_outbox({'\0c', BASE .. id, flag})
+  if more and call('EXISTS', dk) == 1 then
+    DQ.to_outbox({'\0c', BASE .. id, flag})
     forwarded = true
   end
   return forwarded
@@ -121,54 +174,98 @@ end
 -- count member (a job waiting on any queue) as a dependent of job id of this queue; returns
 -- 'c' it completed already, 'f' it failed or was cancelled, 'x' no such job, 'w' registered
 local function dep_register(id, member)
+  local p = DQS.pending
+  if p and p.seen[id] then
+    -- registered with earlier in this call (its state cannot have changed since: a call
+    -- that ends a job writes what it held back first)
+    local adds = p.adds[id]
+    adds[#adds + 1] = member
+    return 'w'
+  end
   local jk = job_key(id)
-  local s = call('HGET', jk, 's')
+  local r = DQS.known and DQS.known[id] or call('HMGET', jk, 's', 'dd')
+  local s = r[1]
   if not s then return 'x' end
   if s == 'completed' then return 'c' end
   if s == 'failed' or s == 'cancelled' then return 'f' end
-  call('SADD', dependents_key(id), member)
-  call('HSET', jk, 'dd', 1)
+  if not r[2] then call('HSET', jk, 'dd', 1) end
+  if p then
+    p.seen[id] = true
+    p.adds[id] = {member}
+    p.order[#p.order + 1] = id
+  else
+    call('SADD', DQ.dependents_key(id), member)
+  end
   return 'w'
 end
 
--- the first member of deps (on this queue) that names no job, or nil
+-- the first member of deps (on this queue) that names no job, or nil; what it read of
+-- them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing changes them
+-- between the two, in one call)
 local function dep_missing(deps)
+  local known = {}
+  DQS.known = nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
-    if own and call('EXISTS', job_key(own)) == 0 then return dep end
+    if own then
+      local jk = job_key(own)
+      local r = call('HMGET', jk, 's', 'dd')
+      if r[1] then known[own] = r elseif call('EXISTS', jk) == 0 then return dep end
+    end
   end
+  DQS.known = known
   return nil
+end
+
+-- the record's list of dependencies dl (JSON) with deps added: as text when it is a JSON
+-- array (no decoding: a fan-in's list grows by 1,000 a call), else deps alone
+function DQ.dl_more(old, deps)
+  local add = cjson.encode(deps)
+  if type(old) ~= 'string' or #old < 3 or string.sub(old, 1, 1) ~= '['
+      or string.sub(old, -1) ~= ']' or string.sub(add, 1, 1) ~= '[' then
+    return add
+  end
+  return string.sub(old, 1, -2) .. ',' .. string.sub(add, 2)
 end
 
 -- job id (record jk) waits for deps (members; those on other queues are counted here and
 -- registered there by the caller, deps.lua 'watch'); policy and dt as in the record; more:
--- these are added to the dependencies it has (a graph's node with more than one call holds)
-local function dep_wait(id, jk, deps, policy, ttl, now, more)
+-- these are added to the dependencies it has (a graph's node with more than one call holds);
+-- fields: more of the record's fields and values, written with these (a new job's)
+local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   local wk = deps_key(id)
   local me = BASE .. id
-  local dl = deps
-  if more then
-    local ok, old = pcall(cjson.decode, call('HGET', jk, 'dl') or '')
-    if ok and type(old) == 'table' then
-      for _, dep in ipairs(deps) do old[#old + 1] = dep end
-      dl = old
-    end
+  local dl
+  if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
   else
     call('DEL', wk)
+    dl = cjson.encode(deps)
   end
-  local failed
+  local keep, failed = {}, nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
     local st = 'w'
     if own then st = dep_register(own, me) end
-    if st == 'w' or (st ~= 'c' and not failed) then call('SADD', wk, dep) end
+    if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
   end
-  call('HSET', jk, 's', 'waiting', 'dp', policy, 'dl', cjson.encode(dl), 'dt', ttl,
-    'dn', call('SCARD', wk))
+  DQS.known = nil
+  local left = 0
+  if #keep > 0 then left = call('SADD', wk, unpack(keep)) end
+  if more then left = call('SCARD', wk) end
+  local f = fields or {}
+  for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
+  call('HSET', jk, unpack(f))
+  if DQS.pending and not failed and left > 0 then
+    local w = DQS.pending.waiting
+    w[#w + 1], w[#w + 2] = now, id
+    return
+  end
   call('ZADD', K_WAITING, now, id)
+  -- it ends or is released now: what the call held back is written first
+  if failed or left == 0 then DQ.flush() end
   if failed then dep_met(id, failed, false, now)
-  elseif call('SCARD', wk) == 0 then
-    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt'))
+  elseif left == 0 then
+    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't'))
   end
 end
