@@ -118,7 +118,7 @@ end
 -- outbox (see batch.lua 'apply', deps.lua 'met')
 batch_outcome = function(id, jk, ok, value, now)
   local r = call('HMGET', jk, 'b', 'bh', 'bm', 'dd')
-  local forwarded = r[4] and deps_outcome(id, ok, now) or false
+  local forwarded = r[4] and deps_outcome(id, ok, now, ok and value or nil) or false
   if not r[1] then return forwarded end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)
