@@ -9,6 +9,7 @@ that holds the dependent back waits an hour on the virtual clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -63,12 +64,17 @@ class Tasks:
         async def join() -> dict[str, Any]:
             return await current_job().dependency_results()
 
+        @app.task(name="join_other", queue=OTHER)
+        async def join_other() -> dict[str, Any]:
+            return await current_job().dependency_results()
+
         @app.task
         async def parent(children: list[str]) -> dict[str, Any]:
             return await current_job().wait_for_children(children)
 
         self.brief, self.unkept, self.brief_other = brief, unkept, brief_other
         self.later, self.join, self.parent = later, join, parent
+        self.join_other = join_other
 
 
 async def gone(app: App, job: Job[Any]) -> None:
@@ -184,3 +190,21 @@ async def _kept(app: App, dependent: Job[Any], dep: Job[Any]) -> bool:
     kept = app.queue(dependent.queue)._keys.dep_results(dependent.id)
     member = app.queue(dep.queue)._keys.member(dep.id)
     return bool(await app.redis.hexists(kept, member))
+
+
+async def test_a_kept_hash_of_the_wrong_type_is_set_aside_and_the_record_read(
+    tapp: App,
+) -> None:
+    t = Tasks(tapp)
+    a = await t.later.enqueue(13)
+    c = await t.join_other.options(depends_on=[a]).enqueue()
+    await run_until_empty(tapp, [tapp.default_queue])  # a completes; c, on OTHER, is queued
+    await wait_until(lambda: _kept(tapp, c, a), timeout=30, what="the result kept for c")
+    kept = tapp.queue(OTHER)._keys.dep_results(c.id)
+    await tapp.redis.delete(kept)
+    await tapp.redis.set(kept, "garbage")
+    await run_until_empty(tapp, [OTHER])
+    assert await c.result(timeout=5) == {a.id: 13}
+    assert not await tapp.redis.exists(kept)  # set aside with its reason
+    garbled = await tapp.redis.hgetall(tapp.queue(OTHER)._keys.garbled)
+    assert [json.loads(v)["key"] for v in garbled.values()] == [kept]
