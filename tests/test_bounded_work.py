@@ -274,7 +274,8 @@ async def _deps(c: Ctx) -> Awaitable[Any]:
     )
 
 
-# a completed dependency D (ARGV[2]) with n (ARGV[3]) dependents waiting for it alone
+# a completed dependency D (ARGV[2]) with n (ARGV[3], at most 1,000) dependents waiting for it
+# alone
 _DEPENDENTS = """
 local base, d, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 redis.call('HSET', base .. 'job:' .. d, 't', 'work', 's', 'completed', 'dd', 1, 'ct', 1)
@@ -285,9 +286,8 @@ for i = 1, n do
     'm', 3, 'ct', 1, 'dp', 'cancel', 'dl', '["' .. base .. d .. '"]', 'dt', 0)
   redis.call('SADD', base .. 'deps:' .. id, base .. d)
   members[#members + 1] = base .. id
-  if #members == 1000 then redis.call('SADD', base .. 'dependents:' .. d, unpack(members)) members = {} end
 end
-if #members > 0 then redis.call('SADD', base .. 'dependents:' .. d, unpack(members)) end
+redis.call('SADD', base .. 'dependents:' .. d, unpack(members))
 return n
 """
 
