@@ -53,8 +53,8 @@ class Tasks:
             return x * 100
 
         @app.task(name="brief_other", queue=OTHER, result_ttl=0.2)
-        async def brief_other(x: int) -> int:
-            return x * 1000
+        async def brief_other(x: int) -> Total:
+            return Total(x * 1000)
 
         @app.task
         async def later(x: int) -> int:
@@ -62,7 +62,9 @@ class Tasks:
 
         @app.task
         async def join() -> dict[str, Any]:
-            return await current_job().dependency_results()
+            """What its dependencies gave it, and as which types (by their annotations)."""
+            got = await current_job().dependency_results()
+            return {"types": {k: type(v).__name__ for k, v in got.items()}, "results": got}
 
         @app.task(name="join_other", queue=OTHER)
         async def join_other() -> dict[str, Any]:
@@ -70,7 +72,8 @@ class Tasks:
 
         @app.task
         async def parent(children: list[str]) -> dict[str, Any]:
-            return await current_job().wait_for_children(children)
+            got = await current_job().wait_for_children(children)
+            return {"types": {k: type(v).__name__ for k, v in got.items()}, "results": got}
 
         self.brief, self.unkept, self.brief_other = brief, unkept, brief_other
         self.later, self.join, self.parent = later, join, parent
@@ -99,9 +102,11 @@ async def test_a_dependent_reads_a_result_whose_record_expired_before_it_ran(tap
     await clock.advance(HOUR)
     summary = await run_until_empty(tapp, delayed="skip")
     assert (summary.completed, summary.failed) == (2, 0)
-    # read by the dependency's task's return annotation while its record exists; gone, as
-    # JSON gives it (the task's name lived in the record)
-    assert await c.result(timeout=5) == {a.id: {"n": 10}, b.id: 2}
+    # read by the dependency's task's return annotation (its name kept with the result)
+    assert await c.result(timeout=5) == {
+        "types": {a.id: "Total", b.id: "int"},
+        "results": {a.id: {"n": 10}, b.id: 2},
+    }
     info = await c.info()
     assert info.attempts == 1  # never retried for a missing result
     # the kept copy follows the dependent's record: it expires with it
@@ -123,7 +128,10 @@ async def test_a_dependency_on_another_queue_is_kept_through_the_outbox(tapp: Ap
     await gone(tapp, a)
     await clock.advance(HOUR)
     await run_until_empty(tapp, queues, delayed="skip")
-    assert await c.result(timeout=5) == {a.id: 3000, b.id: 4}
+    assert await c.result(timeout=5) == {
+        "types": {a.id: "Total", b.id: "int"},
+        "results": {a.id: {"n": 3000}, b.id: 4},
+    }
 
 
 async def test_a_dependency_completed_before_its_dependent_was_enqueued_is_kept_too(
@@ -138,7 +146,10 @@ async def test_a_dependency_completed_before_its_dependent_was_enqueued_is_kept_
     await gone(tapp, a)
     await clock.advance(HOUR)
     await run_until_empty(tapp, delayed="skip")
-    assert await c.result(timeout=5) == {a.id: {"n": 50}, b.id: 6}
+    assert await c.result(timeout=5) == {
+        "types": {a.id: "Total", b.id: "int"},
+        "results": {a.id: {"n": 50}, b.id: 6},
+    }
 
 
 async def test_keep_result_false_on_a_dependency_still_gives_its_dependents_the_result(
@@ -151,7 +162,7 @@ async def test_keep_result_false_on_a_dependency_still_gives_its_dependents_the_
     c = await t.join.options(depends_on=[a]).enqueue()
     await run_until_empty(tapp)
     assert not await tapp.redis.exists(tapp.queue()._keys.job(a.id))
-    assert await c.result(timeout=5) == {a.id: 700}
+    assert (await c.result(timeout=5))["results"] == {a.id: 700}
 
 
 async def test_a_parked_parent_reads_a_child_whose_record_expired(tapp: App) -> None:
@@ -166,7 +177,10 @@ async def test_a_parked_parent_reads_a_child_whose_record_expired(tapp: App) -> 
     await clock.advance(HOUR)
     summary = await run_until_empty(tapp, delayed="skip")
     assert summary.failed == 0
-    assert await p.result(timeout=5) == {a.id: {"n": 80}, b.id: 9}
+    assert await p.result(timeout=5) == {
+        "types": {a.id: "Total", b.id: "int"},
+        "results": {a.id: {"n": 80}, b.id: 9},
+    }
 
 
 async def test_a_kept_result_that_is_garbage_is_read_from_the_record_instead(
@@ -183,7 +197,7 @@ async def test_a_kept_result_that_is_garbage_is_read_from_the_record_instead(
     await tapp.redis.hset(kept, member, b"\xff{garbage")
     await VirtualClock(tapp).advance(HOUR)
     await run_until_empty(tapp, delayed="skip")
-    assert await c.result(timeout=5) == {a.id: 11, b.id: 12}
+    assert (await c.result(timeout=5))["results"] == {a.id: 11, b.id: 12}
 
 
 async def _kept(app: App, dependent: Job[Any], dep: Job[Any]) -> bool:

@@ -137,13 +137,19 @@ async def _watch_remote(app: Any, home: str, job_id: str, remote: Mapping[str, l
         d = door(app, name)
         codes = [_text(c) for c in await deps_run(d, "watch", me, *ids)]
         done = [dep for dep, code in zip(ids, codes, strict=True) if code == "c"]
-        kept = dict(zip(done, await d.scripts.job_fields(done, ["r"]), strict=True))
+        kept = dict(zip(done, await d.scripts.job_fields(done, ["t", "r"]), strict=True))
         for dep, code in zip(ids, codes, strict=True):
             if code != "w":
-                res = kept[dep][0] or b"" if code == "c" else b""
+                res = _kept_value(*kept[dep]) if code == "c" else b""
                 met += (job_id, d.keys.member(dep), "1" if code == "c" else "0", res)
     if met:
         await deps_run(door(app, home), "met", *met)
+
+
+def _kept_value(task: bytes | None, result: bytes | None) -> bytes:
+    """What a dependent keeps of a completed dependency (as lib/batches ``dep_kept``):
+    ``<task>\\0<result as stored>``; empty without a result."""
+    return b"" if result is None else (task or b"") + b"\0" + result
 
 
 async def enqueue_dependent(
@@ -212,13 +218,15 @@ async def outcomes(
     kept = await _kept(app, home, holder, refs) if holder is not None else {}
     out: dict[str, Any] = {}
     for name, job_id in refs:
-        task_name = (await door(app, name).scripts.job_fields([job_id], ["t"]))[0][0]
+        stored, _, raw = kept.get((name, job_id), b"").partition(b"\0")
+        task_name: bytes | None = stored
+        if not raw:  # nothing kept (or garbage): the record tells
+            task_name = (await door(app, name).scripts.job_fields([job_id], ["t"]))[0][0]
         if task_name == b"":  # a workflow's record (what its first nodes wait for)
             continue
         task = app.tasks.get(_text(task_name)) if task_name is not None else None
         convert = task.result_converter if task is not None else None
-        raw = kept.get((name, job_id))
-        if raw is not None:
+        if raw:
             try:
                 value = app.codec.load_result(raw, queue=name, job_id=job_id)
             except (ValueError, BadSignature):  # garbage, forged: the record is read instead

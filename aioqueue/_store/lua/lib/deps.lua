@@ -6,7 +6,7 @@
   base.."dependents:"..id  SET   the jobs waiting for job id (members)
   base.."waiting"          ZSET  jobs waiting for dependencies, by when they started to wait
   base.."depres:"..id      HASH  the results of job id's completed dependencies, kept for it:
-                                 member -> the result as stored (signed/sealed as it was);
+                                 member -> '<task>\0<result as stored>' (batches' dep_kept);
                                  one of the record's extras (lib/core: xk), so it lives and
                                  dies with the dependent, whatever the dependency's result_ttl
   A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
@@ -80,8 +80,9 @@ function DQ.unwait(ids)
   wake()
 end
 
--- keep the result res (as stored; nil or '': none) of dependency dep (a member) for job id,
--- waiting on this queue, in its depres (lib/core extras_of: it follows the record)
+-- keep what job id, waiting on this queue, keeps of its completed dependency dep (a member):
+-- res, its task and result (batches' dep_kept; nil or '': none), in its depres (lib/core
+-- extras_of: it follows the record)
 function DQ.keep(id, dep, res)
   if not res or res == '' then return end
   local _, _, rk = extras_of(id)
@@ -120,7 +121,7 @@ function DQ.garbled(id, jk, wk, now)
 end
 
 -- the dependency dep (a member) of job id, waiting on this queue, has its outcome (ok: it
--- completed, with the result res as stored, kept for the job); counted once per dependency
+-- completed; res what the job keeps of it: dep_kept); counted once per dependency
 -- (SREM). A failure cancels the job (policy cancel, the default: DependencyFailed, and down
 -- its own dependents), dead-letters it (fail), or counts as done (run)
 local function dep_met(id, dep, ok, now, res)
@@ -157,8 +158,8 @@ local function dep_met(id, dep, ok, now, res)
   if left == 0 then dep_release(id, jk, r) end
 end
 
--- job id of this queue finished for good (ok: completed, with the result res as stored; nil
--- none): tell its dependents, at most deps_budget of them in this call; the others (and those
+-- job id of this queue finished for good (ok: completed, and res what its dependents keep of
+-- it: dep_kept; nil none): tell its dependents, at most deps_budget of them in this call; the others (and those
 -- on other queues) go through the outbox, with res. Returns true when something went to the
 -- outbox
 deps_outcome = function(id, ok, now, res)
@@ -272,7 +273,10 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
     if own then
       st = dep_register(own, me)
       -- completed already: its result is kept for the job now (its record may expire first)
-      if st == 'c' then DQ.keep(id, dep, call('HGET', job_key(own), 'r')) end
+      if st == 'c' then
+        local tr = call('HMGET', job_key(own), 't', 'r')
+        DQ.keep(id, dep, dep_kept(tr[1], tr[2] or nil))
+      end
     end
     if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
