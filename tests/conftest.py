@@ -28,7 +28,7 @@ from .support.cluster import LocalCluster
 from .support.processes import WorkerProcesses, worker_processes
 from .support.sentinel import SentinelGroup
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.groups"]
 
 
 @pytest.fixture(scope="session")

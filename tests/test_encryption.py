@@ -89,7 +89,7 @@ async def error_message(redis: Redis, keys: QueueKeys, job_id: str) -> str:
 async def raw_values(redis: Redis, prefix: str) -> list[bytes]:
     """Every value stored under ``prefix`` that could hold a payload or a result."""
     out: list[Any] = []
-    async for key in redis.scan_iter(match=f"{prefix}:*"):
+    async for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
         kind = await redis.type(key)
         if kind == b"hash":
             out += list((await redis.hgetall(key)).values())

@@ -23,6 +23,7 @@ from aioqueue import (
     PayloadTooLarge,
     SerializationError,
 )
+from aioqueue._model.limits import DEFAULT_MAX_ATTEMPTS
 from aioqueue._model.signature import Signature
 from aioqueue._store.embedded import EmbeddedServer
 
@@ -352,6 +353,41 @@ async def test_job_id_makes_enqueue_idempotent(app: App, redis: Redis) -> None:
     again = await charge.options(job_id="order-1", delay=60).enqueue(4)
     assert again.id == "order-1"
     assert await first.state() is JobState.QUEUED
+
+
+async def test_a_plain_record_stores_neither_its_attempts_nor_the_default_maximum(
+    app: App, redis: Redis
+) -> None:
+    """A new record leaves out a (0) and m when it is the default (10 bytes: its listpack
+    drops into the next smaller size class); claim, fail and the readers take them as 0 and
+    DEFAULT_MAX_ATTEMPTS, so such a job still gets its retries; another maximum is stored."""
+
+    @app.task(name="flaky")
+    async def flaky() -> None:
+        return None
+
+    q = app.queue()
+    plain = await flaky.enqueue()
+    five = await flaky.options(max_attempts=5).enqueue()
+    raw = await redis.hgetall(q._keys.job(plain.id))
+    assert sorted(raw) == [b"ct", b"p", b"s", b"t"]
+    assert await job_field(redis, app, five.id, "m") == "5"
+    assert (await q.job(plain.id).info()).max_attempts == DEFAULT_MAX_ATTEMPTS == 3
+    (summary,) = [s for s in (await q.jobs("queued")).items if s.id == plain.id]
+    assert (summary.attempts, summary.max_attempts) == (0, DEFAULT_MAX_ATTEMPTS)
+    seen: list[tuple[int, int]] = []
+    retried: list[bool] = []
+    while True:
+        got = [r for r in await q.reserve(5, lease=60) if r.id == plain.id]
+        if not got:
+            break
+        (r,) = got
+        seen.append((r.attempt, r.max_attempts))
+        retried.append(await q.fail(r, "boom", delay=0))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert retried == [True, True, False]
+    info = await q.job(plain.id).info()
+    assert (info.state.value, info.attempts, info.max_attempts) == ("failed", 3, 3)
 
 
 async def test_max_attempts_timeout_and_result_ttl_are_stored(app: App, redis: Redis) -> None:

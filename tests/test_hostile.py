@@ -213,7 +213,7 @@ async def test_huge_arguments_are_refused_at_enqueue_and_nothing_is_stored(
         with pytest.raises(PayloadTooLarge):
             await echo.enqueue_many([{"x": 1}, ((big,), {})])
         assert isinstance(PayloadTooLarge("x"), SerializationError)
-        assert not [k async for k in redis.scan_iter(match=app.prefix + ":*")]
+        assert not [k async for k in redis.scan_iter(match=app.prefix + ":*", count=1000)]
 
 
 # ---------------------------------------------------------------------- garbage in fields
@@ -552,7 +552,7 @@ async def test_invalid_options_are_refused_at_the_call(
     async with app:
         with pytest.raises(ConfigurationError):
             await _call(lambda: make(app))
-        assert not [k async for k in app.redis.scan_iter(match=app.prefix + ":*")]
+        assert not [k async for k in app.redis.scan_iter(match=app.prefix + ":*", count=1000)]
 
 
 @pytest.mark.parametrize(

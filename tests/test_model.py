@@ -62,6 +62,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, JobNotFound, LeaseLost, Reservation
 from aioqueue._model.keys import QueueKeys
+from aioqueue._model.limits import DEFAULT_MAX_ATTEMPTS
 from aioqueue._queue.deps import deps_run
 from aioqueue._queue.depsbox import door
 from aioqueue._store.embedded import EmbeddedServer
@@ -778,9 +779,11 @@ class StoreMachine(RuleBasedStateMachine):
         waiting = sum(job.state in ("queued", "scheduled") for job in model.jobs.values())
         assert backlog == waiting, f"backlog counted {backlog}, model {waiting}: {self.steps[-5:]}"
         for job_id, job in model.jobs.items():
-            a, m, tok = (text(v) for v in await self.redis.hmget(k.job(job_id), ["a", "m", "l"]))
-            assert int(a) == job.a, f"{job_id}: attempts {a!r}, model {job.a}"
-            assert job.a <= job.m == int(m), f"{job_id}: {job.a} attempts of {job.m}"  # I5
+            raw_a, raw_m, raw_tok = await self.redis.hmget(k.job(job_id), ["a", "m", "l"])
+            # absent, a is 0 and m the default (a new record stores neither then)
+            a, m, tok = int(raw_a or 0), int(raw_m or DEFAULT_MAX_ATTEMPTS), text(raw_tok)
+            assert a == job.a, f"{job_id}: attempts {a!r}, model {job.a}"
+            assert job.a <= job.m == m, f"{job_id}: {job.a} attempts of {job.m}"  # I5
             if job.token is not None:
                 assert tok == job.token, f"{job_id}: token {tok!r}, model {job.token}"
             ttl = await self.redis.pttl(k.job(job_id))

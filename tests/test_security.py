@@ -176,7 +176,7 @@ async def test_json_is_the_default_and_refuses_arbitrary_objects(
         for value in (object(), Touch(tmp_path / "x"), {1, 2}, b"bytes"):
             with pytest.raises(SerializationError):
                 await app.queue().enqueue("add", args=[value, 1])
-        assert not [k async for k in redis.scan_iter(match=app.prefix + ":*")]
+        assert not [k async for k in redis.scan_iter(match=app.prefix + ":*", count=1000)]
 
 
 async def test_a_json_worker_never_unpickles_a_planted_pickle(
@@ -320,7 +320,7 @@ async def test_two_apps_with_one_queue_name_on_one_server_stay_apart(
         assert sorted(ran["b"], key=int) == [str(i) for i in range(10)]
         for app in (a, b):
             other = b if app is a else a
-            keys = [k async for k in redis.scan_iter(match=app.prefix + ":*")]
+            keys = [k async for k in redis.scan_iter(match=app.prefix + ":*", count=1000)]
             assert keys
             assert not any(k.startswith(other.prefix.encode()) for k in keys)
 

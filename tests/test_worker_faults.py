@@ -95,7 +95,7 @@ async def test_server_closing_idle_connections_does_not_stall_the_worker(
         async with Worker(app, concurrency=10, grace=2):
             # a burst leaves several connections in the worker's pool, idle afterwards
             burst = await work.enqueue_many([{"i": i} for i in range(30)])
-            assert [await j.result(timeout=5) for j in burst] == list(range(30))
+            assert [await j.result(timeout=30) for j in burst] == list(range(30))
             await admin.config_set("timeout", 1)
 
             async def only_busy_left() -> bool:
@@ -105,7 +105,7 @@ async def test_server_closing_idle_connections_does_not_stall_the_worker(
 
             latencies = []
             for i in range(3):
-                await wait_until(only_busy_left, timeout=5, what="the server to drop idle ones")
+                await wait_until(only_busy_left, timeout=30, what="the server to drop idle ones")
                 t0 = time.perf_counter()
                 job = await producer.queue().enqueue("work", args=[100 + i])
                 # a backstop: the pickup's bound is the latency asserted below
@@ -127,7 +127,7 @@ async def test_enqueue_after_the_server_closed_idle_connections(
         await app.queue().enqueue("anything")
         await admin.config_set("timeout", 1)
         await wait_until(
-            lambda: _none(clients_named(admin, name)), timeout=5, what="idle ones to close"
+            lambda: _none(clients_named(admin, name)), timeout=30, what="idle ones to close"
         )
         await app.queue().enqueue("anything")  # on a connection the server closed
         assert (await stats(admin, app))["enqueued"] == 2

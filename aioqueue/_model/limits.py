@@ -26,5 +26,8 @@ MAX_STEPS_PER_JOB: Final = 1000
 #: the most lines, and bytes, a job's log keeps (``ctx.log``; joblog.lua): the oldest go first
 JOB_LOG_LINES: Final = 500
 JOB_LOG_BYTES: Final = 65536
+#: the maximum attempts of a record without field ``m`` (the App's default ``max_attempts``:
+#: a new record stores ``m`` only when it differs, and never its attempts ``a`` while 0)
+DEFAULT_MAX_ATTEMPTS: Final = 3
 #: the tasks the backlog (``<base>backlog``) counts one by one; the rest together, as ``*``
 BACKLOG_TASKS: Final = 100

@@ -15,6 +15,7 @@ from .._model.codec import Codec
 from .._model.exceptions import JobNotFound
 from .._model.job import ErrorInfo, JobInfo, parse_state
 from .._model.keys import QueueKeys
+from .._model.limits import DEFAULT_MAX_ATTEMPTS
 from .._store.scripts import QueueScripts
 from .coalesce import Coalescer
 from .leases import Leases
@@ -115,6 +116,12 @@ class _RecordReader:
     def _int(self, field: str, name: str) -> int | None:
         return self._read(field, name, int)
 
+    def _max_attempts(self) -> int:
+        """Field m: absent, the default (a new record stores it only when it differs)."""
+        if "m" not in self.h:
+            return DEFAULT_MAX_ATTEMPTS
+        return self._int("m", "max_attempts") or 1
+
     def info(self, queue: str) -> JobInfo:
         codec, h = self.codec, self.h
         state = parse_state(self.job_id, h.get("s", b""))
@@ -136,7 +143,7 @@ class _RecordReader:
             task=task,
             state=state,
             attempts=self._int("a", "attempts") or 0,
-            max_attempts=self._int("m", "max_attempts") or 1,
+            max_attempts=self._max_attempts(),
             priority=self._int("pr", "priority") or 0,
             created_ms=self._int("ct", "created_ms") or 0,
             due_ms=self._int("due", "due_ms"),

@@ -13,7 +13,7 @@ from typing import Any
 from .._model.codec import Codec
 from .._model.exceptions import BadSignature
 from .._model.job import ErrorInfo, JobInfo, JobState
-from .._model.limits import JOB_LOG_BYTES, JOB_LOG_LINES
+from .._model.limits import DEFAULT_MAX_ATTEMPTS, JOB_LOG_BYTES, JOB_LOG_LINES
 from .._model.timeutil import score_ms
 from .._store.scripts import QueueScripts
 
@@ -196,7 +196,7 @@ async def summaries(
                 group=None if g is None else g.decode(errors="replace"),
                 priority=_int(pr, 0),
                 attempts=_int(a, 0),
-                max_attempts=_int(m, 1),
+                max_attempts=DEFAULT_MAX_ATTEMPTS if m is None else _int(m, 1),
                 created_ms=_int(ct, 0),
                 due_ms=None if due is None else _int(due, 0),
                 finished_ms=None if f is None else _int(f, 0),

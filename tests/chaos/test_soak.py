@@ -67,4 +67,7 @@ async def test_the_contract_holds_under_chaos(tmp_path: Path) -> None:
     assert wf["runs_before_dependencies"] == 0
     assert wf["sink_callbacks_run"] >= cfg.workflows
     assert wf["parents_resumed"] >= cfg.workflows
-    assert wf["signals_woke"] >= cfg.workflows
+    # every waiter completed (above), and its wait's timeout is an hour: a signal woke each.
+    # The signals' own count can fall short of that (a signal whose reply a killed connection
+    # lost woke its waiter all the same), so it only shows that signals woke jobs at all
+    assert wf["signals_woke"] >= 1

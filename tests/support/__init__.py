@@ -10,6 +10,7 @@
 - ``instrumented``: ``InstrumentedScripts`` and ``Gate``, to hold an in-process worker at one
   await point of the job path;
 - ``processes``: real ``python -m aioqueue worker`` processes and what their tasks recorded.
+- ``groups``: the ``xdist_group`` marks handed to xdist's scheduler (a pytest plugin).
 
 The fixtures live in ``tests/conftest.py``, on top of the ``aioqueue.testing`` pytest plugin.
 """

@@ -116,6 +116,9 @@ class LocalCluster:
                     # a lone replica never wanders off to another primary
                     "--cluster-allow-replica-migration", "no",
                     "--save", "",
+                    # a replica's first sync starts at once: the default waits 5 s for more
+                    # replicas to share one diskless transfer (most of a cluster's start-up)
+                    "--repl-diskless-sync-delay", "0",
                 ],
             )  # fmt: skip
             replica_of = None if i < self.primaries_n else (i - self.primaries_n) % self.primaries_n

@@ -92,6 +92,9 @@ class SentinelGroup:
         data.mkdir()
         args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(data)]
         args += ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+        # a replica's sync starts at once (the default waits 5 s for more replicas to share
+        # one diskless transfer), after start-up and after a failover alike
+        args += ["--repl-diskless-sync-delay", "0"]
         if primary is not None:
             args += ["--replicaof", "127.0.0.1", str(primary.port)]
         return self._spawn(name, port, args)

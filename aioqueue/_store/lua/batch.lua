@@ -41,8 +41,8 @@ if op == 'open' then
   if ARGV[10] then
     local id = ARGV[10]
     local jk = job_key(id)
-    call('HSET', jk, 's', 'waiting', 't', ARGV[11], 'p', ARGV[12], 'a', 0, 'm', ARGV[13],
-      'ct', now, 'cb', bid)
+    local fields = REC.new(ARGV[11], ARGV[12], ARGV[13], now)
+    call('HSET', jk, 's', 'waiting', 'cb', bid, unpack(fields))
     if ARGV[14] ~= '0' then call('HSET', jk, 'pr', ARGV[14]) end
     if ARGV[15] ~= '' then call('HSET', jk, 'g', ARGV[15]) end
     if ARGV[16] ~= '' then call('HSET', jk, 'o', ARGV[16]) end

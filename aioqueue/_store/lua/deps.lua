@@ -52,7 +52,7 @@ local function store(at, deps)
   local id = ARGV[at]
   local jk = job_key(id)
   if call('EXISTS', jk) == 1 then return 0 end
-  local f = {'t', ARGV[at + 1], 'p', ARGV[at + 2], 'a', 0, 'm', ARGV[at + 3], 'ct', now}
+  local f = REC.new(ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], now)
   if ARGV[at + 4] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', ARGV[at + 4] end
   if ARGV[at + 5] ~= '' then f[#f + 1], f[#f + 2] = 'g', ARGV[at + 5] end
   if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end

@@ -108,28 +108,39 @@ local function refused(cmd, key, ...)
     .. key .. ' (an enqueue call: nothing was stored)')
 end
 
+-- qconf's two fields a call reads, in one read: events (lib/events) and maxq (below). (The
+-- blocks' locals end with them: a script has at most 200 locals, and enqueue is near it)
+local maxq
+do
+  local qc = call('HMGET', K_QCONF, 'events', 'maxq')
+  events_on(qc[1] or false)
+  maxq = count_of(qc[2] or '')
+end
+
 -- (one plain job without events writes nothing before its record: its refusal, if any, comes
 -- first, so the most common call skips the checks)
-local one = runs[1]
-local lone = total == 1 and one and one.k == 1 and one.g == '' and one.u == '' and one.bid == ''
-if redis.acl_check_cmd and not (lone and not events_on()) then
-  local no = events_on() and refused('XADD', K_EVENTS, '*', 'k', 'x')
-  for _, run in ipairs(runs) do
-    no = no or (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
-      or (run.bid ~= '' and run.bhome == '' and refused('ZADD', batch_key(run.bid) .. ':all', '0', 'x'))
-    for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+do
+  local one = runs[1]
+  local lone = total == 1 and one and one.k == 1 and one.g == '' and one.u == '' and one.bid == ''
+  if redis.acl_check_cmd and not (lone and not events_on()) then
+    local no = events_on() and refused('XADD', K_EVENTS, '*', 'k', 'x')
+    for _, run in ipairs(runs) do
+      no = no or (run.g ~= '' and refused('ZADD', lane_key(run.g), '0', 'x'))
+        or (run.bid ~= '' and run.bhome == ''
+          and refused('ZADD', batch_key(run.bid) .. ':all', '0', 'x'))
+      for p = run.first, run.first + (run.k - 1) * run.step, run.step do
+        if no then return no end
+        no = refused('HSET', job_key(ARGV[p]), 's', 'x')
+          or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
+      end
       if no then return no end
-      no = refused('HSET', job_key(ARGV[p]), 's', 'x')
-        or (run.step == 3 and refused('SET', BASE .. 'unique:' .. ARGV[p + 2], 'x'))
     end
-    if no then return no end
   end
 end
 
 -- backpressure (qconf maxq): the backlog's exact count (lib/core: every lane, every group,
 -- scheduled, waiting aside on limits; O(1)) and the jobs of the call that are new (a retried
 -- enqueue of stored jobs is never refused), before any write: all or nothing
-local maxq = count_of(call('HGET', K_QCONF, 'maxq') or '')
 if maxq and maxq > 0 then  -- (0, which the setter never writes, is no limit)
   local waiting = BL.total()
   local new = 0
@@ -156,7 +167,8 @@ for _, run in ipairs(runs) do
   if delay >= 0 then due = now + delay elseif at >= 0 then due = at end
   local state = 'queued'
   if due > now then state = 'scheduled' end
-  local fields = {'t', task, 'p', '', 'a', 0, 'm', m, 'ct', now, 's', state}
+  local fields = REC.new(task, '', m, now)
+  fields[#fields + 1] = 's'; fields[#fields + 1] = state
   if pr ~= '0' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = pr end
   if g ~= '' then fields[#fields + 1] = 'g'; fields[#fields + 1] = g end
   if opts ~= '' then fields[#fields + 1] = 'o'; fields[#fields + 1] = opts end

@@ -36,7 +36,7 @@ if delay == -2 then
   if has_ready() then wake() end
   return 3
 end
-local a, m = attempts_of(r[3], r[4])
+local a, m = REC.attempts(r[3], r[4])
 if delay >= 0 and a < m then
   end_attempt(jk, r[3], r[7], 'retried', err, now)
   call('HSET', jk, 'e', err)

@@ -30,7 +30,7 @@ if id == '' then return {now, 2} end
 local jk = job_key(id)
 if call('EXISTS', jk) == 1 then return {now, 2} end
 local pr, due, opts = ARGV[10], tonumber(ARGV[9]), ARGV[11]
-local fields = {'t', ARGV[7], 'p', ARGV[6], 'a', 0, 'm', ARGV[8], 'ct', now}
+local fields = REC.new(ARGV[7], ARGV[6], ARGV[8], now)
 if pr ~= '0' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = pr end
 if opts ~= '' then fields[#fields + 1] = 'o'; fields[#fields + 1] = opts end
 if due > now then

@@ -60,6 +60,8 @@ local MAX_STEPS_PER_JOB = 1000
 -- the most lines, and bytes, a job's log keeps: the oldest are dropped (joblog.lua)
 local JOB_LOG_LINES = 500
 local JOB_LOG_BYTES = 65536
+-- the maximum attempts a record without field m has (the App's default max_attempts)
+local DEFAULT_MAX_ATTEMPTS = 3
 -- the tasks the backlog counts one by one (base.."backlog"; the rest together, field '*')
 local BACKLOG_TASKS = 100
 
@@ -86,10 +88,24 @@ local function count_of(v)
   return n
 end
 
--- a job's attempts and maximum attempts (fields a and m, as read): attempts that are garbage
--- restart at 0 (the job runs again rather than being lost), a maximum that is garbage is 1
-local function attempts_of(a, m)
+-- REC.attempts: a job's attempts and maximum attempts (fields a and m, as read): absent, they are 0 and
+-- DEFAULT_MAX_ATTEMPTS (a new record stores neither: see REC.new); attempts that are
+-- garbage restart at 0 (the job runs again rather than being lost), a maximum that is garbage is 1
+-- (REC: one table, not locals: a script has at most 200 locals, and the library is at it)
+local REC = {}
+function REC.attempts(a, m)
+  if not m then return count_of(a) or 0, DEFAULT_MAX_ATTEMPTS end
   return count_of(a) or 0, math.max(1, count_of(m) or 1)
+end
+
+-- REC.new: the first fields of a new job record (HSET arguments, the payload at [4]): task, payload and
+-- creation time, and the maximum attempts m unless it is DEFAULT_MAX_ATTEMPTS; its attempts a
+-- (0) are not stored either. A plain record is 10 bytes smaller so, which takes its listpack
+-- into the allocator's next smaller size class (docs/benchmarks.md, bytes per queued job)
+function REC.new(task, payload, m, now)
+  local f = {'t', task, 'p', payload, 'ct', now}
+  if tonumber(m) ~= DEFAULT_MAX_ATTEMPTS then f[7] = 'm'; f[8] = m end
+  return f
 end
 
 -- refuse a call that names more than cap (default MAX_JOBS_PER_CALL) jobs (I13: a script's

@@ -17,10 +17,12 @@ local EVENT_REASON = 200
 -- library keeps its top-level values from call to call: see _funclib.py)
 local events_cap = nil -- per call
 
--- whether this queue writes events (read at the first call of each script run)
-local function events_on()
+-- whether this queue writes events (read at the first call of each script run, unless the
+-- script read qconf's field events with others and gives it, read, as v)
+local function events_on(v)
   if events_cap == nil then
-    events_cap = math.floor(num(call('HGET', K_QCONF, 'events'), 0))
+    if v == nil then v = call('HGET', K_QCONF, 'events') end
+    events_cap = math.floor(num(v, 0))
     if events_cap < 1 then events_cap = 0 end
     -- a garbage cap past what Python allows (MAX_EVENTS_MAXLEN) must not make XADD fail
     if events_cap > 10000000 then events_cap = 10000000 end
@@ -97,5 +99,6 @@ end
 local function emit_job(kind, id, jk, reason, due)
   if events_cap == 0 or not events_on() then return end
   local r = call('HMGET', jk, 't', 'a', 'wk')
-  emit(kind, id, r[1], r[2], r[3], reason, due)
+  -- (a record that exists without a has made no attempt: see REC.new in lib/core)
+  emit(kind, id, r[1], r[2] or (r[1] and '0'), r[3], reason, due)
 end

@@ -9,7 +9,7 @@
 -- its attempt refunded or not; released without a refund on its last attempt, it is
 -- dead-lettered (AttemptsExhausted). Its step results and log stay (release.lua, wait.lua)
 local function release_job(id, jk, r, tok, delay, refund, now, dead_ttl)
-  local a, m = attempts_of(r[5], r[6])
+  local a, m = REC.attempts(r[5], r[6])
   end_attempt(jk, r[5], r[7], 'released', nil, now)
   call('ZREM', K_ACTIVE, id)
   unhold(r[7], id)

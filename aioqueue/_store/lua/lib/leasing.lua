@@ -165,7 +165,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   for i, id in ipairs(got) do
     local jk = job_key(id)
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk', 'ct', 'due')
-    local a, m = attempts_of(r[2], r[6])
+    local a, m = REC.attempts(r[2], r[6])
     if r[1] == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
     if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
       dead_ttl) then

@@ -26,7 +26,7 @@ local function recover_job(id, now, dead_ttl, unstarted, k, why)
   if r[6] then why = 'cancelled' end
   end_attempt(jk, r[2], r[7], why, nil, now)
   release_slot(r[5])
-  local a, m = attempts_of(r[2], r[3])
+  local a, m = REC.attempts(r[2], r[3])
   if r[6] then
     -- cancelled while its holder was lost: it stays cancelled, it is not run again
     unlock(id, r[9])
