@@ -1331,6 +1331,8 @@ DEPENDENCY_FAMILIES = {
     "deps-hash": ("deps", "after"),
     "dl-garbage": ("dl", "after"),
     "dp-garbage": ("dp", "after"),
+    # the results kept for the dependent (depres, one of its record's extras)
+    "depres-string": ("depres", "after"),
 }
 
 
@@ -1368,6 +1370,9 @@ async def test_garbage_in_every_dependency_key_is_contained(
             await redis.hset(key, "x", "garbage")
         elif what in ("dl", "dp"):
             await redis.hset(k.job(c.id), what, "\xff{garbage")
+        elif what == "depres":
+            key = k.dep_results(c.id)
+            await redis.set(key, "garbage")
         other = await dep.enqueue(2)
         plain = await dependent.options(depends_on=[other]).enqueue("plain")
         async with Worker(app, concurrency=4):
@@ -1382,7 +1387,10 @@ async def test_garbage_in_every_dependency_key_is_contained(
             assert "c" not in ran
         else:
             assert info.state is JobState.COMPLETED
-        if what in ("waiting", "dependents", "deps"):
+        if what == "depres":  # set aside, and the result kept in a fresh hash
+            assert await c.result(timeout=5) == {a.id: 1}
+            assert await redis.type(key) == b"hash"
+        if what in ("waiting", "dependents", "deps", "depres"):
             assert key in await garbled_keys(redis, k)
         assert (await q.jobs("waiting")).items == ()
         await check_invariants(redis, k)

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from .._model.hooks import State
-from .._model.job import Job, JobState
+from .._model.job import Job
 from .._queue.deps import DependencyPolicy, dependency_jobs, outcomes, park
 from .steps import JobRun, add_line, durable_wait, log_line, run_step, step_key
 
@@ -144,7 +144,7 @@ class JobContext:
         ``wait_for_children``), by id, each read by its task's return annotation (verified on
         a signing App); dependencies that failed or were cancelled are left out."""
         refs = await dependency_jobs(self.app, self.queue, self.id)
-        return await outcomes(self.app, self.queue, refs, only_done=False) or {}
+        return await outcomes(self.app, self.queue, refs, only_done=False, holder=self.id) or {}
 
     async def wait_for_children(
         self, children: Iterable[Job[Any] | str], *, on_failure: DependencyPolicy = "cancel"
@@ -163,12 +163,12 @@ class JobContext:
         """
         children = list(children)
         refs = [(j.queue, j.id) if isinstance(j, Job) else (self.queue, j) for j in children]
-        done = await outcomes(self.app, self.queue, refs, only_done=True)
-        if done is not None:
-            states = [await self.app.queue(q).job(i).state() for q, i in refs]
-            if on_failure == "run" or all(s == JobState.COMPLETED for s in states):
-                return done
-            # a child failed: parking applies the policy at once (cancel or dead-letter)
+        done = await outcomes(self.app, self.queue, refs, only_done=True, holder=self.id)
+        # every child ended (done); those left out of done failed or were cancelled
+        if done is not None and (on_failure == "run" or all(i in done for _, i in refs)):
+            return done
+        # a child failed (parking applies the policy at once: cancel or dead-letter), or one
+        # has not ended
         await park(self.app, self.queue, self.id, self.token, children, on_failure)
 
 

@@ -227,8 +227,8 @@ class Workflow:
         # and those past what one call tells
         for name in order:
             if not self._steps[name][1] and queues[name] != home:
-                await deps_run(doors[queues[name]], "met", ids[name], gate, "1")
-        while await deps_run(hd, "more", wid, "1"):
+                await deps_run(doors[queues[name]], "met", ids[name], gate, "1", "")
+        while await deps_run(hd, "more", wid, "1", ""):
             pass
         return WorkflowHandle(app, wid, home)
 

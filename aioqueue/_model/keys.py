@@ -77,6 +77,8 @@ A job's extras, which live and die with its record (see extras_of in lua/lib/cor
     <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field
                                            "s:<name>", and "ct" its record's creation time
     <prefix>:{<queue>}:log:<id>     LIST   its log lines, the newest last, capped (lua/joblog.lua)
+    <prefix>:{<queue>}:depres:<id>  HASH   the results of its completed dependencies, kept for
+                                           it (lua/lib/deps.lua): member -> result as stored
     <prefix>:{<queue>}:evt:<key>    SET    jobs parked waiting for event <key> (lua/wait.lua,
                                            lua/signal.lua); expires after its last waiter's end
 
@@ -236,6 +238,11 @@ class QueueKeys:
     def event(self, key: str) -> str:
         """The jobs waiting for event ``key`` (built by the scripts as base.."evt:"..key)."""
         return f"{self.base}evt:{key}"
+
+    def dep_results(self, job_id: str) -> str:
+        """The results of job ``job_id``'s dependencies kept for it (built by the scripts as
+        base.."depres:"..id)."""
+        return f"{self.base}depres:{job_id}"
 
     def job_log(self, job_id: str) -> str:
         """A job's log (built by the scripts as base.."log:"..id)."""

@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, get_a
 
 from .._model.claimcheck import put_blobs
 from .._model.exceptions import (
+    BadSignature,
     ConfigurationError,
     JobCancelled,
     JobFailed,
+    JobNotFound,
     LeaseLost,
     UnknownDependency,
 )
-from .._model.job import Job
+from .._model.job import Job, typed_result
 from .._model.limits import MAX_JOBS_PER_CALL
 from .depsbox import Door, deps_call, door, split_member
 
@@ -127,17 +129,27 @@ async def _check_remote(app: Any, remote: Mapping[str, list[str]]) -> None:
 
 async def _watch_remote(app: Any, home: str, job_id: str, remote: Mapping[str, list[str]]) -> None:
     """Register the waiting job with its dependencies on other queues; those that ended
-    already (or vanished meanwhile: counted as failed) are counted in at once."""
+    already (or vanished meanwhile: counted as failed) are counted in at once, the results
+    of those that completed kept for the job."""
     me = door(app, home).keys.member(job_id)
-    met: list[str] = []
+    met: list[str | bytes] = []
     for name, ids in remote.items():
         d = door(app, name)
-        codes = await deps_run(d, "watch", me, *ids)
+        codes = [_text(c) for c in await deps_run(d, "watch", me, *ids)]
+        done = [dep for dep, code in zip(ids, codes, strict=True) if code == "c"]
+        kept = dict(zip(done, await d.scripts.job_fields(done, ["t", "r"]), strict=True))
         for dep, code in zip(ids, codes, strict=True):
-            if _text(code) != "w":
-                met += (job_id, d.keys.member(dep), "1" if _text(code) == "c" else "0")
+            if code != "w":
+                res = _kept_value(*kept[dep]) if code == "c" else b""
+                met += (job_id, d.keys.member(dep), "1" if code == "c" else "0", res)
     if met:
         await deps_run(door(app, home), "met", *met)
+
+
+def _kept_value(task: bytes | None, result: bytes | None) -> bytes:
+    """What a dependent keeps of a completed dependency (as lib/batches ``dep_kept``):
+    ``<task>\\0<result as stored>``; empty without a result."""
+    return b"" if result is None else (task or b"") + b"\0" + result
 
 
 async def enqueue_dependent(
@@ -195,27 +207,61 @@ async def park(
 
 
 async def outcomes(
-    app: Any, home: str, refs: Iterable[Ref], only_done: bool
+    app: Any, home: str, refs: Iterable[Ref], only_done: bool, holder: str | None = None
 ) -> dict[str, Any] | None:
     """The results of the jobs ``refs`` name, by id, each read by its task's return
     annotation (and verified on a signing App); failed and cancelled ones left out. None
-    (with ``only_done``) when one has not finished yet."""
+    (with ``only_done``) when one has not finished yet. Given ``holder`` (the dependent, on
+    ``home``), the results kept for it (lib/deps ``depres``) are read first: they outlive the
+    dependencies' own records."""
+    refs = [(name or home, job_id) for name, job_id in refs]
+    kept = await _kept(app, home, holder, refs) if holder is not None else {}
     out: dict[str, Any] = {}
     for name, job_id in refs:
-        name = name or home
-        task_name = (await door(app, name).scripts.job_fields([job_id], ["t"]))[0][0]
+        stored, _, raw = kept.get((name, job_id), b"").partition(b"\0")
+        task_name: bytes | None = stored
+        if not raw:  # nothing kept (or garbage): the record tells
+            task_name = (await door(app, name).scripts.job_fields([job_id], ["t"]))[0][0]
         if task_name == b"":  # a workflow's record (what its first nodes wait for)
             continue
         task = app.tasks.get(_text(task_name)) if task_name is not None else None
         convert = task.result_converter if task is not None else None
+        if raw:
+            try:
+                value = app.codec.load_result(raw, queue=name, job_id=job_id)
+            except (ValueError, BadSignature):  # garbage, forged: the record is read instead
+                pass
+            else:
+                out[job_id] = typed_result(job_id, convert, value)
+                continue
         job: Job[Any] = Job(app.queue(name), job_id, convert)
         try:
             out[job_id] = await job.result(timeout=0)
         except (JobFailed, JobCancelled):
             continue
+        except JobNotFound:
+            # a dependency of a released dependent ended: gone, and nothing kept for it (it
+            # failed, or was cancelled, and its record expired)
+            if only_done or holder is None:
+                raise
         except TimeoutError:  # ResultTimeout: not finished
             if only_done:
                 return None
+    return out
+
+
+async def _kept(
+    app: Any, home: str, holder: str, refs: Sequence[Ref]
+) -> dict[tuple[str, str], bytes]:
+    """The results of ``refs`` kept for job ``holder`` of ``home``, by (queue, id)."""
+    d = door(app, home)
+    members = [door(app, name).keys.member(job_id) for name, job_id in refs]
+    out: dict[tuple[str, str], bytes] = {}
+    for i in range(0, len(refs), MAX_JOBS_PER_CALL):
+        got = await deps_run(d, "kept", holder, *members[i : i + MAX_JOBS_PER_CALL])
+        for ref, raw in zip(refs[i : i + MAX_JOBS_PER_CALL], got, strict=False):
+            if isinstance(raw, bytes):
+                out[ref] = raw
     return out
 
 

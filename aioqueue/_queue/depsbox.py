@@ -32,15 +32,17 @@ def deps_call(d: Door, *args: Any) -> ScriptCall:
 
 def forward_entry(fields: list[bytes]) -> tuple[str, str, list[bytes]] | None:
     """An outbox entry of lib/deps: (kind 'met' or 'more', the queue it is applied on, its
-    values), None for a batch outcome; ValueError when it cannot be read."""
+    values), None for a batch outcome; ValueError when it cannot be read. The last field, the
+    dependency's result (kept for its dependents), is missing from an entry stored before
+    results were carried: read as none."""
     if not fields or fields[0] not in (b"\x00d", b"\x00c"):
         return None
-    if fields[0] == b"\x00d" and len(fields) == 4:
+    if fields[0] == b"\x00d" and len(fields) in (4, 5):
         queue, job_id = split_member(fields[1])
-        return "met", queue, [job_id.encode(), fields[2], fields[3]]
-    if fields[0] == b"\x00c" and len(fields) == 3:
+        return "met", queue, [job_id.encode(), fields[2], fields[3], (fields[4:] or [b""])[0]]
+    if fields[0] == b"\x00c" and len(fields) in (3, 4):
         queue, job_id = split_member(fields[1])
-        return "more", queue, [job_id.encode(), fields[2]]
+        return "more", queue, [job_id.encode(), fields[2], (fields[3:] or [b""])[0]]
     raise ValueError("a dependency entry of the wrong shape")
 
 

@@ -21,17 +21,20 @@
     watch  ARGV[3] a dependent (member)   ARGV[4..] ids of its dependencies on this queue:
            registers it with each; returns a code per id: 'c' completed, 'f' failed or
            cancelled, 'x' no such job, 'w' registered
-    met    ARGV[3..] triples: dependent id (on this queue), dependency (member), 1 completed
-           / 0 failed: each counted once; returns the number of triples
+    met    ARGV[3..] quadruples: dependent id (on this queue), dependency (member), 1
+           completed / 0 failed, its result as stored ('' none: kept for the dependent):
+           each counted once; returns the number of quadruples
     extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
            node with more than one call holds); returns 1, 0 when it is not waiting
     gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
            workflow's record, waiting (closed); returns 1, 0 when it exists
     open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
            which releases the nodes that wait for it; returns 1, 0 when it was not closed
-    more   ARGV[3..] pairs: id on this queue, 1 / 0: tell more of its dependents (the rest
-           of a dependency's dependents, handed on through the outbox); returns 1 when some
-           are left for another call ]]
+    more   ARGV[3..] triples: id on this queue, 1 / 0, its result as stored ('' none): tell
+           more of its dependents (the rest of a dependency's dependents, handed on through
+           the outbox); returns 1 when some are left for another call
+    kept   ARGV[3] id   ARGV[4..] members (at most MAX_JOBS_PER_CALL): the results of
+           those dependencies kept for job id (nil where none); read only ]]
 local op = ARGV[2]
 local now = now_ms()
 
@@ -159,20 +162,34 @@ if op == 'watch' then
 end
 
 if op == 'met' then
-  local n = (#ARGV - 2) / 3
+  local n = (#ARGV - 2) / 4
   check_count(n)
-  for i = 3, #ARGV - 2, 3 do dep_met(ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', now) end
+  for i = 3, #ARGV - 3, 4 do
+    dep_met(ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', now, ARGV[i + 3])
+  end
   emit_flush()
   return n
 end
 
 if op == 'more' then
-  check_count((#ARGV - 2) / 2)
+  check_count((#ARGV - 2) / 3)
   local left = 0
-  for i = 3, #ARGV - 1, 2 do
-    if deps_outcome(ARGV[i], ARGV[i + 1] == '1', now) then left = 1 end
+  for i = 3, #ARGV - 2, 3 do
+    if deps_outcome(ARGV[i], ARGV[i + 1] == '1', now, ARGV[i + 2]) then left = 1 end
   end
   emit_flush()
   return left
+end
+if op == 'kept' then
+  local members = tail(4)
+  if #members == 0 then return {} end
+  local _, _, rk = extras_of(ARGV[3])
+  local got = redis.pcall('HMGET', rk, unpack(members))
+  -- garbage in the hash (another type): set aside, and read as nothing kept (I9)
+  if type(got) ~= 'table' or got.err then
+    set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
+    return {}
+  end
+  return got
 end
 return redis.error_reply('unknown operation ' .. tostring(op))

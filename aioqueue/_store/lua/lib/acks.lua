@@ -80,7 +80,7 @@ local function do_complete(first, n, now)
       -- straight away (batch_outcome would read its record again)
       local fwd = false
       if r[5] then fwd = batch_outcome(id, jk, true, ARGV[b + 2], now)
-      elseif r[11] then fwd = deps_outcome(id, true, now) end
+      elseif r[11] then fwd = deps_outcome(id, true, now, dep_kept(r[8], ARGV[b + 2])) end
       local code = fwd and 2 or 1
       follow_record(id, r[10], ttl)
       if ttl == 0 then

@@ -29,6 +29,14 @@ local batch_outcome
 -- a finished job tells its dependents (lib/deps, which comes later and defines it)
 local deps_outcome
 
+-- what a dependent keeps of a completed dependency of task task whose result is res (as
+-- stored): '<task>\0<result>' (the task names the return annotation to read it by, once the
+-- dependency's record is gone); nil without a result
+local function dep_kept(task, res)
+  if not res then return nil end
+  return (task or '') .. '\0' .. res
+end
+
 -- count a sub-job into its batch (idempotent on the member); returns 1 if it was new
 local function batch_add(bid, member)
   local bk = batch_key(bid)
@@ -118,7 +126,9 @@ end
 -- outbox (see batch.lua 'apply', deps.lua 'met')
 batch_outcome = function(id, jk, ok, value, now)
   local r = call('HMGET', jk, 'b', 'bh', 'bm', 'dd')
-  local forwarded = r[4] and deps_outcome(id, ok, now) or false
+  local kept = nil
+  if r[4] and ok then kept = dep_kept(call('HGET', jk, 't'), value) end
+  local forwarded = r[4] and deps_outcome(id, ok, now, kept) or false
   if not r[1] then return forwarded end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)

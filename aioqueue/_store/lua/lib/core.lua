@@ -287,25 +287,24 @@ local function job_key(id)
 end
 
 -- the keys that live and die with a job's record (I8): its durable steps' results (HASH,
--- step.lua) and its log (LIST, joblog.lua). The scripts that write them mark the record with
+-- step.lua), its log (LIST, joblog.lua) and the results of its dependencies kept for it (HASH,
+-- lib/deps: member -> result as stored). The scripts that write them mark the record with
 -- xk, so that the scripts that expire or delete a record touch them only when they exist
 local function extras_of(id)
-  return BASE .. 'step:' .. id, BASE .. 'log:' .. id
+  return BASE .. 'step:' .. id, BASE .. 'log:' .. id, BASE .. 'depres:' .. id
 end
 
 -- make a record's extras (xk: its field) follow it: ttl ms > 0 expire with it, 0 deleted
 -- with it, -1 kept for good with it (a record given back its life: requeue)
 local function follow_record(id, xk, ttl)
   if not xk then return end
-  local sk, lk = extras_of(id)
-  if ttl > 0 then
-    call('PEXPIRE', sk, ttl)
-    call('PEXPIRE', lk, ttl)
-  elseif ttl == 0 then
-    call('DEL', sk, lk)
-  else
-    call('PERSIST', sk)
-    call('PERSIST', lk)
+  local sk, lk, rk = extras_of(id)
+  if ttl == 0 then
+    call('DEL', sk, lk, rk)
+    return
+  end
+  for _, k in ipairs({sk, lk, rk}) do
+    if ttl > 0 then call('PEXPIRE', k, ttl) else call('PERSIST', k) end
   end
 end
 

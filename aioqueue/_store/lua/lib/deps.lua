@@ -5,6 +5,10 @@
   base.."deps:"..id        SET   the dependencies job id still waits for (members)
   base.."dependents:"..id  SET   the jobs waiting for job id (members)
   base.."waiting"          ZSET  jobs waiting for dependencies, by when they started to wait
+  base.."depres:"..id      HASH  the results of job id's completed dependencies, kept for it:
+                                 member -> '<task>\0<result as stored>' (batches' dep_kept);
+                                 one of the record's extras (lib/core: xk), so it lives and
+                                 dies with the dependent, whatever the dependency's result_ttl
   A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
   name, wg its graph as JSON), waits until every node is stored; the nodes without
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
@@ -14,7 +18,8 @@
   Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
   dependency's dependents are handed on through the outbox (a continuation entry, "\0c"),
   and so is a dependent on another queue ("\0d"); the forwarder (_leases.forward_outbox)
-  applies them with deps.lua 'more' and 'met'.
+  applies them with deps.lua 'more' and 'met'. Both entries carry the dependency's result,
+  copied into each dependent's depres when it is told (one HSET an edge, within the budget).
   Cost (benchmarks/workflows.py): what one call stores or releases for many jobs is written
   together where it can be (DQ.begin / DQ.flush: the new dependents of each dependency
   in one SADD, the waiting index in one ZADD; a dependency's released dependents leave the
@@ -75,6 +80,21 @@ function DQ.unwait(ids)
   wake()
 end
 
+-- keep what job id, waiting on this queue, keeps of its completed dependency dep (a member):
+-- res, its task and result (batches' dep_kept; nil or '': none), in its depres (lib/core
+-- extras_of: it follows the record)
+function DQ.keep(id, dep, res)
+  if not res or res == '' then return end
+  local _, _, rk = extras_of(id)
+  local put = redis.pcall('HSET', rk, dep, res)
+  if type(put) ~= 'number' then
+    -- garbage where the hash goes (another type): set aside with the reason (I9), then kept
+    set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
+    call('HSET', rk, dep, res)
+  end
+  call('HSET', job_key(id), 'xk', 1)
+end
+
 -- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
 -- now (counted into the backlog)
 local function dep_release(id, jk, r)
@@ -101,10 +121,10 @@ function DQ.garbled(id, jk, wk, now)
 end
 
 -- the dependency dep (a member) of job id, waiting on this queue, has its outcome (ok: it
--- completed); counted once per dependency (SREM). A failure cancels the job (policy cancel,
--- the default: DependencyFailed, and down its own dependents), dead-letters it (fail), or
--- counts as done (run)
-local function dep_met(id, dep, ok, now)
+-- completed; res what the job keeps of it: dep_kept); counted once per dependency
+-- (SREM). A failure cancels the job (policy cancel, the default: DependencyFailed, and down
+-- its own dependents), dead-letters it (fail), or counts as done (run)
+local function dep_met(id, dep, ok, now, res)
   local wk = deps_key(id)
   local jk = job_key(id)
   local gone = redis.pcall('SREM', wk, dep)
@@ -114,6 +134,8 @@ local function dep_met(id, dep, ok, now)
     if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
     return
   end
+  -- counted now: the set was there, so the job still waits (a released or ended job's is gone)
+  if ok then DQ.keep(id, dep, res) end
   local left = call('SCARD', wk)
   if ok and left > 0 then return end
   local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't')
@@ -136,10 +158,11 @@ local function dep_met(id, dep, ok, now)
   if left == 0 then dep_release(id, jk, r) end
 end
 
--- job id of this queue finished for good (ok: completed): tell its dependents, at most
--- deps_budget of them in this call; the others (and those on other queues) go through the
--- outbox. Returns true when something went to the outbox
-deps_outcome = function(id, ok, now)
+-- job id of this queue finished for good (ok: completed, and res what its dependents keep of
+-- it: dep_kept; nil none): tell its dependents, at most deps_budget of them in this call; the others (and those
+-- on other queues) go through the outbox, with res. Returns true when something went to the
+-- outbox
+deps_outcome = function(id, ok, now, res)
   local dk = DQ.dependents_key(id)
   local flag = ok and '1' or '0'
   local forwarded = false
@@ -154,9 +177,9 @@ deps_outcome = function(id, ok, now)
     local me = BASE .. id
     for _, m in ipairs(members) do
       local own = own_id(m)
-      if own then dep_met(own, me, ok, now)
+      if own then dep_met(own, me, ok, now, res)
       else
-        DQ.to_outbox({'\0d', m, me, flag})
+        DQ.to_outbox({'\0d', m, me, flag, res or ''})
         forwarded = true
       end
     end
@@ -165,7 +188,7 @@ deps_outcome = function(id, ok, now)
     DQ.unwait(mine)
   end
   if more and call('EXISTS', dk) == 1 then
-    DQ.to_outbox({'\0c', BASE .. id, flag})
+    DQ.to_outbox({'\0c', BASE .. id, flag, res or ''})
     forwarded = true
   end
   return forwarded
@@ -239,13 +262,22 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
   else
     call('DEL', wk)
+    -- a new job: no results kept for an earlier job of this id
+    if fields then call('DEL', select(3, extras_of(id))) end
     dl = cjson.encode(deps)
   end
   local keep, failed = {}, nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
     local st = 'w'
-    if own then st = dep_register(own, me) end
+    if own then
+      st = dep_register(own, me)
+      -- completed already: its result is kept for the job now (its record may expire first)
+      if st == 'c' then
+        local tr = call('HMGET', job_key(own), 't', 'r')
+        DQ.keep(id, dep, dep_kept(tr[1], tr[2] or nil))
+      end
+    end
     if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
     if st ~= 'w' and st ~= 'c' then failed = failed or dep end
   end
