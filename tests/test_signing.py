@@ -542,7 +542,16 @@ async def test_a_planted_dependency_result_is_refused_by_the_dependent(
         for label, value in planted.items():
             dep_id, gate_id = pairs[label]
             await q.complete(held[dep_id], 2)
-            await redis.hset(b.keys.job(dep_id), "r", genuine if value is None else value)
+            bad = genuine if value is None else value
+            await redis.hset(b.keys.job(dep_id), "r", bad)
+            # and the copy kept for the dependent ("<task>\0<result>"), which it reads first
+            kept = b.keys.dep_results(dependents[label].id)
+            members = [m for m in await redis.hkeys(kept) if dep_id.encode() in m]
+            assert len(members) == 1  # kept when the dependency completed
+            was = await redis.hget(kept, members[0])
+            assert isinstance(was, bytes)
+            assert isinstance(bad, bytes)
+            await redis.hset(kept, members[0], was.partition(b"\0")[0] + b"\0" + bad)
             await q.complete(held[gate_id], 4)  # the last dependency: the dependent is released
         async with working(b.app):
             for label, job in dependents.items():
