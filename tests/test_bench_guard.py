@@ -50,7 +50,7 @@ def test_the_verdict_names_each_broken_floor() -> None:
     # twice the CPU per job of today's (a drain half as fast): the cost ratio breaks alone
     broken = g.verdict(_best(140.0, 15_000.0, 4000.0, 5.7), g.FLOORS, g.MAX_COMMANDS_PER_JOB)
     assert len(broken) == 1
-    assert broken[0].startswith("w2_cost_ratio = 0.107 < floor 0.15")
+    assert broken[0].startswith("w2_cost_ratio = 0.107 < floor 0.125")
     # one more command per job breaks the ceiling, whatever the timings
     broken = g.verdict(_best(60.0, 15_000.0, 4000.0, 6.7), g.FLOORS, g.MAX_COMMANDS_PER_JOB)
     assert [b.split(" = ")[0] for b in broken] == ["W2 server commands per job"]
