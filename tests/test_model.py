@@ -867,11 +867,23 @@ def private_url() -> Iterator[str]:
 def test_store_and_pull_api_follow_the_model(private_url: str) -> None:
     EVENTS.clear()
     t0 = time.monotonic()
-    run_state_machine_as_test(lambda: StoreMachine(private_url), settings=MODEL_SETTINGS)  # type: ignore[arg-type]
-    print(f"\nmodel test: {time.monotonic() - t0:.1f} s, {dict(sorted(EVENTS.items()))}")
-    # the walks reached the paths that matter (each is common in 100 examples of 30 steps;
-    # by which rule a lease expiry or a promotion was seen varies from run to run)
-    reached = {
+    # the walks must reach the paths that matter (each is common in 100 examples of 30 steps,
+    # but hypothesis's choice of rules is random per example, and a run of walks once used no
+    # successful fail at all: a run that missed a path is followed by another, at most three
+    # in all, every step of each still checked against the store)
+    for _ in range(3):
+        run_state_machine_as_test(lambda: StoreMachine(private_url), settings=MODEL_SETTINGS)  # type: ignore[arg-type]
+        print(f"\nmodel test: {time.monotonic() - t0:.1f} s, {dict(sorted(EVENTS.items()))}")
+        reached = paths_reached()
+        if all(reached.values()):
+            break
+    assert all(reached.values()), f"not reached: {reached}, {dict(EVENTS)}"
+
+
+def paths_reached() -> dict[str, int]:
+    """How often the model test's walks took each path that matters (by which rule a lease
+    expiry or a promotion was seen varies from run to run)."""
+    return {
         "a completion": EVENTS["complete:ok"],
         "a stale token rejected": sum(EVENTS[f"{op}:LeaseLost"] for op in OPS),
         "a retry and a dead letter by fail": min(EVENTS["fail:True"], EVENTS["fail:False"]),
@@ -887,7 +899,6 @@ def test_store_and_pull_api_follow_the_model(private_url: str) -> None:
         "a wait over by time or a signal's payload read": EVENTS["wait over by time"]
         + EVENTS["wait returned a payload"],
     }
-    assert all(reached.values()), f"not reached: {reached}, {dict(EVENTS)}"
 
 
 # ---------------------------------------------------------------------- what the model found
