@@ -248,6 +248,27 @@ def _migrate_step(src: Node, dst: Node, slot: int) -> int:
 
 
 @pytest.mark.slow
+async def _begin_migration(src: Node, dst: Node, slot: int) -> None:
+    """Mark ``slot`` as moving from ``src`` to ``dst`` (IMPORTING, then MIGRATING)."""
+    await asyncio.to_thread(_blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id)
+    await asyncio.to_thread(_blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id)
+
+
+async def _finish_migration(cluster: LocalCluster, src: Node, dst: Node, slot: int) -> int:
+    """Move the rest of ``slot``'s keys a few at a time, with traffic in between (ASK,
+    TRYAGAIN), then give the slot to ``dst`` on every primary; returns the keys moved."""
+    moved = 0
+    while n := await asyncio.to_thread(_migrate_step, src, dst, slot):
+        moved += n
+        await asyncio.sleep(0.02)
+    for node in cluster.running():
+        if cluster.role(node) == "master":
+            await asyncio.to_thread(
+                _blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id
+            )
+    return moved
+
+
 async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalCluster) -> None:
     prefix = unique_prefix()
     async with App(own_cluster.url, prefix=prefix, lease=5) as app:
@@ -261,24 +282,8 @@ async def test_a_slot_migrated_under_a_worker_and_a_producer(own_cluster: LocalC
         producing = asyncio.create_task(traffic.produce())
         async with Worker(app, queues=["moving"], concurrency=8):
             await wait_until(lambda: len(traffic.runs) >= 20, timeout=30, what="jobs running")
-            await asyncio.to_thread(
-                _blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id
-            )
-            await asyncio.to_thread(
-                _blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id
-            )
-            moved = 0
-            while True:  # a few keys at a time, with traffic in between (ASK, TRYAGAIN)
-                n = await asyncio.to_thread(_migrate_step, src, dst, slot)
-                if not n:
-                    break
-                moved += n
-                await asyncio.sleep(0.02)
-            for node in own_cluster.running():
-                if own_cluster.role(node) == "master":
-                    await asyncio.to_thread(
-                        _blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id
-                    )
+            await _begin_migration(src, dst, slot)
+            moved = await _finish_migration(own_cluster, src, dst, slot)
             assert own_cluster.primary_for(stats) is dst
             after = len(traffic.acked)
             await wait_until(lambda: len(traffic.acked) >= after + 20, timeout=30, what="enqueues")
@@ -337,25 +342,10 @@ async def test_a_workflow_across_primaries_with_a_slot_migrated_under_it(
                 return bool(await app.redis.hget(t.keys.runs, ids["root"]))
 
             await wait_until(root_running, timeout=30, what="the root to run")
-            await asyncio.to_thread(
-                _blocking, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id
-            )
-            await asyncio.to_thread(
-                _blocking, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id
-            )
+            await _begin_migration(src, dst, slot)
             moved = await asyncio.to_thread(_migrate_step, src, dst, slot)
             await app.redis.set(gate, 1)  # the root completes while the slot is half moved
-            while True:
-                n = await asyncio.to_thread(_migrate_step, src, dst, slot)
-                if not n:
-                    break
-                moved += n
-                await asyncio.sleep(0.02)
-            for node in own_cluster.running():
-                if own_cluster.role(node) == "master":
-                    await asyncio.to_thread(
-                        _blocking, node, "CLUSTER", "SETSLOT", slot, "NODE", dst.node_id
-                    )
+            moved += await _finish_migration(own_cluster, src, dst, slot)
             assert own_cluster.primary_for(app.queue(fan)._keys.stats) is dst
             result = await handle.result(timeout=90)
             assert await handle.state() == "completed"
