@@ -58,6 +58,8 @@ HIDDEN = (
     "declare",
     "door",
     "coalescer",
+    "leases",
+    "enqueue_chain",
     "job_state",
     "wait_result",
     "builder",

@@ -10,8 +10,6 @@ import types as _types
 
 from ._app.app import App as App
 from ._app.batch import Batch as Batch
-from ._app.batch import Call as Call
-from ._app.batch import Chain as Chain
 from ._app.context import JobContext as JobContext
 from ._app.context import current_job as current_job
 from ._app.logs import JobContextFilter as JobContextFilter
@@ -22,6 +20,8 @@ from ._app.sync import SyncClient as SyncClient
 from ._app.sync import SyncJob as SyncJob
 from ._app.task import Backoff as Backoff
 from ._app.task import BoundTask as BoundTask
+from ._app.task import Call as Call
+from ._app.task import Chain as Chain
 from ._app.task import Task as Task
 from ._app.workflow import Workflow as Workflow
 from ._app.workflow import WorkflowHandle as WorkflowHandle

@@ -504,7 +504,7 @@ async def test_a_heartbeat_renews_more_leases_than_one_call_takes(app: App) -> N
         assert res.jobs
         held += [(c.id, c.token) for c in res.jobs]
     info = ["host", 1, "v", "default", 1500, 0, 0, 0, 0]
-    outcomes = await q._leases.beat("w-big", 60_000, 600_000, 0, info, held)
+    outcomes = await q.leases.beat("w-big", 60_000, 600_000, 0, info, held)
     assert outcomes == [Outcome.OK] * 1500
 
 

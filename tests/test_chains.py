@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, JobCancelled, JobState, Worker
-from aioqueue._app.batch import MAX_CHAIN_STEPS
+from aioqueue._app.task import MAX_CHAIN_STEPS
 from aioqueue._store.loader import SCRIPTS
 
 from .batchapp import BatchTasks, register

@@ -47,7 +47,7 @@ async def test_a_job_a_limit_does_not_admit_waits_aside_uncharged_and_the_claim_
     assert sorted(r.id for r in got) == sorted([first.id, other.id])
     info = await q.job_info(second.id)
     assert (info.state.value, info.attempts) == ("queued", 0)  # not started, not charged
-    res = await q._leases.claim(10, 30_000)  # nothing now; look again when "ann" admits one
+    res = await q.leases.claim(10, 30_000)  # nothing now; look again when "ann" admits one
     assert res.jobs == []
     state = await app.limiters.state("slow", "ann")
     assert (state.tokens, state.waiting) == (0, 1)

@@ -37,7 +37,7 @@ async def test_a_neighbours_token_cannot_be_derived_from_ones_own(app: App, redi
     # the numbers follow each other, the nonces do not repeat
     assert mine.token.split("-")[1] != theirs.token.split("-")[1]
     assert len(mine.token.split("-")[1]) == 16
-    leases = q._leases
+    leases = q.leases
     # token + 1, the neighbour's under sequential tokens, and the bare sequence number
     for guess in (_bump(mine.token), theirs.token.split("-")[0], mine.token):
         assert await leases.complete([(theirs.id, guess, b"1", 60_000)]) == [Outcome.STALE]
@@ -65,7 +65,7 @@ async def test_tokens_of_one_reserve_share_no_random_part(app: App, redis: Redis
     assert len(set(tails)) == 5
     assert all(len(t) == 16 for t in tails)
     mine, theirs = got[0], got[1]
-    leases = q._leases
+    leases = q.leases
     # the sequential guess: the neighbour's number with my random part
     guess = _bump(mine.token)
     assert guess != theirs.token
@@ -103,7 +103,7 @@ async def test_fail_after_release_with_the_same_token_is_stale(app: App, redis: 
     info = await job.info()
     assert (info.state, info.attempts, info.error) == (JobState.QUEUED, 0, None)
     # a release resent with the same token (its reply was lost) is still answered OK
-    assert await q._leases.release([(r.id, r.token)]) == [Outcome.OK]
+    assert await q.leases.release([(r.id, r.token)]) == [Outcome.OK]
     [again] = await q.reserve(1)
     assert again.id == job.id
     assert again.token != r.token

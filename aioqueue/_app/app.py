@@ -26,7 +26,7 @@ from .._queue.sharded import ShardedQueue
 from .._store.connect import resolve_url
 from .._store.durable import durability_setting
 from . import options as settings
-from .batch import open_batch
+from .batch import enqueue_chain, open_batch
 from .hooks import EH, LH, MW, Hooks
 from .lifecycle import Lifecycle
 from .limiters import Held, Limiter, Limiters
@@ -42,7 +42,9 @@ from .workflow import Workflow
 
 if TYPE_CHECKING:
     from .._model.batchinfo import FailurePolicy
-    from .batch import Batch, Call
+    from .._model.job import Job
+    from .batch import Batch
+    from .task import Call
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -398,6 +400,12 @@ class App:
             self, calls, on_complete=on_complete, on_failure=on_failure, concurrency=concurrency,
             priority=priority, group=group, queue=queue, retention=retention,
         )  # fmt: skip
+
+    async def enqueue_chain(self, calls: list[Call[Any]]) -> Job[Any]:
+        """Store a chain's steps (what ``Chain.enqueue`` asks of its first task's App: the
+        chain lives beside the tasks, the batches it is made of above them): an internal,
+        left out of the API reference."""
+        return await enqueue_chain(calls)
 
     def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
         """A new DAG workflow (docs/workflows.md): ``wf.step(name, task.call(...), after=[...])``

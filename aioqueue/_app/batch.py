@@ -14,7 +14,7 @@ import uuid
 import warnings
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .._model.batchinfo import _POLICIES, BatchInfo, BatchItem, BatchState, FailurePolicy
 from .._model.checks import check_group, check_int, check_priority, new_job_id, to_ms, to_seconds
@@ -23,7 +23,7 @@ from .._model.exceptions import BatchCancelled, BatchFailed, BatchNotFound, Conf
 from .._model.job import Job
 from .._model.keys import split_queue_member
 from .._model.limits import MAX_JOBS_PER_CALL
-from .._model.record import JobOptions, JobRecord, Template
+from .._model.record import JobRecord, Template
 from .._queue.queue import cancel_ids
 from .._store.loader import ScriptCall
 from .owners import BatchOwner
@@ -31,7 +31,7 @@ from .owners import BatchOwner
 if TYPE_CHECKING:
     from .._queue.owner import OwnedQueue, QueueOwner
     from .._queue.queue import Queue
-    from .task import Task
+    from .task import Call
 
 
 R = TypeVar("R")
@@ -39,115 +39,39 @@ R2 = TypeVar("R2")
 P2 = ParamSpec("P2")
 
 
-class Call(Generic[R]):
-    """A task call with its arguments bound, from ``task.call(...)``; checked against the
-    task's signature like ``enqueue``. Used for batches, callbacks and chains."""
-
-    __slots__ = ("args", "kwargs", "opts", "task")
-
-    def __init__(
-        self,
-        task: Task[Any, R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        opts: JobOptions,
-    ) -> None:
-        task.builder.sig.check(args, kwargs)
-        self.task = task
-        self.args = args
-        self.kwargs = kwargs
-        self.opts = opts
-        if opts.unique is not None:
-            # a batch's members and a chain's steps are stored with the batch, all or none:
-            # a lock held elsewhere would leave a hole in it
-            raise ConfigurationError(
-                "unique jobs cannot be batch members or chain steps: enqueue them on their own"
-            )
-
-    def __repr__(self) -> str:
-        return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"
-
-    def then(
-        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
-    ) -> Chain[R2]:
-        """Run ``task`` with this call's result as its first argument once this call's job
-        has succeeded (if it fails for good, ``task`` never runs)."""
-        return Chain([self, Call(task, (None, *args), dict(kwargs), JobOptions())])
-
-
-#: the most steps one chain may have (``Chain.then`` refuses one more): storing a chain is one
-#: round trip of about three script calls per step, and a failure cancels the steps after it
-#: in one script
-MAX_CHAIN_STEPS: Final = 100
-
-
-class Chain(Generic[R]):
-    """Calls run one after another, each fed the result of the one before:
-    ``a.call(x).then(b).then(c)``; ``R`` is the last call's result type.
-
-    Each link between two steps is a batch (``on_failure="fail"``) whose one sub-job is the
-    earlier step and whose callback is the later one, so a step runs exactly once after the
-    step before it succeeded, and a step that fails for good cancels every step after it.
-    """
-
-    __slots__ = ("calls",)
-
-    def __init__(self, calls: list[Call[Any]]) -> None:
-        if len(calls) > MAX_CHAIN_STEPS:
-            raise ConfigurationError(f"a chain has at most {MAX_CHAIN_STEPS} steps")
-        self.calls = calls
-
-    def __repr__(self) -> str:
-        return f"<Chain {' -> '.join(c.task.name for c in self.calls)}>"
-
-    def then(
-        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
-    ) -> Chain[R2]:
-        """Add a step: ``task`` runs with the last step's result as its first argument once
-        that step has succeeded.
-
-        Raises:
-            ConfigurationError: the chain would have more than ``MAX_CHAIN_STEPS`` steps.
-        """
-        return Chain([*self.calls, Call(task, (None, *args), dict(kwargs), JobOptions())])
-
-    async def enqueue(self) -> Job[R]:
-        """Store every step in one round trip; returns the handle of the last (its result is
-        the chain's; if a step fails for good, the steps after it are cancelled)."""
-        calls = self.calls
-        app = calls[0].task.app
-        homes = [app.queue(c.opts.queue or c.task.queue) for c in calls]
-        # link k (between step k and step k + 1) lives on step k + 1's queue
-        bids = [uuid.uuid4().hex for _ in calls[1:]]
-        ttl_ms = max(app.result_ttl_default_ms, 0)
-        # every step's id up front: link k names step k as its sub-job before step k is built
-        ids = [c.opts.job_id or new_job_id() for c in calls]
-        pipeline: list[ScriptCall] = []
-        # the last link first: each step exists only once the link it feeds is open
-        for k in reversed(range(len(bids))):
-            home = homes[k + 1]
-            nxt = (bids[k + 1], homes[k + 2]) if k + 1 < len(bids) else None
-            callback = _as_callback(
-                app, calls[k + 1], ids[k + 1], home, bids[k], chain=True, then=nxt
-            )
-            scripts = home.door
-            pipeline.append(
-                scripts.batch_open_call(bids[k], "fail", ttl_ms, "", None, None, callback)
-            )
-            if k == 0:
-                batch: Batch[Any] = Batch(home, bids[0])
-                pipeline += _plan(batch, [calls[0]], {"group": None, "priority": None})[1]
-            else:
-                # step k, stored by the link before, is this link's one sub-job
-                member = ids[k]
-                if homes[k] is not home:
-                    member = homes[k].door.keys.base + member
-                pipeline.append(scripts.batch_add_call(bids[k], [member]))
-            pipeline.append(scripts.batch_seal_call(bids[k]))
-        for q, job_id in zip(homes, ids, strict=True):
-            await put_blobs(q.app.codec.claim, q.name, (job_id,))
-        await homes[-1].door.run_many(pipeline)
-        return Job(homes[-1], ids[-1])
+async def enqueue_chain(calls: list[Call[Any]]) -> Job[Any]:
+    """Store a chain's steps (``Chain.enqueue``, through its App) in one round trip: each link
+    between two steps is a batch whose callback is the later step; returns the last step's
+    handle."""
+    app = calls[0].task.app
+    homes = [app.queue(c.opts.queue or c.task.queue) for c in calls]
+    # link k (between step k and step k + 1) lives on step k + 1's queue
+    bids = [uuid.uuid4().hex for _ in calls[1:]]
+    ttl_ms = max(app.result_ttl_default_ms, 0)
+    # every step's id up front: link k names step k as its sub-job before step k is built
+    ids = [c.opts.job_id or new_job_id() for c in calls]
+    pipeline: list[ScriptCall] = []
+    # the last link first: each step exists only once the link it feeds is open
+    for k in reversed(range(len(bids))):
+        home = homes[k + 1]
+        nxt = (bids[k + 1], homes[k + 2]) if k + 1 < len(bids) else None
+        callback = _as_callback(app, calls[k + 1], ids[k + 1], home, bids[k], chain=True, then=nxt)
+        scripts = home.door
+        pipeline.append(scripts.batch_open_call(bids[k], "fail", ttl_ms, "", None, None, callback))
+        if k == 0:
+            batch: Batch[Any] = Batch(home, bids[0])
+            pipeline += _plan(batch, [calls[0]], {"group": None, "priority": None})[1]
+        else:
+            # step k, stored by the link before, is this link's one sub-job
+            member = ids[k]
+            if homes[k] is not home:
+                member = homes[k].door.keys.base + member
+            pipeline.append(scripts.batch_add_call(bids[k], [member]))
+        pipeline.append(scripts.batch_seal_call(bids[k]))
+    for q, job_id in zip(homes, ids, strict=True):
+        await put_blobs(q.app.codec.claim, q.name, (job_id,))
+    await homes[-1].door.run_many(pipeline)
+    return Job(homes[-1], ids[-1])
 
 
 class Batch(Generic[R]):

@@ -23,19 +23,18 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .._model.exceptions import StartupFailed
 from .._model.hooks import CallNext, EnqueueEvent, EnqueueHook, LifecycleHook, State
 
-if TYPE_CHECKING:
-    from .context import JobContext
-
 logger = logging.getLogger("aioqueue.hooks")
 
 
-#: ``async def middleware(job: JobContext, call_next: CallNext) -> Any``
-Middleware = Callable[["JobContext", CallNext], Awaitable[Any]]
+#: ``async def middleware(job: JobContext, call_next: CallNext) -> Any``; the job is typed
+#: ``Any`` here so that this module (below ``context.py``, which types ``ctx.app`` as the App
+#: that holds these hooks) needs no JobContext: no cycle, even of types (issue 25)
+Middleware = Callable[[Any, CallNext], Awaitable[Any]]
 
 
 #: ``def hook(event: EnqueueEvent) -> None``: plain functions, so that the blocking producer
@@ -133,8 +132,9 @@ class Hooks:
                 logger.exception("after-enqueue hook %s failed", _name(hook))
 
 
-async def run_through(middleware: Sequence[Middleware], job: JobContext, body: CallNext) -> Any:
-    """Run ``body`` (the task) inside ``middleware``, the first one outermost."""
+async def run_through(middleware: Sequence[Middleware], job: object, body: CallNext) -> Any:
+    """Run ``body`` (the task) inside ``middleware``, the first one outermost; ``job`` is
+    the running job's JobContext."""
     call: CallNext = body
     for m in reversed(middleware):
         call = functools.partial(m, job, call)

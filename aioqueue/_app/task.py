@@ -9,7 +9,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar
 
 from .._model.checks import (
     at_to_ms,
@@ -32,7 +32,6 @@ from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enque
 from .._queue.queue import store_jobs, store_run
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
-from .batch import Call
 from .owners import BatchOwner
 from .records import ManyCall, RecordingApp, TaskRecords, split_call
 
@@ -43,6 +42,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+R2 = TypeVar("R2")
+P2 = ParamSpec("P2")
 
 
 class TaskOwner(BatchOwner, RecordingApp, Protocol):
@@ -54,6 +55,7 @@ class TaskOwner(BatchOwner, RecordingApp, Protocol):
     @property
     def serializer(self) -> Serializer: ...
     def sync(self) -> BlockingProducer: ...
+    async def enqueue_chain(self, calls: list[Call[Any]]) -> Job[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +379,85 @@ class BoundTask(Generic[P, R]):
         if self.opts.job_id is not None or self.opts.depends_on:
             raise ConfigurationError("job_id= and depends_on= name one job: use enqueue()")
         return await enqueue_calls(self.task, self.opts, calls)
+
+
+class Call(Generic[R]):
+    """A task call with its arguments bound, from ``task.call(...)``; checked against the
+    task's signature like ``enqueue``. Used for batches, callbacks and chains."""
+
+    __slots__ = ("args", "kwargs", "opts", "task")
+
+    def __init__(
+        self,
+        task: Task[Any, R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        opts: JobOptions,
+    ) -> None:
+        task.builder.sig.check(args, kwargs)
+        self.task = task
+        self.args = args
+        self.kwargs = kwargs
+        self.opts = opts
+        if opts.unique is not None:
+            # a batch's members and a chain's steps are stored with the batch, all or none:
+            # a lock held elsewhere would leave a hole in it
+            raise ConfigurationError(
+                "unique jobs cannot be batch members or chain steps: enqueue them on their own"
+            )
+
+    def __repr__(self) -> str:
+        return f"<Call {self.task.name}(*{self.args!r}, **{self.kwargs!r})>"
+
+    def then(
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Chain[R2]:
+        """Run ``task`` with this call's result as its first argument once this call's job
+        has succeeded (if it fails for good, ``task`` never runs)."""
+        return Chain([self, Call(task, (None, *args), dict(kwargs), JobOptions())])
+
+
+#: the most steps one chain may have (``Chain.then`` refuses one more): storing a chain is one
+#: round trip of about three script calls per step, and a failure cancels the steps after it
+#: in one script
+MAX_CHAIN_STEPS: Final = 100
+
+
+class Chain(Generic[R]):
+    """Calls run one after another, each fed the result of the one before:
+    ``a.call(x).then(b).then(c)``; ``R`` is the last call's result type.
+
+    Each link between two steps is a batch (``on_failure="fail"``) whose one sub-job is the
+    earlier step and whose callback is the later one, so a step runs exactly once after the
+    step before it succeeded, and a step that fails for good cancels every step after it.
+    """
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: list[Call[Any]]) -> None:
+        if len(calls) > MAX_CHAIN_STEPS:
+            raise ConfigurationError(f"a chain has at most {MAX_CHAIN_STEPS} steps")
+        self.calls = calls
+
+    def __repr__(self) -> str:
+        return f"<Chain {' -> '.join(c.task.name for c in self.calls)}>"
+
+    def then(
+        self, task: Task[Concatenate[R, P2], R2], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Chain[R2]:
+        """Add a step: ``task`` runs with the last step's result as its first argument once
+        that step has succeeded.
+
+        Raises:
+            ConfigurationError: the chain would have more than ``MAX_CHAIN_STEPS`` steps.
+        """
+        return Chain([*self.calls, Call(task, (None, *args), dict(kwargs), JobOptions())])
+
+    async def enqueue(self) -> Job[R]:
+        """Store every step in one round trip; returns the handle of the last (its result is
+        the chain's; if a step fails for good, the steps after it are cancelled)."""
+        job: Job[R] = await self.calls[0].task.app.enqueue_chain(self.calls)
+        return job
 
 
 def check_backoff(backoff: object) -> Backoff | None:

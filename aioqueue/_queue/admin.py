@@ -1,4 +1,4 @@
-"""The operator's side of ``Queue`` (``QueueAdmin``, which it inherits): listings, job detail,
+"""The operator's side of a ``Queue`` (``QueueAdmin``, a face it holds): listings, job detail,
 throughput and groups (read in ``_inspect``), and the bulk actions on dead letters, scheduled and
 queued jobs, done in bounded chunks of one atomic script each (``requeue.lua``, ``promote.lua``,
 ``purge.lua``, ``cancel.lua``). Nothing here holds state.
@@ -36,10 +36,16 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------- the Queue's admin side
-class QueueAdmin(QueueCore):
-    """The operator's methods of ``Queue`` (it inherits them): listings, detail, throughput,
-    groups, and the bulk actions. Each action runs one atomic script per chunk of at most
-    1,000 jobs and is safe while workers run; it returns how many jobs it changed."""
+class QueueAdmin:
+    """The operator's methods of a ``Queue`` (which holds one and offers its methods):
+    listings, detail, throughput, groups, and the bulk actions. Each action runs one atomic
+    script per chunk of at most 1,000 jobs and is safe while workers run; it returns how many
+    jobs it changed."""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
 
     def _lister(
         self,
@@ -56,7 +62,7 @@ class QueueAdmin(QueueCore):
                 raise ConfigurationError("since= applies to dead letters (state 'failed') only")
             since_ms = at_to_ms(since)
         return Lister(
-            self._scripts,
+            self.core.door,
             st,
             task=task,
             group=None if group is None else check_group(group),
@@ -98,7 +104,9 @@ class QueueAdmin(QueueCore):
         check_int(limit, 1, "limit")
         lister = self._lister(state, task, group, newest_first)
         ids, nxt = await lister.page(min(limit, MAX_JOBS_PER_CALL), cursor)
-        items = await summaries(self._scripts, self.app.codec, self.name, lister.state, ids)
+        items = await summaries(
+            self.core.door, self.core.app.codec, self.core.name, lister.state, ids
+        )
         return JobPage(tuple(items), nxt)
 
     async def search(
@@ -125,9 +133,9 @@ class QueueAdmin(QueueCore):
         lister = self._lister(state, task, group, newest_first)
         return await search(
             lister,
-            self._scripts,
-            self.app.codec,
-            self.name,
+            self.core.door,
+            self.core.app.codec,
+            self.core.name,
             error=error,
             text=text,
             cursor=cursor,
@@ -139,7 +147,7 @@ class QueueAdmin(QueueCore):
         """Jobs completed and dead-lettered, per task too, and the highest backlog and wait
         the workers sampled, per minute over the last ``"hour"`` or per hour over the last
         ``"day"`` or ``"week"`` (kept in Redis in small per-bucket hashes that expire)."""
-        return await trends(self._scripts, span)
+        return await trends(self.core.door, span)
 
     async def backlog(self) -> dict[str, int]:
         """The queue's backlog per task: its jobs queued (in any lane, or waiting aside on a
@@ -147,25 +155,25 @@ class QueueAdmin(QueueCore):
         the scripts that move them (the 100 first tasks by name, the rest under ``"*"``); the
         total, ``sum(...values())``, is what ``max_queued`` bounds. Not counted: jobs
         waiting for dependencies. See docs/flow-control.md#backpressure."""
-        return await self._scripts.backlog()
+        return await self.core.door.backlog()
 
     async def finished_counts(self) -> dict[str, int]:
         """The jobs that ``jobs("completed")`` and ``jobs("cancelled")`` list: the sizes of
         their indexes (the most recent 100,000 of each whose records are kept)."""
-        done, cancelled = await self._scripts.finished_counts()
+        done, cancelled = await self.core.door.finished_counts()
         return {"completed": done, "cancelled": cancelled}
 
     async def job_detail(self, job_id: str) -> JobDetail:
         """Everything stored about a job, in any state. Raises JobNotFound without a record."""
-        return await detail(self._scripts, self.app.codec, await self.job_info(job_id))
+        return await detail(self.core.door, self.core.app.codec, await self.core.job_info(job_id))
 
     async def why(self, job_id: str) -> JobWhy:
         """Why the job is (not) running, from the server's state in one atomic read: every
         block a claim would meet (pause, group limit or rate, queue rate, no live worker, no
         worker declaring its task) and its place in its lane; or that it is scheduled,
         waiting, running (on whom, until when), finished or not found. See ``JobWhy``."""
-        raw = await self._scripts.why(check_job_id(job_id))
-        return JobWhy.read(self.name, job_id, raw)
+        raw = await self.core.door.why(check_job_id(job_id))
+        return JobWhy.read(self.core.name, job_id, raw)
 
     async def change_job(
         self,
@@ -182,7 +190,7 @@ class QueueAdmin(QueueCore):
         pr = None if priority is None else check_priority(priority)
         delay_ms = -1 if delay is None else to_ms(delay, "delay")
         at_ms = -1 if at is None else at_to_ms(at)
-        code, state = await self._scripts.change(job_id, pr, delay_ms, at_ms)
+        code, state = await self.core.door.change(job_id, pr, delay_ms, at_ms)
         if code == -1:
             raise JobNotFound(job_id)
         if code == 0:
@@ -192,7 +200,7 @@ class QueueAdmin(QueueCore):
     async def throughput(self, minutes: int = 60) -> Throughput:
         """Jobs completed and dead-lettered per minute over the last ``minutes`` (1-120)."""
         check_int(minutes, 1, "minutes")
-        return await throughput(self._scripts, min(minutes, 120))
+        return await throughput(self.core.door, min(minutes, 120))
 
     async def wait_time(self) -> float | None:
         """Seconds the longest-waiting runnable job has waited since it became due (its enqueue,
@@ -203,18 +211,18 @@ class QueueAdmin(QueueCore):
         page = await self.jobs("queued", limit=100)
         if not page.items:
             return None
-        now_ms = await self._scripts.server_ms()
+        now_ms = await self.core.door.server_ms()
         since = min(max(j.created_ms, j.due_ms or 0) for j in page.items)
         return max(now_ms - since, 0) / 1000
 
     async def is_paused(self) -> bool:
         """Whether the queue is paused (``pause()`` without a group)."""
-        return b"paused" in await self._scripts.queue_settings()
+        return b"paused" in await self.core.door.queue_settings()
 
     async def groups(self, limit: int = 100) -> list[GroupInfo]:
         """The queue's groups with queued or active jobs or settings of their own, by name."""
         check_int(limit, 1, "limit")
-        return await groups(self._scripts, limit)
+        return await groups(self.core.door, limit)
 
     async def requeue(
         self,
@@ -230,13 +238,13 @@ class QueueAdmin(QueueCore):
         datetime or POSIX seconds), or with ``all=True`` every one. Only those dead when the
         call starts are requeued (a job that dies again meanwhile stays dead). Returns how many."""
         if job_ids is not None:
-            return await _chunked(self._scripts.requeue, job_ids)
+            return await _chunked(self.core.door.requeue, job_ids)
         _need_selector(all, task, group, since)
         lister = self._lister(JobState.FAILED, task, group, since=since)
-        lister.until_ms = await self._scripts.server_ms()
+        lister.until_ms = await self.core.door.server_ms()
         total = 0
         async for ids in lister.pages():
-            total += (await self._scripts.requeue(ids))[0]
+            total += (await self.core.door.requeue(ids))[0]
         return total
 
     async def promote(
@@ -250,11 +258,11 @@ class QueueAdmin(QueueCore):
         """Make scheduled jobs runnable now: these ids, or every one matching the filters, or
         ``all=True``. Returns how many."""
         if job_ids is not None:
-            return await _chunked(self._scripts.promote, job_ids)
+            return await _chunked(self.core.door.promote, job_ids)
         _need_selector(all, task, group, None)
         total = 0
         async for ids in self._lister(JobState.SCHEDULED, task, group).pages():
-            total += (await self._scripts.promote(ids))[0]
+            total += (await self.core.door.promote(ids))[0]
         return total
 
     async def purge(
@@ -271,7 +279,7 @@ class QueueAdmin(QueueCore):
         matches the filters (queued, scheduled, failed, or completed and cancelled: those
         their index lists). Purged members of a batch count as cancelled in it. Returns how
         many were deleted."""
-        scripts = self._scripts
+        scripts = self.core.door
         if job_ids is not None:
             states: tuple[str, ...] = ("queued", "scheduled", "failed", "completed", "cancelled")
             if state is not None:
@@ -302,10 +310,10 @@ class QueueAdmin(QueueCore):
 
     async def _purge_ids(self, ids: Sequence[str], states: Sequence[str]) -> tuple[int, int]:
         """purge.lua on these ids, then the payload-store blobs of those deleted."""
-        res = await self._scripts.purge_ids(ids, states)
-        claim = self.app.codec.claim
+        res = await self.core.door.purge_ids(ids, states)
+        claim = self.core.app.codec.claim
         if claim is not None:
-            await drop_orphans(claim, self._scripts, self.name, ids)
+            await drop_orphans(claim, self.core.door.reads, self.core.name, ids)
         return res
 
     async def purge_queue(self) -> dict[str, int]:
@@ -336,9 +344,9 @@ class QueueAdmin(QueueCore):
         ``state``) matching the filters (``all=True``: every one). Queued and scheduled ones
         are cancelled at once; running ones are stopped by their worker. Returns how many
         were cancelled or asked to stop."""
-        dead_ttl = self.app.dead_ttl_ms
+        dead_ttl = self.core.app.dead_ttl_ms
         if job_ids is not None:
-            now, flagged = await _cancel_chunks(self._scripts, job_ids, dead_ttl)
+            now, flagged = await _cancel_chunks(self.core.door, job_ids, dead_ttl)
             return now + flagged
         _need_selector(all, task, group, None)
         states = (
@@ -349,7 +357,7 @@ class QueueAdmin(QueueCore):
         total = 0
         for st in states:
             async for ids in self._lister(st, task, group).pages():
-                now, flagged = await self._scripts.cancel(ids, dead_ttl)
+                now, flagged = await self.core.door.cancel(ids, dead_ttl)
                 total += now + flagged
         return total
 

@@ -1,8 +1,8 @@
 """What every face of a queue shares (``QueueCore``): its App, name and keys, the door to its
 keys (``QueueScripts``, made again when the App's client changes), its leases, its enqueue
-coalescer, and reading a job's record. ``Queue`` is this core with its faces as base classes:
-``QueuePull`` (``pull.py``), ``QueueAdmin`` (``admin.py``), ``QueueEvents`` (``events.py``), each
-a complete class over this one (no method of one face is a stub for another's)."""
+coalescer, and reading a job's record. ``Queue`` is this core, holding its faces: ``QueuePull``
+(``pull.py``), ``QueueAdmin`` (``admin.py``) and ``QueueEvents`` (``events.py``), each an object
+over this core whose public methods the ``Queue`` offers as its own (``_model/held.py``)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,9 @@ class QueueCore:
         return c
 
     @property
-    def _leases(self) -> Leases:
+    def leases(self) -> Leases:
+        """The queue's leases (``leases.py``: claims, completions, fails, releases): an
+        internal, as ``door``."""
         leases = self._leases_obj
         if leases is None or leases.scripts is not self._scripts:
             leases = self._leases_obj = Leases(self)

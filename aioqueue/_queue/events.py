@@ -264,8 +264,13 @@ async def iterate_events(
             await client.aclose()
 
 
-class QueueEvents(QueueCore):
-    """The event stream's methods of ``Queue`` (it inherits them)."""
+class QueueEvents:
+    """The event stream's methods of a ``Queue`` (which holds one and offers its methods)."""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
 
     async def set_events(self, maxlen: int | None = DEFAULT_EVENTS_MAXLEN) -> None:
         """Switch this queue's event stream on, keeping about the newest ``maxlen`` events, or
@@ -276,15 +281,15 @@ class QueueEvents(QueueCore):
             ConfigurationError: ``maxlen`` is not an int from 1 to 10,000,000.
         """
         if maxlen is None:
-            await self._scripts.configure("events", "", "")
+            await self.core.door.configure("events", "", "")
             return
         check_int(maxlen, 1, "maxlen", maximum=MAX_EVENTS_MAXLEN)
-        await self._scripts.configure("events", "", maxlen)
+        await self.core.door.configure("events", "", maxlen)
 
     async def events_maxlen(self) -> int | None:
         """The cap of this queue's event stream, or None when events are off."""
-        raw = await self._scripts.read(
-            self._scripts.client.hget(self._scripts.keys.qconf, "events")
+        raw = await self.core.door.read(
+            self.core.door.client.hget(self.core.door.keys.qconf, "events")
         )
         value = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
         return int(value) if _digits(value) and int(value) > 0 else None
@@ -312,7 +317,7 @@ class QueueEvents(QueueCore):
             entry, upto = split_position(before)
             # inside an entry of several events: that entry's earlier events come first
             high = entry if upto else "(" + entry
-        scripts = self._scripts
+        scripts = self.core.door
         key = scripts.keys.events
         try:
             entries = cast(
@@ -322,7 +327,7 @@ class QueueEvents(QueueCore):
             return []
         page: list[JobEvent] = []
         for entry_id, fields in entries:
-            events = parse_entry(self.name, entry_id, fields)
+            events = parse_entry(self.core.name, entry_id, fields)
             if upto and events and split_position(events[0].position)[0] == entry:
                 events = events[: upto - 1]
             page += [e for e in reversed(events) if wanted is None or e.kind in wanted]

@@ -65,7 +65,7 @@ async def sweep_payloads(
         keys, cursor = await checker.store.scan(start, cursor, min(1000, limit - seen))
         seen += len(keys)
         ids = [k[len(start) :] for k in keys if k.startswith(start)]
-        deleted += await drop_orphans(checker, queue.door, queue.name, ids, wait)
+        deleted += await drop_orphans(checker, queue.door.reads, queue.name, ids, wait)
         if not cursor:
             break
     return deleted, cursor

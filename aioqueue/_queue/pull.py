@@ -1,4 +1,4 @@
-"""The pull API of ``Queue`` (``QueuePull``, which it inherits): ``reserve`` leases jobs to a
+"""The pull API of a ``Queue`` (``QueuePull``, a face it holds): ``reserve`` leases jobs to a
 consumer that is not a worker, such as people working through jobs in a web app, and
 ``complete`` / ``fail`` / ``release`` / ``extend`` finish or renew them, fenced by the lease
 token; ``Reservation`` is the leased job, and ``reservation_from`` rebuilds one from its handle
@@ -31,9 +31,9 @@ class _MadeBy:
     compared, shown, copied by ``replace`` or deep-copied by ``asdict``."""
 
     __slots__ = ("_queue",)
-    _queue: QueuePull | None
+    _queue: QueueCore | None
 
-    def made_by(self, queue: QueuePull) -> None:
+    def made_by(self, queue: QueueCore) -> None:
         """Remember the queue that made this reservation (``reserve``, ``reservation_from``),
         whose App signs its handle: an internal, left out of the API reference."""
         self._queue = queue
@@ -63,7 +63,7 @@ class Reservation(_MadeBy):
             ConfigurationError: the reservation was built by hand, not by ``reserve`` or
                 ``reservation_from``.
         """
-        queue: QueuePull | None = getattr(self, "_queue", None)  # set by reserve, reservation_from
+        queue: QueueCore | None = getattr(self, "_queue", None)  # set by reserve, reservation_from
         if queue is None:
             raise ConfigurationError(
                 "this Reservation was built by hand; only those from reserve() or "
@@ -81,9 +81,15 @@ class Reservation(_MadeBy):
         return dump_handle(queue.app.codec.signer, fields)
 
 
-class QueuePull(QueueCore):
-    """The pull API of ``Queue`` (it inherits it): lease jobs with ``reserve``, then finish
-    each with ``complete``, ``fail`` or ``release``, or renew its lease with ``extend``."""
+class QueuePull:
+    """The pull API of a ``Queue`` (which holds one and offers its methods): lease jobs with
+    ``reserve``, then finish each with ``complete``, ``fail`` or ``release``, or renew its
+    lease with ``extend``."""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
 
     async def reserve(
         self,
@@ -106,12 +112,12 @@ class QueuePull(QueueCore):
             dead-lettered with the reason instead of being returned.
         """
         check_int(n, 1, "n")
-        lease_for = lease_ms(self.app.lease if lease is None else lease)
+        lease_for = lease_ms(self.core.app.lease if lease is None else lease)
         wait_s = to_seconds(wait, "wait")
         loop = asyncio.get_running_loop()
         deadline = None if wait_s is None else loop.time() + wait_s
         woken = False
-        leases = self._leases
+        leases = self.core.leases
         while True:
             res = await leases.claim(min(n, MAX_JOBS_PER_CALL), lease_for)
             out = []
@@ -131,10 +137,10 @@ class QueuePull(QueueCore):
                     await leases.wake()
                 return []
             # below the socket timeout, so a long wait never looks like a dead connection
-            block = min(remaining, self.app.socket_timeout / 2)
+            block = min(remaining, self.core.app.socket_timeout / 2)
             if res.next_wake_ms >= 0:
                 block = min(block, max((res.next_wake_ms - res.now_ms) / 1000, 0.001))
-            woken = await self._scripts.wait_for_wake(block) or woken
+            woken = await self.core.door.wait_for_wake(block) or woken
 
     async def _decode(self, leases: Leases, c: Claimed) -> Reservation | None:
         """A leased job as a Reservation, its arguments read by its task's type hints if this
@@ -143,14 +149,14 @@ class QueuePull(QueueCore):
         A claim-checked payload is read from the payload store first; if the store fails,
         the job is released (its attempt given back) for a later reserve, and left out."""
         try:
-            blob = await leases.codec.fetch_blob(self.name, c.id, c.payload)
+            blob = await leases.codec.fetch_blob(self.core.name, c.id, c.payload)
         except Exception as exc:
             logger.warning("job %s: the payload store failed (%r); released", c.id, exc)
             await leases.release([(c.id, c.token)])
             return None
         try:
             args, kwargs, options = leases.decode(c, blob)
-            task = self.app.tasks.get(c.task)  # its hints, when this App has the task
+            task = self.core.app.tasks.get(c.task)  # its hints, when this App has the task
             decode = None if task is None else task.args_decoder
             if decode is not None:
                 try:
@@ -168,10 +174,10 @@ class QueuePull(QueueCore):
             kwargs,
             c.attempt,
             c.max_attempts,
-            self.name,
+            self.core.name,
             options,
         )
-        r.made_by(self)
+        r.made_by(self.core)
         return r
 
     def reservation_from(self, handle: str) -> Reservation:
@@ -186,11 +192,11 @@ class QueuePull(QueueCore):
             InvalidHandle: not a handle of this queue: garbled, another queue's, or (with a
                 ``signing_key``) tampered, unsigned or signed with a key not accepted here.
         """
-        f = load_handle(self.app.codec.signer, self.name, handle)
+        f = load_handle(self.core.app.codec.signer, self.core.name, handle)
         r = Reservation(
-            f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.name, f.options
+            f.job_id, f.token, f.task, (), {}, f.attempt, f.max_attempts, self.core.name, f.options
         )
-        r.made_by(self)
+        r.made_by(self.core)
         return r
 
     async def complete(self, reservation: Reservation, result: Any = None) -> None:
@@ -201,21 +207,23 @@ class QueuePull(QueueCore):
             JobNotFound: the job's record is gone.
             SerializationError: the result cannot be serialised (nothing is changed).
         """
-        codec = self.app.codec
+        codec = self.core.app.codec
         data = codec.dump_result(
             result,
-            queue=self.name,
+            queue=self.core.name,
             job_id=reservation.id,
             task=reservation.task,
             options=reservation.options,
         )
-        task = self.app.tasks.get(reservation.task)
+        task = self.core.app.tasks.get(reservation.task)
         ttl = codec.result_ttl_ms(reservation.options, None if task is None else task.result_ttl)
-        outcome = (await self._leases.complete([(reservation.id, reservation.token, data, ttl)]))[0]
+        outcome = (
+            await self.core.leases.complete([(reservation.id, reservation.token, data, ttl)])
+        )[0]
         outcome.check(reservation.id)
         if outcome is Outcome.FORWARD:  # its batch lives on another queue: hand it over now
             try:
-                await forward_outbox(self)
+                await forward_outbox(self.core)
             except Exception as exc:  # the job completed; a worker's or reap's turn forwards it
                 logger.warning(
                     "job %s completed; forwarding its batch outcome failed: %r", reservation.id, exc
@@ -240,9 +248,11 @@ class QueuePull(QueueCore):
             d = to_seconds(delay, "delay")
             mode = FailMode.RETRY
             delay_ms = to_ms(
-                self.app.backoff.delay(reservation.attempt) if d is None else d, "delay"
+                self.core.app.backoff.delay(reservation.attempt) if d is None else d, "delay"
             )
-        outcome = await self._leases.fail(reservation.id, reservation.token, error, mode, delay_ms)
+        outcome = await self.core.leases.fail(
+            reservation.id, reservation.token, error, mode, delay_ms
+        )
         outcome.check(reservation.id)
         return outcome is Outcome.RETRY
 
@@ -251,7 +261,7 @@ class QueuePull(QueueCore):
     ) -> None:
         """Give a reserved job back unfinished; by default its attempt is not counted."""
         pairs = [(reservation.id, reservation.token)]
-        outcome = (await self._leases.release(pairs, to_ms(delay, "delay"), refund))[0]
+        outcome = (await self.core.leases.release(pairs, to_ms(delay, "delay"), refund))[0]
         outcome.check(reservation.id)
 
     async def extend(
@@ -264,8 +274,8 @@ class QueuePull(QueueCore):
                 and the reservation is over.
             LeaseLost, JobNotFound: as for ``complete``.
         """
-        lease_for = lease_ms(self.app.lease if lease is None else lease)
-        leases = self._leases
+        lease_for = lease_ms(self.core.app.lease if lease is None else lease)
+        leases = self.core.leases
         outcome = (await leases.extend([(reservation.id, reservation.token)], lease_for))[0]
         if outcome is Outcome.CANCEL_REQUESTED:
             why = Unrunnable("Cancelled", "cancelled while reserved")

@@ -1,6 +1,7 @@
-"""One queue, from the producer's side: enqueue, counts, settings and job records. ``Queue``
-inherits the pull API (``reserve`` / ``complete`` / ...) from ``QueuePull`` in ``_pull`` and
-the operator's methods from ``QueueAdmin`` in ``_admin``."""
+"""One queue, from the producer's side: enqueue, counts, settings and job records. A ``Queue``
+holds its faces and offers their methods as its own: the pull API (``reserve`` / ``complete``
+/ ...) of ``QueuePull`` (``pull.py``), the operator's methods of ``QueueAdmin`` (``admin.py``)
+and the event stream's of ``QueueEvents`` (``events.py``)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,15 @@ from .._model.claimcheck import put_blobs
 from .._model.codec import Codec
 from .._model.convert import Convert
 from .._model.exceptions import ConfigurationError, JobNotFound
+from .._model.held import held, own_held
 from .._model.job import Job, JobState, parse_state, raise_for_outcome
 from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import JobRecord, Template
 from .admin import QueueAdmin
+from .core import QueueCore
 from .events import QueueEvents
 from .leases import forward_outbox
-from .owner import OwnedQueue
+from .owner import OwnedQueue, QueueOwner
 from .pull import QueuePull
 from .registry import WorkerInfo, read_workers
 from .rekey import RekeyReport
@@ -45,17 +48,56 @@ T = TypeVar("T")
 CANCEL_CHUNK = 500
 
 
-class Queue(QueuePull, QueueAdmin, QueueEvents):
+@own_held
+class Queue(QueueCore):
     """A named queue of an App: ``app.queue("emails")``. Cheap; cached by the App.
 
-    Its methods come in faces, each a class over ``QueueCore`` (the App, name, keys and the
-    door to them): the producer's here, the pull API (``reserve``, ``complete``, ``fail``,
-    ``release``, ``extend``, ``reservation_from``) from ``QueuePull``, the operator's
-    (``jobs``, ``job_detail``, ``requeue``, ``purge``, ...) from ``QueueAdmin`` and the event
-    stream's from ``QueueEvents``."""
+    A queue is its core (``QueueCore``: the App, name, keys and the door to them) holding its
+    faces, whose methods it offers as its own: the producer's are here, the pull API
+    (``reserve``, ``complete``, ``fail``, ``release``, ``extend``, ``reservation_from``) is
+    ``QueuePull``'s, the operator's (``jobs``, ``job_detail``, ``requeue``, ``purge``, ...)
+    ``QueueAdmin``'s and the event stream's ``QueueEvents``'."""
+
+    def __init__(self, app: QueueOwner, name: str) -> None:
+        super().__init__(app, name)
+        self._pull = QueuePull(self)
+        self._admin = QueueAdmin(self)
+        self._events = QueueEvents(self)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
+
+    # ------------------------------------------------------------------ the pull API
+    reserve = held("_pull", QueuePull.reserve)
+    reservation_from = held("_pull", QueuePull.reservation_from)
+    complete = held("_pull", QueuePull.complete)
+    fail = held("_pull", QueuePull.fail)
+    release = held("_pull", QueuePull.release)
+    extend = held("_pull", QueuePull.extend)
+
+    # ------------------------------------------------------------------ the operator's
+    jobs = held("_admin", QueueAdmin.jobs)
+    search = held("_admin", QueueAdmin.search)
+    trends = held("_admin", QueueAdmin.trends)
+    backlog = held("_admin", QueueAdmin.backlog)
+    finished_counts = held("_admin", QueueAdmin.finished_counts)
+    job_detail = held("_admin", QueueAdmin.job_detail)
+    why = held("_admin", QueueAdmin.why)
+    change_job = held("_admin", QueueAdmin.change_job)
+    throughput = held("_admin", QueueAdmin.throughput)
+    wait_time = held("_admin", QueueAdmin.wait_time)
+    is_paused = held("_admin", QueueAdmin.is_paused)
+    groups = held("_admin", QueueAdmin.groups)
+    requeue = held("_admin", QueueAdmin.requeue)
+    promote = held("_admin", QueueAdmin.promote)
+    purge = held("_admin", QueueAdmin.purge)
+    purge_queue = held("_admin", QueueAdmin.purge_queue)
+    cancel = held("_admin", QueueAdmin.cancel)
+
+    # ------------------------------------------------------------------ job events
+    set_events = held("_events", QueueEvents.set_events)
+    events_maxlen = held("_events", QueueEvents.events_maxlen)
+    events_page = held("_events", QueueEvents.events_page)
 
     # ------------------------------------------------------------------ producer side
     async def enqueue(
@@ -279,7 +321,7 @@ class Queue(QueuePull, QueueAdmin, QueueEvents):
         Workers do this on their own; this is for pull-API-only setups."""
         rec = pro = trimmed = 0
         while True:  # the script moves at most MAX_JOBS_PER_CALL jobs per step
-            r, p, t = await self._leases.reap(min(limit, MAX_JOBS_PER_CALL))
+            r, p, t = await self.leases.reap(min(limit, MAX_JOBS_PER_CALL))
             rec, pro, trimmed = rec + r, pro + p, trimmed + t
             limit -= max(r, p)
             if limit <= 0 or max(r, p) < MAX_JOBS_PER_CALL:

@@ -1,4 +1,4 @@
-"""The read side of the door to one queue's keys (``QueueReads``, the base of ``QueueScripts``):
+"""The read side of the door to one queue's keys (``QueueReads``, held by ``QueueScripts``):
 its plumbing (the client, the keys, ``run`` and ``read``, each bounded by the socket timeout)
 and every read of a queue's keys and records, the operator's reads and the schedules' calls.
 """
@@ -38,8 +38,8 @@ T = TypeVar("T")
 
 
 class QueueReads:
-    """One queue's keys on one client: the plumbing and every read (``QueueScripts`` adds a
-    typed method per transition script)."""
+    """One queue's keys on one client: the plumbing and every read (``QueueScripts`` holds
+    one, and adds a typed method per transition script)."""
 
     __slots__ = ("base", "client", "keys", "lanes")
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from .._model.exceptions import QueueFull, ServerUnavailable
+from .._model.held import held, own_held
+from .._model.keys import QueueKeys
 from .._model.record import (
     ClaimResult,
     JobRecord,
@@ -56,11 +59,64 @@ from .scriptreads import QueueReads
 from .wire import call_timeout, evalsha_command
 
 
-class QueueScripts(QueueReads):
+@own_held
+class QueueScripts:
     """The door to one queue's keys on one client: a typed method per script (and per batch
-    operation) and every read (``QueueReads``), each bounded by the socket timeout."""
+    operation), each bounded by the socket timeout, and every read of the ``QueueReads`` it
+    holds (offered as its own methods: ``door.job_record(...)``)."""
 
-    __slots__ = ()
+    __slots__ = ("base", "client", "keys", "lanes", "reads")
+
+    def __init__(self, client: aioredis.Redis, keys: QueueKeys) -> None:
+        self.reads = reads = QueueReads(client, keys)
+        self.client, self.keys, self.lanes, self.base = client, keys, reads.lanes, reads.base
+
+    # ------------------------------------------------------------------ the reads it holds
+    run = held("reads", QueueReads.run)
+    read = held("reads", QueueReads.read)
+    job_record = held("reads", QueueReads.job_record)
+    job_age_ms = held("reads", QueueReads.job_age_ms)
+    workers = held("reads", QueueReads.workers)
+    set_progress = held("reads", QueueReads.set_progress)
+    step = held("reads", QueueReads.step)
+    change = held("reads", QueueReads.change)
+    job_log = held("reads", QueueReads.job_log)
+    wait = held("reads", QueueReads.wait)
+    signal = held("reads", QueueReads.signal)
+    append_log = held("reads", QueueReads.append_log)
+    stats = held("reads", QueueReads.stats)
+    lane_counts = held("reads", QueueReads.lane_counts)
+    group_counts = held("reads", QueueReads.group_counts)
+    zpage = held("reads", QueueReads.zpage)
+    ready_page = held("reads", QueueReads.ready_page)
+    lrange = held("reads", QueueReads.lrange)
+    job_fields = held("reads", QueueReads.job_fields)
+    why = held("reads", QueueReads.why)
+    server_ms = held("reads", QueueReads.server_ms)
+    throughput = held("reads", QueueReads.throughput)
+    trend_buckets = held("reads", QueueReads.trend_buckets)
+    finished_counts = held("reads", QueueReads.finished_counts)
+    backlog = held("reads", QueueReads.backlog)
+    group_settings = held("reads", QueueReads.group_settings)
+    queue_settings = held("reads", QueueReads.queue_settings)
+    lane_sizes = held("reads", QueueReads.lane_sizes)
+    wake = held("reads", QueueReads.wake)
+    wait_for_wake = held("reads", QueueReads.wait_for_wake)
+    wait_for_handoff = held("reads", QueueReads.wait_for_handoff)
+    batch_fields = held("reads", QueueReads.batch_fields)
+    batch_members = held("reads", QueueReads.batch_members)
+    batch_outcomes = held("reads", QueueReads.batch_outcomes)
+    outbox = held("reads", QueueReads.outbox)
+    outbox_set_aside = held("reads", QueueReads.outbox_set_aside)
+    schedule_tick = held("reads", QueueReads.schedule_tick)
+    schedule_put = held("reads", QueueReads.schedule_put)
+    schedule_remove = held("reads", QueueReads.schedule_remove)
+    schedule_set_aside = held("reads", QueueReads.schedule_set_aside)
+    schedule_ticks_aside = held("reads", QueueReads.schedule_ticks_aside)
+    schedule_contain = held("reads", QueueReads.schedule_contain)
+    schedule_ticks = held("reads", QueueReads.schedule_ticks)
+    schedule_defs = held("reads", QueueReads.schedule_defs)
+    outbox_remove = held("reads", QueueReads.outbox_remove)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue_calls(self, jobs: Sequence[JobRecord], chunk: int = 500) -> list[ScriptCall]:

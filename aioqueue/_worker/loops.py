@@ -189,7 +189,7 @@ class Loops:
         await self.declare_tasks()
         for qs in self.fetchers:
             try:
-                found = await strangers(qs.queue.door, set(self.app.tasks))
+                found = await strangers(qs.queue.door.reads, set(self.app.tasks))
             except TRANSIENT as exc:
                 logger.debug("queue %s: could not sample its jobs: %r", qs.queue.name, exc)
                 continue
