@@ -8,50 +8,26 @@ leaves a closed graph that never runs (``WorkflowHandle.cancel`` removes it).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import json
-import uuid
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from .._model.checks import check_name, new_job_id
-from .._model.claimcheck import put_blobs
+from .._model.checks import check_name
 from .._model.exceptions import ConfigurationError, WorkflowError
 from .._model.job import Job
-from .._model.limits import MAX_JOBS_PER_CALL
-from .._model.record import JobOptions
-from .._queue.deps import POLICIES, DependencyPolicy, deps_run
-from .._queue.depsbox import Door, deps_call, door
-from .._store.loader import ScriptCall
+from .._queue.deps import POLICIES, DependencyPolicy
+from .._queue.depsbox import door
+from .wfstore import GraphStore, StepCall
 
 # App and Call are not imported, even for types: each reaches back to App, which imports this
 # module (tests/test_layers.py keeps type-level cycles out)
 
 
-class StepCall(Protocol):
-    """A task call with its arguments bound (``task.call(...)``: a ``Call``)."""
-
-    @property
-    def task(self) -> Any: ...
-
-    @property
-    def args(self) -> tuple[Any, ...]: ...
-
-    @property
-    def kwargs(self) -> dict[str, Any]: ...
-
-    @property
-    def opts(self) -> JobOptions: ...
-
-
 #: the most steps one workflow may have
 MAX_STEPS: Final = 100_000
-#: script calls sent in one round trip while storing a workflow (about 2,000 steps of a fan-out;
-#: the server stores them while the next are built)
-_PIPELINE: Final = 4
 
 
 class WorkflowState(enum.StrEnum):
@@ -139,143 +115,10 @@ class Workflow:
             WorkflowError: the graph cannot run (nothing was stored).
         """
         order = self.order()
-        app = self.app
-        home: str = app.queue(queue).name
-        wid = f"wf-{uuid.uuid4().hex}"
-        names: dict[str | None, str] = {}  # a step's queue as asked -> as the App names it
-        queues: dict[str, str] = {}
-        ids: dict[str, str] = {}
-        for name in order:
-            call = self._steps[name][0]
-            asked = call.opts.queue or call.task.queue
-            q = names.get(asked)
-            if q is None:
-                q = names[asked] = app.queue(asked).name
-            queues[name] = q
-            ids[name] = call.opts.job_id or new_job_id()
-        doors = {q: door(app, q) for q in {home, *queues.values()}}
-        member = {name: doors[queues[name]].keys.base + ids[name] for name in order}
-        fed = {dep for _, after in self._steps.values() for dep in after}
-        graph = {
-            "name": self.name,
-            "steps": {
-                name: {"q": queues[name], "id": ids[name], "after": list(after)}
-                for name, (_, after) in self._steps.items()
-            },
-            "sinks": [name for name in order if name not in fed],
-        }
-        hd = doors[home]
-        out = _Sender(app, hd, self.name)
-        calls: list[ScriptCall] = [deps_call(hd, "gate", wid, self.name, json.dumps(graph))]
-        gate = hd.keys.member(wid)
-        # steps go in runs per queue ("adds": at most 1,000 steps and dependencies a call);
-        # before a step's calls on other queues (its remote dependencies count it in there)
-        # or its further dependencies ("extend"), every run so far is flushed, so what they
-        # name is stored first. The calls go in order, one round trip in flight: the server
-        # stores some while the next are built
-        runs: dict[str, list[Any]] = {q: [] for q in doors}
-        work: dict[str, int] = dict.fromkeys(doors, 0)
-
-        def flush(*only: str) -> None:
-            for rq in only or tuple(runs):
-                if runs[rq]:
-                    calls.append(deps_call(doors[rq], "adds", *runs[rq]))
-                    runs[rq], work[rq] = [], 0
-
-        policy = (self.on_failure, app.dead_ttl_ms)
-        try:
-            for name in order:
-                call, after = self._steps[name]
-                q = queues[name]
-                rec = call.task.record_of(call, q, ids[name])
-                out.stored(q, rec.id)
-                deps = [member[d] for d in after] or [gate]
-                first = deps[: MAX_JOBS_PER_CALL - 1]
-                if work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
-                    flush(q)
-                t = rec.template
-                values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
-                runs[q] += (rec.id, *values, *policy, len(first), *first)
-                work[q] += 1 + len(first)
-                remote: dict[str, list[str]] = {}
-                for dep in after:
-                    if queues[dep] != q:
-                        remote.setdefault(queues[dep], []).append(ids[dep])
-                if not after and home != q:
-                    remote[home] = [wid]
-                rest = deps[len(first) :]
-                if rest or remote:
-                    flush()
-                    for i in range(0, len(rest), MAX_JOBS_PER_CALL):
-                        chunk = rest[i : i + MAX_JOBS_PER_CALL]
-                        calls.append(deps_call(doors[q], "extend", rec.id, *chunk))
-                    for rq, rids in remote.items():
-                        for i in range(0, len(rids), MAX_JOBS_PER_CALL):
-                            chunk = rids[i : i + MAX_JOBS_PER_CALL]
-                            calls.append(deps_call(doors[rq], "watch", member[name], *chunk))
-                if len(calls) >= _PIPELINE:
-                    await out.send(calls)
-                    calls = []
-            flush()
-            await out.send(calls)
-            await out.wait()
-        finally:
-            out.stop()
-        await deps_run(hd, "open", wid, max(app.result_ttl_default_ms, 0))
-        # what opening handed to the outbox, at once rather than at the workers' next reap:
-        # the first steps on other queues (counted once: the forwarder's copy is a no-op),
-        # and those past what one call tells
-        for name in order:
-            if not self._steps[name][1] and queues[name] != home:
-                await deps_run(doors[queues[name]], "met", ids[name], gate, "1", "")
-        while await deps_run(hd, "more", wid, "1", ""):
-            pass
-        return WorkflowHandle(app, wid, home)
-
-
-class _Sender:
-    """Sends a workflow's script calls in order with one round trip in flight, so that the
-    server stores one part while the next is built; the claim-checked payloads of the steps
-    of a part are put before it goes."""
-
-    __slots__ = ("app", "blobs", "door", "flying", "name")
-
-    def __init__(self, app: Any, d: Door, name: str) -> None:
-        self.app = app
-        self.door = d
-        self.name = name
-        self.blobs: dict[str, list[str]] = {}
-        self.flying: asyncio.Task[None] | None = None
-
-    def stored(self, queue: str, job_id: str) -> None:
-        """Job ``job_id`` of ``queue`` goes in the next part (its payload's blob first)."""
-        self.blobs.setdefault(queue, []).append(job_id)
-
-    async def send(self, calls: list[ScriptCall]) -> None:
-        """Send ``calls`` once the part before them is stored (its errors raise here)."""
-        await self.wait()
-        for queue, job_ids in self.blobs.items():
-            await put_blobs(self.app.codec.claim, queue, job_ids)
-        self.blobs = {}
-        if calls:
-            self.flying = asyncio.ensure_future(self._run(calls))
-            await asyncio.sleep(0)  # it is written now, and stored while the next is built
-
-    async def _run(self, calls: list[ScriptCall]) -> None:
-        for res in await self.door.scripts.run_many(calls):
-            if isinstance(res, list) and res and res[0] == -3:
-                raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
-
-    async def wait(self) -> None:
-        """Until the part sent last is stored."""
-        flying, self.flying = self.flying, None
-        if flying is not None:
-            await flying
-
-    def stop(self) -> None:
-        """Give up the part in flight (the enqueue failed: the graph stays closed)."""
-        if self.flying is not None:
-            self.flying.cancel()
+        store = GraphStore(self.app, self.name, self._steps, order, self.on_failure, queue)
+        await store.store(order)
+        await store.open(order)
+        return WorkflowHandle(self.app, store.wid, store.home)
 
 
 class WorkflowHandle:

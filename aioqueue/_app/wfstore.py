@@ -1,0 +1,222 @@
+"""Storing a workflow's graph (``Workflow.enqueue``, ``workflow.py``): the workflow's record
+first (``gate``), then its steps in runs per queue (``adds``: at most 1,000 steps and
+dependencies a call), their further dependencies (``extend``) and their dependencies on other
+queues (``watch``), sent in order with one round trip in flight (``Sender``); then ``open``
+releases the steps that wait for nothing but the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from .._model.checks import new_job_id
+from .._model.claimcheck import put_blobs
+from .._model.exceptions import WorkflowError
+from .._model.limits import MAX_JOBS_PER_CALL
+from .._model.record import JobOptions
+from .._queue.deps import deps_run
+from .._queue.depsbox import Door, deps_call, door
+from .._store.loader import ScriptCall
+
+#: script calls sent in one round trip while storing a workflow (about 2,000 steps of a fan-out;
+#: the server stores them while the next are built)
+PIPELINE: Final = 4
+
+
+class StepCall(Protocol):
+    """A task call with its arguments bound (``task.call(...)``: a ``Call``)."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def opts(self) -> JobOptions: ...
+
+
+#: a workflow's steps: name -> (its call, the names of the steps it waits for)
+Steps = Mapping[str, tuple[StepCall, tuple[str, ...]]]
+
+
+class GraphStore:
+    """One enqueue of a workflow: where each step goes (queue, job id), the calls that store
+    them, and the opening."""
+
+    def __init__(
+        self,
+        app: Any,
+        name: str,
+        steps: Steps,
+        order: Sequence[str],
+        policy: str,
+        queue: str | None,
+    ) -> None:
+        self.app, self.name, self.steps = app, name, steps
+        self.home: str = app.queue(queue).name
+        self.wid = f"wf-{uuid.uuid4().hex}"
+        self.queues, self.ids = self._place(order)
+        self.doors = {q: door(app, q) for q in {self.home, *self.queues.values()}}
+        self.member = {n: self.doors[self.queues[n]].keys.base + self.ids[n] for n in order}
+        hd = self.doors[self.home]
+        self.gate = hd.keys.member(self.wid)
+        self.calls: list[ScriptCall] = [deps_call(hd, "gate", self.wid, name, self._graph(order))]
+        self.runs: dict[str, list[Any]] = {q: [] for q in self.doors}
+        self.work: dict[str, int] = dict.fromkeys(self.doors, 0)
+        self.policy = (policy, app.dead_ttl_ms)
+        self.out = Sender(app, hd, name)
+
+    def _place(self, order: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """Each step's queue (as the App names it) and job id."""
+        names: dict[str | None, str] = {}  # a step's queue as asked -> as the App names it
+        queues: dict[str, str] = {}
+        ids: dict[str, str] = {}
+        for step in order:
+            call = self.steps[step][0]
+            asked = call.opts.queue or call.task.queue
+            q = names.get(asked)
+            if q is None:
+                q = names[asked] = self.app.queue(asked).name
+            queues[step] = q
+            ids[step] = call.opts.job_id or new_job_id()
+        return queues, ids
+
+    def _graph(self, order: Sequence[str]) -> str:
+        """The graph the workflow's record keeps (JSON)."""
+        fed = {dep for _, after in self.steps.values() for dep in after}
+        steps = {
+            name: {"q": self.queues[name], "id": self.ids[name], "after": list(after)}
+            for name, (_, after) in self.steps.items()
+        }
+        sinks = [name for name in order if name not in fed]
+        return json.dumps({"name": self.name, "steps": steps, "sinks": sinks})
+
+    async def store(self, order: Sequence[str]) -> None:
+        """Store every step, in ``order`` (each after the steps it waits for). Steps go in
+        runs per queue; before a step's calls on other queues (its remote dependencies
+        count it in there) or its further dependencies, every run so far is flushed, so
+        what they name is stored first. The calls go in order, one round trip in flight:
+        the server stores some while the next are built."""
+        out = self.out
+        try:
+            for step in order:
+                self._add(step)
+                if len(self.calls) >= PIPELINE:
+                    await out.send(self._take())
+            self._flush()
+            await out.send(self._take())
+            await out.wait()
+        finally:
+            out.stop()
+
+    def _take(self) -> list[ScriptCall]:
+        calls, self.calls = self.calls, []
+        return calls
+
+    def _flush(self, *only: str) -> None:
+        for rq in only or tuple(self.runs):
+            if self.runs[rq]:
+                self.calls.append(deps_call(self.doors[rq], "adds", *self.runs[rq]))
+                self.runs[rq], self.work[rq] = [], 0
+
+    def _add(self, step: str) -> None:
+        call, after = self.steps[step]
+        q = self.queues[step]
+        rec = call.task.record_of(call, q, self.ids[step])
+        self.out.stored(q, rec.id)
+        deps = [self.member[d] for d in after] or [self.gate]
+        first = deps[: MAX_JOBS_PER_CALL - 1]
+        if self.work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
+            self._flush(q)
+        t = rec.template
+        values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
+        self.runs[q] += (rec.id, *values, *self.policy, len(first), *first)
+        self.work[q] += 1 + len(first)
+        remote = self._remote(step, q, after)
+        rest = deps[len(first) :]
+        if rest or remote:
+            self._flush()
+            self._chunked(self.doors[q], "extend", rec.id, rest)
+            for rq, rids in remote.items():
+                self._chunked(self.doors[rq], "watch", self.member[step], rids)
+
+    def _remote(self, step: str, q: str, after: Sequence[str]) -> dict[str, list[str]]:
+        """The step's dependencies on other queues, by queue (the record's, for a first step
+        on another queue than the record's)."""
+        remote: dict[str, list[str]] = {}
+        for dep in after:
+            if self.queues[dep] != q:
+                remote.setdefault(self.queues[dep], []).append(self.ids[dep])
+        if not after and self.home != q:
+            remote[self.home] = [self.wid]
+        return remote
+
+    def _chunked(self, d: Door, op: str, head: str, items: Sequence[str]) -> None:
+        for i in range(0, len(items), MAX_JOBS_PER_CALL):
+            self.calls.append(deps_call(d, op, head, *items[i : i + MAX_JOBS_PER_CALL]))
+
+    async def open(self, order: Sequence[str]) -> None:
+        """Release the stored graph, and hand on at once what opening put in the outbox
+        (rather than at the workers' next reap): the first steps on other queues (counted
+        once: the forwarder's copy is a no-op), and those past what one call tells."""
+        hd = self.doors[self.home]
+        await deps_run(hd, "open", self.wid, max(self.app.result_ttl_default_ms, 0))
+        for step in order:
+            if not self.steps[step][1] and self.queues[step] != self.home:
+                d = self.doors[self.queues[step]]
+                await deps_run(d, "met", self.ids[step], self.gate, "1", "")
+        while await deps_run(hd, "more", self.wid, "1", ""):
+            pass
+
+
+class Sender:
+    """Sends a workflow's script calls in order with one round trip in flight, so that the
+    server stores one part while the next is built; the claim-checked payloads of the steps
+    of a part are put before it goes."""
+
+    __slots__ = ("app", "blobs", "door", "flying", "name")
+
+    def __init__(self, app: Any, d: Door, name: str) -> None:
+        self.app = app
+        self.door = d
+        self.name = name
+        self.blobs: dict[str, list[str]] = {}
+        self.flying: asyncio.Task[None] | None = None
+
+    def stored(self, queue: str, job_id: str) -> None:
+        """Job ``job_id`` of ``queue`` goes in the next part (its payload's blob first)."""
+        self.blobs.setdefault(queue, []).append(job_id)
+
+    async def send(self, calls: list[ScriptCall]) -> None:
+        """Send ``calls`` once the part before them is stored (its errors raise here)."""
+        await self.wait()
+        for queue, job_ids in self.blobs.items():
+            await put_blobs(self.app.codec.claim, queue, job_ids)
+        self.blobs = {}
+        if calls:
+            self.flying = asyncio.ensure_future(self._run(calls))
+            await asyncio.sleep(0)  # it is written now, and stored while the next is built
+
+    async def _run(self, calls: list[ScriptCall]) -> None:
+        for res in await self.door.scripts.run_many(calls):
+            if isinstance(res, list) and res and res[0] == -3:
+                raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
+
+    async def wait(self) -> None:
+        """Until the part sent last is stored."""
+        flying, self.flying = self.flying, None
+        if flying is not None:
+            await flying
+
+    def stop(self) -> None:
+        """Give up the part in flight (the enqueue failed: the graph stays closed)."""
+        if self.flying is not None:
+            self.flying.cancel()
