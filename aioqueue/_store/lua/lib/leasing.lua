@@ -146,14 +146,51 @@ function LIM.limits_admit(id, jk, o, now, dead_ttl, h)
   return lims ~= false
 end
 
+-- the lease token of sequence number seq for holder h: the number, '-', then 64 bits of the
+-- SHA-1 of the claim's secret random nonce with seq's pair number (seq // 2): each half of
+-- that digest is one token's random part, so no token, nor any number of them, tells another
+-- (the nonce itself is never handed out), at one SHA-1 for two tokens (h.pair, h.digest: the
+-- last one made)
+function REC.token(h, seq)
+  local pair = math.floor(seq / 2)
+  if h.pair ~= pair then
+    h.pair, h.digest = pair, redis.sha1hex(h.nonce .. ':' .. pair)
+  end
+  local at = (seq % 2) * 16
+  return string.format('%d', seq) .. '-' .. string.sub(h.digest, at + 1, at + 16)
+end
+
+-- a queued job (record r, as lease_jobs reads it) that may not simply start: it is garbled,
+-- past its expiry or held by its limits (then it is dealt with here: dead-lettered,
+-- cancelled, or left waiting aside, and false is returned), or it may start after all (true,
+-- its limits to charge in h.lims). Jobs without options (r[5]) and with a UTF-8 id skip it
+function REC.admit(id, jk, r, now, dead_ttl, h, gone_tasks, gone)
+  if dead_if_garbled_id(id, jk, r[1], now, dead_ttl) then
+    call('HINCRBY', K_STATS, 'failed', 1)
+    return false
+  end
+  if not r[5] then return true end
+  if expire_if_due(id, jk, r[5], now, dead_ttl) then
+    unlock(id, r[7])  -- expired: recorded, not leased
+    return false
+  end
+  if not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
+    -- not leased: it waits for its limits (lib/limiters), still in the backlog, or they
+    -- were garbage (dead-lettered)
+    if call('HGET', jk, 's') == 'queued' then BL.note(gone_tasks, gone, r[3], 1) end
+    return false
+  end
+  return true
+end
+
 -- lease the taken jobs that are still queued to holder h ({wid, nonce, ln}: see do_claim): a
--- new token each (a sequence number and 64 bits of SHA-1 of the claim's secret random nonce
--- with that number: each token has its own random part, so no token, nor any number of them,
--- tells another; the nonce itself is never handed out) and one more attempt; their CLAIMED_JOB_VALUES values go on out (claim's
--- reply), their lease deadlines on zargs, and (when leased is given) leased[i] = true for the
--- i-th of got. Anything not queued (cancelled, or its record
--- expired) is dropped from the lane here; a garbled state is dead-lettered, a job past its
--- expiry (an option) cancelled. Returns how many were leased
+-- new token each (REC.token) and one more attempt; their CLAIMED_JOB_VALUES values go on out
+-- (claim's reply), their lease deadlines on zargs, and (when leased is given) leased[i] = true
+-- for the i-th of got. Anything not queued (cancelled, or its record expired) is dropped from
+-- the lane here; a garbled state is dead-lettered, a job past its expiry (an option)
+-- cancelled. The loop is the per-job cost of a drain: what is the same for every job (the
+-- key prefix, the deadline, the time as a string) is made once, a plain job (no options, an
+-- ASCII id) takes no detour. Returns how many were leased
 local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   if #got == 0 then return 0 end
   local taken = 0
@@ -162,26 +199,24 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task
   local gone_tasks, gone = {}, {}
   local waits = {}  -- task -> the longest wait of its jobs started here (ms since due)
+  local jp, wid, deadline, at = BASE .. 'job:', h.wid, now + lease, string.format('%d', now)
+  local nz = #zargs
   for i, id in ipairs(got) do
-    local jk = job_key(id)
+    local jk = jp .. id
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk', 'ct', 'due')
-    local a, m = REC.attempts(r[2], r[6])
-    if r[1] == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
-    if dead_if_corrupt(id, jk, r[1], now, dead_ttl) or dead_if_garbled_id(id, jk, r[1], now,
-      dead_ttl) then
-      call('HINCRBY', K_STATS, 'failed', 1)
-    elseif r[1] == 'queued' and r[5] and expire_if_due(id, jk, r[5], now, dead_ttl) then
-      unlock(id, r[7])  -- expired: recorded, not leased
-    elseif r[1] == 'queued' and r[5] and not LIM.limits_admit(id, jk, r[5], now, dead_ttl, h) then
-      -- not leased: it waits for its limits (lib/limiters), still in the backlog, or they
-      -- were garbage (dead-lettered)
-      if call('HGET', jk, 's') == 'queued' then BL.note(gone_tasks, gone, r[3], 1) end
-    elseif r[1] == 'queued' then
+    local s = r[1]
+    if s == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
+    if s ~= 'queued' then
+      if dead_if_corrupt(id, jk, s, now, dead_ttl) then call('HINCRBY', K_STATS, 'failed', 1) end
+    elseif (r[5] or string.find(id, '[\128-\255]'))
+      and not REC.admit(id, jk, r, now, dead_ttl, h, gone_tasks, gone) then
+      -- dealt with by REC.admit: not leased
+    else
       seq = seq + 1
       taken = taken + 1
       if leased then leased[i] = true end
-      local tok = string.format('%d', seq) .. '-'
-        .. string.sub(redis.sha1hex(h.nonce .. ':' .. seq), 1, 16)
+      local tok = REC.token(h, seq)
+      local a, m = REC.attempts(r[2], r[6])
       a = a + 1
       -- a unique job of scope queued (uk 'q:...') frees its lock as it starts
       if r[7] and string.byte(r[7], 1) == 113 then
@@ -191,27 +226,23 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       if h.ln then
         h.ln = h.ln + 1
         h.ids[#h.ids + 1] = id
-        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'wn', h.ln, 'st', now)
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', wid, 'wn', h.ln, 'st', at)
       else
-        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', h.wid, 'st', now)
+        call('HSET', jk, 's', 'active', 'a', a, 'l', tok, 'wk', wid, 'st', at)
       end
       if h.lims then
         LIM.limits_charge(h.lims, jk, tok, now)
         h.lims = nil
       end
-      emit_add('started', id, r[3], a, h.wid)
+      if events_cap ~= 0 then emit_add('started', id, r[3], a, wid) end
+      local t = r[3] or ''
       local since = now - math.max(num(r[8], now), num(r[9], 0))
-      if since > (waits[r[3] or ''] or -1) then waits[r[3] or ''] = since end
-      zargs[#zargs + 1] = now + lease
-      zargs[#zargs + 1] = id
+      if since > (waits[t] or -1) then waits[t] = since end
+      zargs[nz + 1], zargs[nz + 2] = deadline, id
+      nz = nz + 2
       local n = #out
-      out[n + 1] = id
-      out[n + 2] = tok
-      out[n + 3] = a
-      out[n + 4] = r[3] or ''
-      out[n + 5] = r[4] or ''
-      out[n + 6] = r[5] or ''
-      out[n + 7] = m
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, tok, a, t
+      out[n + 5], out[n + 6], out[n + 7] = r[4] or '', r[5] or '', m
     end
   end
   emit_flush()

