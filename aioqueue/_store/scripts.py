@@ -65,15 +65,16 @@ class QueueScripts:
     operation), each bounded by the socket timeout, and every read of the ``QueueReads`` it
     holds (offered as its own methods: ``door.job_record(...)``)."""
 
-    __slots__ = ("base", "client", "keys", "lanes", "reads")
+    __slots__ = ("base", "client", "keys", "lanes", "read", "reads", "run")
 
     def __init__(self, client: aioredis.Redis, keys: QueueKeys) -> None:
         self.reads = reads = QueueReads(client, keys)
         self.client, self.keys, self.lanes, self.base = client, keys, reads.lanes, reads.base
+        # the plumbing every script method uses: the reads' own bound methods, no hop
+        self.run = reads.run
+        self.read = reads.read
 
     # ------------------------------------------------------------------ the reads it holds
-    run = held("reads", QueueReads.run)
-    read = held("reads", QueueReads.read)
     job_record = held("reads", QueueReads.job_record)
     job_age_ms = held("reads", QueueReads.job_age_ms)
     workers = held("reads", QueueReads.workers)
