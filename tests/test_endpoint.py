@@ -32,7 +32,7 @@ import redis
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
-from aioqueue import App, Batch, Worker
+from aioqueue import App, Batch, EmbeddedServerError, Worker
 from aioqueue._store.connect import URL_ENV
 from aioqueue._store.embedded import EmbeddedServer
 from aioqueue.testing import unique_prefix
@@ -78,7 +78,14 @@ def decoy() -> Iterator[Decoy]:
     """The decoy, on 6379 when that port is free (else on a port of its own, which
     ``AIOQUEUE_REDIS_URL`` then names: the package's default address in this process)."""
     port = DEFAULT_PORT if _port_free(DEFAULT_PORT) else None
-    with EmbeddedServer(port=port, appendonly=False) as server:
+    server = EmbeddedServer(port=port, appendonly=False)
+    try:
+        server.start()
+    except EmbeddedServerError:  # taken between the look and the bind (another xdist worker)
+        port = None
+        server = EmbeddedServer(appendonly=False)
+        server.start()
+    try:
         saved = os.environ.get(URL_ENV)
         if port is None:  # 6379 is another process's: point the package's default here
             os.environ[URL_ENV] = server.url
@@ -91,6 +98,8 @@ def decoy() -> Iterator[Decoy]:
                 os.environ.pop(URL_ENV, None)
             else:
                 os.environ[URL_ENV] = saved
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------ the kinds of App
