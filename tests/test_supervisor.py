@@ -20,7 +20,13 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, JobState, WorkerInfo
-from aioqueue._cli.supervisor import MAX_START_FAILURES, SUPERVISOR_FD, Supervisor
+from aioqueue._cli.supervisor import (
+    _OWN,
+    MAX_START_FAILURES,
+    SUPERVISOR_FD,
+    Supervisor,
+    worker_argv,
+)
 
 from .support.processes import REPO_ROOT, WorkerProcesses, run_records
 from .support.waiting import wait_until
@@ -251,3 +257,26 @@ def test_a_worker_command_that_cannot_run_is_one_line_and_exit_1(
     assert err.startswith("aioqueue: error: cannot start a worker process: ")
     assert err.count("\n") == 1
     assert [s.pids for s in supervisor.slots] == [[], []]
+
+
+def test_the_workers_get_every_option_of_the_worker_command_but_the_supervisors() -> None:
+    # pure logic: the command line each worker is started with, rebuilt from the parsed one;
+    # the isolation options live in an argument group, which the parser keeps too
+    from aioqueue._cli.main import _parser
+
+    parser = _parser()
+    argv = ["worker", "jobs:app", "--processes", "3", "--concurrency", "7", "-q", "a", "-q", "b"]
+    argv += ["--isolation", "process", "--children", "2", "--burst"]
+    args = parser.parse_args(argv)
+    assert parser.worker is not None
+    line = worker_argv(parser.worker, args, _OWN)
+    assert line[-2:] == ["--", "jobs:app"]
+    options = line[:-2]
+    for expected in (["--concurrency", "7"], ["--queue", "a"], ["--queue", "b"]):
+        assert any(options[i : i + 2] == expected for i in range(len(options))), (expected, line)
+    assert options[options.index("--isolation") + 1] == "process"
+    assert options[options.index("--children") + 1] == "2"
+    assert "--burst" in options
+    assert "--processes" not in options  # the supervisor's own
+    assert "--help" not in options
+    assert "--version" not in options

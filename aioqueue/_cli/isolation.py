@@ -4,14 +4,14 @@ process``, ``--children``, ``--max-jobs-per-child``, ``--max-memory-per-child``.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from .._worker.isolation import ProcessIsolation
+from .parser import Parser
 
 
-def add_isolation(w: Any) -> None:
+def add_isolation(w: Parser) -> None:
     """Add the isolation options to the worker's parser ``w``."""
-    g = w.add_argument_group("process isolation (docs/flow-control.md#isolation)")
+    g = w.option_group("process isolation (docs/flow-control.md#isolation)")
     g.add_argument(
         "--isolation",
         choices=("process",),

@@ -19,7 +19,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import redis.exceptions as rexc
 
@@ -44,6 +44,7 @@ from .isolation import add_isolation, isolation_of
 from .limiter import add_limit, limit_command
 from .load import EXIT_ERROR, EXIT_OK, EXIT_USAGE, load_app
 from .metrics import add_metrics, run_metrics
+from .parser import Parser
 from .rekey import add_rekey, rekey_command
 
 if TYPE_CHECKING:
@@ -54,13 +55,6 @@ logger = logging.getLogger("aioqueue.cli")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: the first and the longest pause between two attempts to reach the server at startup
 CONNECT_BACKOFF = (0.1, 5.0)
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (argparse prints the usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"aioqueue: error: {message} (see {self.prog} --help)\n")
 
 
 # --------------------------------------------------------------------- option values
@@ -88,9 +82,9 @@ def _log_level(text: str) -> str:
     return level
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     version = f"aioqueue {__version__}"
-    p = _Parser(
+    p = Parser(
         prog="python -m aioqueue", description="aioqueue: an asyncio job queue on Redis/Valkey."
     )
     p.add_argument("--version", action="version", version=version)
@@ -102,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         "(running jobs get --grace seconds, then go back to the queue); a second signal stops "
         "it at once, and the leases bring any unfinished jobs back.",
     )
+    p.worker = w
     w.add_argument("--version", action="version", version=version)
     w.add_argument("app", metavar="MODULE:APP", help="the App to run, e.g. myproject.jobs:app")
     w.add_argument(
@@ -323,14 +318,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error("--reload needs watchfiles: pip install 'aioqueue[reload]'")
 
 
-def _worker_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def _worker_parser(parser: argparse.ArgumentParser) -> Parser:
     """The ``worker`` subcommand's parser (the supervisor rebuilds its workers' command
     lines from its options)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            worker: argparse.ArgumentParser = action.choices["worker"]
-            return worker
-    raise AssertionError("no worker command")
+    worker = parser.worker if isinstance(parser, Parser) else None
+    if worker is None:
+        raise AssertionError("no worker command")
+    return worker
 
 
 def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:

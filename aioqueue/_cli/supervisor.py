@@ -44,6 +44,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from .format import error
+from .parser import Parser
 
 if TYPE_CHECKING:
     from .._worker.worker import Worker
@@ -361,7 +362,7 @@ _OWN = {"processes", "reload", "embedded", "health_port", "metrics_port"}
 
 
 def supervise(
-    worker_parser: argparse.ArgumentParser,
+    worker_parser: Parser,
     args: argparse.Namespace,
     embedded_url: str | None,
     target: str,
@@ -390,13 +391,11 @@ def supervise(
     return Supervisor(command, args.processes, watch).run()
 
 
-def worker_argv(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, skip: set[str]
-) -> list[str]:
+def worker_argv(parser: Parser, args: argparse.Namespace, skip: set[str]) -> list[str]:
     """The options in ``args`` of ``parser``'s, but those in ``skip``, as a command line."""
     options: list[str] = []
     positional: list[str] = []
-    for action in parser._actions:
+    for action in parser.options:
         if action.dest in skip or action.dest in ("help", "version"):
             continue
         value = getattr(args, action.dest, None)
