@@ -222,3 +222,31 @@ async def test_a_kept_hash_of_the_wrong_type_is_set_aside_and_the_record_read(
     assert not await tapp.redis.exists(kept)  # set aside with its reason
     garbled = await tapp.redis.hgetall(tapp.queue(OTHER)._keys.garbled)
     assert [json.loads(v)["key"] for v in garbled.values()] == [kept]
+
+
+async def test_a_parent_run_again_does_not_run_a_child_whose_record_is_gone(tapp: App) -> None:
+    """The parent's body runs again from the top when its children are done, and enqueues
+    its child by the same id once more: with the child's record gone (``keep_result=False``
+    deletes it at completion), that enqueue is a no-op, since the parent keeps the child's
+    result; the child ran once."""
+    runs_key = f"{tapp.prefix}:child-runs"
+
+    @tapp.task(keep_result=False)
+    async def child(x: int) -> int:
+        await tapp.redis.incr(runs_key)
+        return x * 3
+
+    @tapp.task
+    async def parent(x: int) -> int:
+        job = current_job()
+        kid = await child.options(job_id=f"{job.id}.kid").enqueue(x)
+        got = await job.wait_for_children([kid])
+        return int(got[kid.id]) + 1
+
+    p = await parent.enqueue(7)
+    summary = await run_until_empty(tapp)
+    assert summary.failed == 0
+    assert await p.result(timeout=5) == 22
+    assert int(await tapp.redis.get(runs_key) or 0) == 1
+    kid_key = tapp.queue()._keys.job(f"{p.id}.kid")
+    assert not await tapp.redis.exists(kid_key)  # not stored again by the parent's second run

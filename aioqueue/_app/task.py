@@ -28,7 +28,13 @@ from .._model.job import Job
 from .._model.record import JobOptions, JobRecord
 from .._model.retrypolicy import DEFAULT_POLICY, TaskPolicy
 from .._model.signature import Signature
-from .._queue.deps import DependencyPolicy, check_policy, dependency_refs, enqueue_dependent
+from .._queue.deps import (
+    DependencyPolicy,
+    already_kept,
+    check_policy,
+    dependency_refs,
+    enqueue_dependent,
+)
 from .._queue.queue import store_jobs, store_run
 from .._queue.sharded import on_shard, spread
 from .._queue.unique import OnConflict, UniqueScope, derived_key, enqueue_unique, unique_options
@@ -296,6 +302,9 @@ async def enqueue_one(
         return job
     if opts.unique is not None:
         return (await _enqueue_unique(task, opts, [(args, kwargs)], queue.name))[0]
+    if opts.job_id is not None and await already_kept(app, queue.name, opts.job_id):
+        # a parent run again from the top enqueues a child it has the result of: not again
+        return Job(queue, opts.job_id, task.result_converter)
     record = builder.record(opts, args, kwargs, queue.name)
     return (await store_jobs(queue, [record], task.result_converter))[0]
 

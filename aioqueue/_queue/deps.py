@@ -14,6 +14,7 @@ from the App's public parts.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, get_args
@@ -263,6 +264,23 @@ async def _kept(
             if isinstance(raw, bytes):
                 out[ref] = raw
     return out
+
+
+#: the job a running task is for, (queue, id): set by the worker's runner for each run, read by
+#: ``already_kept``
+running: contextvars.ContextVar[Ref | None] = contextvars.ContextVar(
+    "aioqueue_running_job", default=None
+)
+
+
+async def already_kept(app: Any, queue: str, job_id: str) -> bool:
+    """Whether the running job (a parent run again from the top, or a dependent) keeps the
+    result of job ``job_id`` of ``queue``: that job completed for it, and enqueueing it again
+    by its id is a no-op even after its own record expired (docs/workflows.md)."""
+    holder = running.get()
+    if holder is None:
+        return False
+    return bool(await _kept(app, holder[0], holder[1], [(queue, job_id)]))
 
 
 async def dependency_jobs(app: Any, home: str, job_id: str) -> list[Ref]:

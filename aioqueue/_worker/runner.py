@@ -21,7 +21,7 @@ from .._app.steps import JobParked, JobRun, flush_log
 from .._model.checks import MAX_SECONDS, to_seconds
 from .._model.codec import Unrunnable, corrupt
 from .._model.exceptions import AioQueueError, BadSignature, RateLimited, Retry
-from .._queue.deps import Parked
+from .._queue.deps import Parked, running
 from .isolation import ChildPool, ProcessIsolation, default_processes
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ class Runner:
             c.id, leases.name, c.task, c.attempt, c.max_attempts, app, batch, c.token, run
         )
         _current.set(job)
+        running.set((leases.name, c.id))
         if run.capture is not None:
             capture_logs()
         outcome = await self._outcome(task, c, job, args, kwargs, opts, timeout)
