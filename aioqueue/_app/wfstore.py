@@ -61,25 +61,27 @@ class GraphStore:
         queue: str | None,
     ) -> None:
         self.app, self.name, self.steps = app, name, steps
+        #: the steps, each after the steps it waits for (``Workflow.order``)
+        self.order = order
         self.home: str = app.queue(queue).name
         self.wid = f"wf-{uuid.uuid4().hex}"
-        self.queues, self.ids = self._place(order)
+        self.queues, self.ids = self._place()
         self.doors = {q: door(app, q) for q in {self.home, *self.queues.values()}}
         self.member = {n: self.doors[self.queues[n]].keys.base + self.ids[n] for n in order}
         hd = self.doors[self.home]
         self.gate = hd.keys.member(self.wid)
-        self.calls: list[ScriptCall] = [deps_call(hd, "gate", self.wid, name, self._graph(order))]
+        self.calls: list[ScriptCall] = [deps_call(hd, "gate", self.wid, name, self._graph())]
         self.runs: dict[str, list[Any]] = {q: [] for q in self.doors}
         self.work: dict[str, int] = dict.fromkeys(self.doors, 0)
         self.policy = (policy, app.dead_ttl_ms)
         self.out = Sender(app, hd, name)
 
-    def _place(self, order: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    def _place(self) -> tuple[dict[str, str], dict[str, str]]:
         """Each step's queue (as the App names it) and job id."""
         names: dict[str | None, str] = {}  # a step's queue as asked -> as the App names it
         queues: dict[str, str] = {}
         ids: dict[str, str] = {}
-        for step in order:
+        for step in self.order:
             call = self.steps[step][0]
             asked = call.opts.queue or call.task.queue
             q = names.get(asked)
@@ -89,25 +91,25 @@ class GraphStore:
             ids[step] = call.opts.job_id or new_job_id()
         return queues, ids
 
-    def _graph(self, order: Sequence[str]) -> str:
+    def _graph(self) -> str:
         """The graph the workflow's record keeps (JSON)."""
         fed = {dep for _, after in self.steps.values() for dep in after}
         steps = {
             name: {"q": self.queues[name], "id": self.ids[name], "after": list(after)}
             for name, (_, after) in self.steps.items()
         }
-        sinks = [name for name in order if name not in fed]
+        sinks = [name for name in self.order if name not in fed]
         return json.dumps({"name": self.name, "steps": steps, "sinks": sinks})
 
-    async def store(self, order: Sequence[str]) -> None:
-        """Store every step, in ``order`` (each after the steps it waits for). Steps go in
+    async def store(self) -> None:
+        """Store every step, in ``self.order`` (each after the steps it waits for). Steps go in
         runs per queue; before a step's calls on other queues (its remote dependencies
         count it in there) or its further dependencies, every run so far is flushed, so
         what they name is stored first. The calls go in order, one round trip in flight:
         the server stores some while the next are built."""
         out = self.out
         try:
-            for step in order:
+            for step in self.order:
                 self._add(step)
                 if len(self.calls) >= PIPELINE:
                     await out.send(self._take())
@@ -163,13 +165,13 @@ class GraphStore:
         for i in range(0, len(items), MAX_JOBS_PER_CALL):
             self.calls.append(deps_call(d, op, head, *items[i : i + MAX_JOBS_PER_CALL]))
 
-    async def open(self, order: Sequence[str]) -> None:
+    async def open(self) -> None:
         """Release the stored graph, and hand on at once what opening put in the outbox
         (rather than at the workers' next reap): the first steps on other queues (counted
         once: the forwarder's copy is a no-op), and those past what one call tells."""
         hd = self.doors[self.home]
         await deps_run(hd, "open", self.wid, max(self.app.result_ttl_default_ms, 0))
-        for step in order:
+        for step in self.order:
             if not self.steps[step][1] and self.queues[step] != self.home:
                 d = self.doors[self.queues[step]]
                 await deps_run(d, "met", self.ids[step], self.gate, "1", "")

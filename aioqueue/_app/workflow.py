@@ -114,10 +114,9 @@ class Workflow:
         Raises:
             WorkflowError: the graph cannot run (nothing was stored).
         """
-        order = self.order()
-        store = GraphStore(self.app, self.name, self._steps, order, self.on_failure, queue)
-        await store.store(order)
-        await store.open(order)
+        store = GraphStore(self.app, self.name, self._steps, self.order(), self.on_failure, queue)
+        await store.store()
+        await store.open()
         return WorkflowHandle(self.app, store.wid, store.home)
 
 
