@@ -250,7 +250,7 @@ def _operator_command(args: argparse.Namespace) -> int:
     return run_admin(args) if command is None else command(args)
 
 
-def _worker_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _worker_command(parser: Parser, args: argparse.Namespace) -> int:
     _check_args(parser, args)
     configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
@@ -318,13 +318,12 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error("--reload needs watchfiles: pip install 'aioqueue[reload]'")
 
 
-def _worker_parser(parser: argparse.ArgumentParser) -> Parser:
+def _worker_parser(parser: Parser) -> Parser:
     """The ``worker`` subcommand's parser (the supervisor rebuilds its workers' command
     lines from its options)."""
-    worker = parser.worker if isinstance(parser, Parser) else None
-    if worker is None:
+    if parser.worker is None:
         raise AssertionError("no worker command")
-    return worker
+    return parser.worker
 
 
 def _choose_server(app: App, args: argparse.Namespace) -> DevServer | None:
