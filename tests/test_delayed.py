@@ -14,16 +14,16 @@ from aioqueue import App, JobState, Queue
 from .support.apps import open_app, unique_prefix
 from .support.invariants import check_invariants
 from .support.server import blocked_in, server_ms
-from .support.waiting import wait_until
+from .support.waiting import PROMPT_S, wait_until
 
 # also on a local Valkey Cluster (tests/conftest.py)
 pytestmark = pytest.mark.cluster
 
 LEASE_MS = 60_000  # long: a lease deadline minus this is the claim's server time
-# "promptly after due": the server times out blocked clients to the millisecond; the margin is
-# for a loaded test machine, still far below the failure it guards against (a missed wake-up
-# leaves a consumer asleep for its whole wait, seconds)
-PROMPT_MS = 250
+# "promptly after due": a missed wake-up leaves a consumer asleep for its whole wait (WAIT_S),
+# ten times the margin
+WAIT_S = 30
+PROMPT_MS = int(PROMPT_S * 1000)
 
 
 async def claim_times(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, int]:
@@ -67,7 +67,7 @@ async def test_a_blocked_consumer_gets_a_delayed_job_promptly_when_due(
         job = await q.enqueue("t", delay=delay)
         due = (await job.info()).due_ms
         assert due is not None
-        (r,) = await q.reserve(wait=5, lease=LEASE_MS / 1000)
+        (r,) = await q.reserve(wait=WAIT_S, lease=LEASE_MS / 1000)
         claimed = (await claim_times(redis, q, [r.id]))[r.id]
         assert r.id == job.id
         assert due <= claimed < due + PROMPT_MS
@@ -83,12 +83,12 @@ async def test_a_consumer_already_blocked_is_woken_for_a_new_delayed_job(
         open_app(redis_url, prefix=prefix, redis_options={"client_name": name}) as consumer,
         open_app(redis_url, prefix=prefix) as producer,
     ):
-        waiting = asyncio.create_task(consumer.queue().reserve(wait=5, lease=LEASE_MS / 1000))
+        waiting = asyncio.create_task(consumer.queue().reserve(wait=WAIT_S, lease=LEASE_MS / 1000))
         await wait_until(lambda: blocked_in(redis, name), what="the consumer to block")
         job = await producer.queue().enqueue("t", delay=0.3)
         due = (await job.info()).due_ms
         assert due is not None
-        (r,) = await asyncio.wait_for(waiting, 5)
+        (r,) = await asyncio.wait_for(waiting, WAIT_S + 5)
         claimed = (await claim_times(redis, producer.queue(), [r.id]))[r.id]
         assert due <= claimed < due + PROMPT_MS
 
@@ -108,12 +108,12 @@ async def test_a_consumer_that_gives_up_does_not_swallow_the_wake_up_of_others(
         # the server serves blocked clients first come, first served: the brief one first
         short = asyncio.create_task(a.queue().reserve(wait=0.6))
         await wait_until(lambda: blocked_in(redis, brief), what="the brief consumer to block")
-        long = asyncio.create_task(b.queue().reserve(wait=10))
+        long = asyncio.create_task(b.queue().reserve(wait=WAIT_S))
         await wait_until(lambda: blocked_in(redis, patient), what="the patient one to block")
         job = await producer.queue().enqueue("t", delay=1.0)
         assert await asyncio.wait_for(short, 5) == []  # it gave up before the job was due
         try:
-            got = await asyncio.wait_for(long, 1.0 + 0.6)  # due in 1 s: not 10 s later
+            got = await asyncio.wait_for(long, 1.0 + PROMPT_MS / 1000)  # not WAIT_S later
         except TimeoutError:
             pytest.fail("the blocked consumer was not woken when the delayed job fell due")
         assert [r.id for r in got] == [job.id]
@@ -131,7 +131,7 @@ async def test_at_takes_absolute_times(app: App, redis: Redis) -> None:
 
     order: list[str] = []
     while len(order) < 3:
-        for r in await q.reserve(wait=5, lease=LEASE_MS / 1000):
+        for r in await q.reserve(wait=WAIT_S, lease=LEASE_MS / 1000):
             order.append(r.id)
             if r.id in dues:
                 claimed = (await claim_times(redis, q, [r.id]))[r.id]

@@ -76,6 +76,11 @@ class ResultWaiter:
             cap = POLL_INTERVAL  # the record is still read once before giving up
         except rexc.ResponseError:  # NOPERM, from subscribe()
             cap = POLL_INTERVAL
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            # the pub/sub connection was lost under the subscription: this wait re-checks
+            # often instead, and the next one subscribes again on a new connection
+            logger.warning("result notifications unavailable (%r); re-checking", exc)
+            cap = POLL_INTERVAL
         while True:
             fut = self.add(channel, key)
             try:
@@ -96,15 +101,25 @@ class ResultWaiter:
             if self._pubsub is None:
                 self._pubsub = self.redis.pubsub()
                 self._sharded = is_cluster(self.redis)
-            if self._sharded:  # on a cluster: on the node that serves the queue's slot
-                await self._pubsub.ssubscribe(channel)
-            else:
-                await self._pubsub.subscribe(channel)
+            try:
+                if self._sharded:  # on a cluster: on the node that serves the queue's slot
+                    await self._pubsub.ssubscribe(channel)
+                else:
+                    await self._pubsub.subscribe(channel)
+            except BaseException:
+                # not subscribed: those waiting for this subscription learn it, the next
+                # wait tries again
+                if self._subscribed.get(channel) is event:
+                    del self._subscribed[channel]
+                event.set()
+                raise
             if self._listener is None:
                 self._listener = asyncio.create_task(self._listen())
         await event.wait()
         if self._refused is not None:
             raise self._refused
+        if self._subscribed.get(channel) is not event:
+            raise rexc.ConnectionError(f"could not subscribe to {channel!r}")
 
     def add(self, channel: str, job_id: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
