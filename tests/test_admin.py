@@ -172,6 +172,7 @@ async def test_requeue_by_id_and_by_filter_resets_attempts(app: App, redis: Redi
 
 # 20,000 job runs in this process: on a busy machine, under coverage, that can take minutes
 # (the backstops below are for a hang; nothing here asserts a duration)
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_requeue_all_of_10000_dead_letters_then_a_fixed_worker_completes_them(
@@ -341,6 +342,7 @@ async def test_groups_show_limit_rate_pause_and_counts(app: App) -> None:
 
 
 # ---------------------------------------------------------------------- paging at scale
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # 100,000 jobs stored and checked: minutes on a busy machine
 async def test_paging_100000_queued_jobs_while_a_worker_takes_them(app: App, redis: Redis) -> None:

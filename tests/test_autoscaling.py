@@ -4,11 +4,10 @@ has waited, in the API (``Queue.wait_time``), ``aioqueue info --json`` and the e
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from aioqueue import App
 
+from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
 
@@ -45,13 +44,8 @@ async def test_wait_time_is_how_long_the_head_of_the_backlog_has_waited(app: App
 
 
 def test_info_json_gives_the_backlog_and_its_wait(app: App) -> None:
-    res = subprocess.run(
-        [sys.executable, "-m", "aioqueue", "info", "-q", "default", "--json", *server(app)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    res = run_aioqueue(["info", "-q", "default", "--json", *server(app)])
+    assert res.returncode == 0, res.stderr
     (row,) = json.loads(res.stdout)["queues"]
     assert row["queued"] == 0
     assert row["wait_s"] is None

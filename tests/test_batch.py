@@ -940,6 +940,7 @@ async def test_the_cancelled_callback_of_a_failed_batch_expires(
 
 
 # ---------------------------------------------------------------------------- scale
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 async def test_ten_thousand_sub_jobs(redis_url: str, redis: Redis) -> None:
     # a 30 s lease, not bapp's 1 s: the callback decodes 10,000 results in one go, and on a
     # loaded machine an event loop blocked past a 1 s lease has its job handed out again (at

@@ -438,6 +438,7 @@ def test_every_script_has_a_row() -> None:
 # a backstop for a hang: what is asserted is each script's server time (INFO commandstats), not
 # the wall time, and filling and draining 200,000 jobs takes 100 s and more on a busy machine
 # (the 120 s default ran out there, 2026-11-28)
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 @pytest.mark.timeout(600)
 async def test_every_script_stays_under_50_ms_at_200k_jobs(full: tuple[App, Redis]) -> None:
     app, raw = full

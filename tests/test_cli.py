@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from aioqueue import App, ConfigurationError, EmbeddedServer, __version__
 from aioqueue._store.embedded import _free_port
 
+from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
 APP_MODULE = textwrap.dedent(
@@ -69,15 +70,7 @@ def cli(
     cwd: Path, *args: str, prefix: str = "cli", timeout: float = 60.0
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m aioqueue ARGS`` to its end."""
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args],
-        cwd=cwd,
-        env=_env(prefix),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_aioqueue(args, cwd=cwd, env=_env(prefix), timeout=timeout)
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

@@ -18,20 +18,14 @@ from aioqueue import App, JobNotFound, JobState, Worker
 from aioqueue._store.embedded import attach_or_start
 
 from .support.apps import unique_prefix
+from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
 
 def cli(
     url: str, prefix: str, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args, "--url", url, "--prefix", prefix],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_aioqueue([*args, "--url", url, "--prefix", prefix], stdin=stdin)
 
 
 def ok_json(url: str, prefix: str, *args: str) -> Any:
@@ -239,13 +233,7 @@ def test_bad_command_lines_and_failures_exit_with_one_line(
 
 
 def test_an_unreachable_server_is_a_failure_not_a_traceback(redis_url: str) -> None:
-    res = subprocess.run(
-        [sys.executable, "-m", "aioqueue", "info", "-q", "x", "--url", "redis://127.0.0.1:1/0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    res = run_aioqueue(["info", "-q", "x", "--url", "redis://127.0.0.1:1/0"])
     one_line_error(res, 1, "ServerUnavailable")
 
 
@@ -333,27 +321,16 @@ def test_every_operator_command_takes_embedded(tmp_path: Path) -> None:
             assert res.returncode == code, (argv, res.stdout, res.stderr)
             assert "ServerUnavailable" not in res.stderr
             assert "Traceback" not in res.stderr
-        assert subprocess.run(  # metrics serves: its --help shows the option
-            [sys.executable, "-m", "aioqueue", "metrics", "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout.count("--embedded")
+        helped = run_aioqueue(["metrics", "--help"])  # metrics serves: --help shows the option
+        assert helped.returncode == 0, helped.stderr
+        assert helped.stdout.count("--embedded")
     finally:
         dev.detach()
 
 
 def embedded_cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *argv, "--embedded"],
-        cwd=cwd,
-        env={k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"}
+    return run_aioqueue([*argv, "--embedded"], cwd=cwd, env=env)
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(redis_url: str) -> None:

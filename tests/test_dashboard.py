@@ -21,6 +21,7 @@ from aioqueue import App, Batch, ConfigurationError, JobState, Worker
 from aioqueue.dashboard import basic_auth, create_app
 
 from .support.browser import free_port
+from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
 AUTH = ("ops", "pw-123")
@@ -309,13 +310,7 @@ async def test_it_mounts_into_fastapi_under_a_path(app: App) -> None:
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", "dashboard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    return run_aioqueue(["dashboard", *args], timeout=timeout, env={"PATH": "/usr/bin:/bin"})
 
 
 def test_the_cli_refuses_to_start_without_credentials() -> None:

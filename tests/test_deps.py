@@ -170,6 +170,7 @@ async def test_cancelling_a_dependency_cancels_its_dependents(wapp: App, tasks: 
     assert (await wapp.queue().jobs("waiting")).items == ()
 
 
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 async def test_more_dependents_than_one_call_tells_are_all_released(
     wapp: App, tasks: WfTasks, redis: Redis
 ) -> None:

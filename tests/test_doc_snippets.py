@@ -3,7 +3,8 @@
 Every ```python block in README.md and docs/*.md is one of two kinds:
 
 - runnable: imports included, no top-level ``await``, a timeout on every wait
-  (``result(timeout=...)``, ``wait(timeout=...)``). Each is run in a subprocess (with a timeout)
+  (``result(timeout=...)``, ``wait(timeout=...)``). Each is run in a process of its own (with a
+  timeout; forked from one that imported aioqueue already, tests/support/prewarmed.py)
   against the suite's server: ``$AIOQUEUE_REDIS_URL`` points at a database of its own, emptied
   first, so ``App()`` with default settings sees no other test's keys. A block whose first line
   is ``# name.py`` is also saved under that name beside every block of its page, so a later
@@ -32,6 +33,7 @@ import signal
 import subprocess
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,7 @@ import pytest
 from redis.asyncio import Redis
 
 from .support.clirun import user_pytest
+from .support.prewarmed import Prewarmed
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
@@ -200,6 +203,13 @@ async def snippet_url(redis_url: str) -> str:
     return url
 
 
+@pytest.fixture(scope="module")
+def prewarmed() -> Iterator[Prewarmed]:
+    """The process the examples are forked from (tests/support/prewarmed.py)."""
+    with Prewarmed() as p:
+        yield p
+
+
 def _stop(proc: subprocess.Popen[str]) -> str:
     """Stop a worker process the way an operator does (SIGTERM), and return its output."""
     if proc.poll() is None:
@@ -214,7 +224,9 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=lambda s: s.where)
-def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> None:
+def test_snippet_runs(
+    snippet: Snippet, snippet_url: str, tmp_path: Path, prewarmed: Prewarmed
+) -> None:
     assert not problems(snippet), "see test_every_block_is_runnable_or_marked"
     for other in snippets(snippet.page):  # the page's named files, importable by the others
         if other.file_name and not other.fragment:
@@ -224,9 +236,6 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
     script.write_text(snippet.program)
     if snippet.setup is not None:
         (tmp_path / "doc_setup.py").write_text((SETUPS / f"{snippet.setup}.py").read_text())
-    command = [sys.executable, script.name]
-    if snippet.pytest:
-        command = user_pytest(script.name)  # in pytest-asyncio's strict mode
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIOQUEUE_")}
     env.update(
         AIOQUEUE_REDIS_URL=snippet_url,
@@ -248,15 +257,18 @@ def test_snippet_runs(snippet: Snippet, snippet_url: str, tmp_path: Path) -> Non
             text=True,
         )
     try:
-        proc = subprocess.run(
-            command,
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
+        if snippet.pytest:
+            proc = subprocess.run(
+                user_pytest(script.name),  # in pytest-asyncio's strict mode
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT,
+                check=False,
+            )
+        else:  # `python snippet_under_test.py`, forked from a process that imported aioqueue
+            proc = prewarmed.run([script.name], cwd=tmp_path, env=env, timeout=RUN_TIMEOUT)
     finally:
         worker_output = _stop(worker) if worker else ""
     assert proc.returncode == 0, (

@@ -26,6 +26,7 @@ from aioqueue._model.keys import QueueKeys
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
+from .support.prewarmed import run_aioqueue
 from .test_signing import outcome, working
 
 pytest.importorskip("cryptography")
@@ -168,10 +169,8 @@ async def test_the_cli_job_command_shows_encrypted_values_as_encrypted(
     app = make_app(redis_url, prefix, encryption_key=ENC_A)
     async with app:
         job = await app.queue().enqueue("greet", [SECRET])
-    command = [sys.executable, "-m", "aioqueue", "job", job.id, "--url", redis_url]
-    proc = await asyncio.to_thread(
-        subprocess.run, [*command, "--prefix", prefix], capture_output=True, text=True, timeout=60
-    )
+    command = ["job", job.id, "--url", redis_url, "--prefix", prefix]
+    proc = await asyncio.to_thread(run_aioqueue, command)
     assert proc.returncode == 0, proc.stderr
     assert "(encrypted)" in proc.stdout
     assert SECRET not in proc.stdout

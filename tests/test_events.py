@@ -10,7 +10,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +29,7 @@ from aioqueue import (
 )
 
 from .support.apps import open_app, unique_prefix
+from .support.prewarmed import run_aioqueue
 from .support.processes import WorkerProcesses
 from .support.server import blocked_in, clients_named
 from .support.waiting import wait_until
@@ -365,13 +365,7 @@ async def test_a_worker_killed_and_buried_shows_as_down(
 
 # ---------------------------------------------------------------------- the command line
 def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", "events", *args, "--url", url, "--prefix", prefix],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_aioqueue(["events", *args, "--url", url, "--prefix", prefix])
 
 
 async def test_the_events_command_switches_and_tails(redis_url: str) -> None:

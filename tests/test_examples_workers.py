@@ -16,6 +16,7 @@ import pytest
 
 from aioqueue._store.embedded import _free_port
 
+from .support.prewarmed import run_aioqueue
 from .support.processes import REPO_ROOT
 from .support.waiting import wait_until
 from .test_health import status_of
@@ -61,13 +62,7 @@ async def test_the_supervised_workers_example_serves_health_and_stops_on_sigterm
     try:
         for p in (port, port + 1):
             await wait_until(functools.partial(_healthy, p), timeout=60, what=f"/healthz on {p}")
-        health = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "aioqueue", "health", "--url", url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        health = await asyncio.to_thread(run_aioqueue, ["health", "--url", url])
         assert health.returncode == 0, health.stdout + health.stderr
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(proc.wait, 60)

@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 import subprocess
-import sys
 
 import pytest
 from redis.asyncio import Redis
@@ -16,6 +15,7 @@ from aioqueue import Worker
 from aioqueue._worker.health import start_health_server
 
 from .support.apps import open_app
+from .support.prewarmed import run_aioqueue
 from .support.processes import REPO_ROOT, WorkerProcesses
 from .support.proxy import ReplyDropProxy
 from .support.waiting import wait_until
@@ -126,13 +126,7 @@ async def test_a_garbled_request_gets_400_and_the_endpoint_keeps_serving() -> No
 
 # ---------------------------------------------------------------------- worker processes
 def health_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", "health", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_aioqueue(["health", *args], cwd=REPO_ROOT)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from aioqueue import App, Backoff, Retry, Worker, current_job
 from aioqueue.metrics import OTHER_GROUPS, QueueCollector, WorkerMetrics, serve
 
 from .support.apps import open_app
+from .support.prewarmed import run_aioqueue
 from .support.processes import REPO_ROOT, WorkerProcesses
 from .support.waiting import wait_until
 
@@ -202,9 +203,9 @@ def start_exporter(url: str, prefix: str, port: int, log: Path) -> subprocess.Po
 
 def info_row(url: str, prefix: str, queue: str) -> dict[str, Any]:
     """The queue's row of ``python -m aioqueue info --json``."""
-    args = [sys.executable, "-m", "aioqueue", "info", "--url", url, "--prefix", prefix]
-    args += ["-q", queue, "--json"]
-    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, check=True, timeout=60)
+    args = ["info", "--url", url, "--prefix", prefix, "-q", queue, "--json"]
+    done = run_aioqueue(args, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
     row: dict[str, Any] = json.loads(done.stdout)["queues"][0]
     return row
 
@@ -310,13 +311,7 @@ async def test_the_endpoint_answers_only_get_metrics_and_503_when_the_read_fails
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_aioqueue(args, cwd=REPO_ROOT)
 
 
 def test_bad_ports_are_refused_before_anything_starts() -> None:

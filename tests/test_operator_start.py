@@ -27,6 +27,7 @@ from aioqueue import App, StartupFailed, UnknownTask, UsageError, Worker
 from aioqueue._queue.tasktable import REFRESH, lookup, register
 
 from .support.apps import unique_prefix
+from .support.prewarmed import run_aioqueue
 from .support.processes import WorkerProcess
 from .support.waiting import wait_until
 
@@ -91,15 +92,7 @@ def cli(cwd: Path, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m aioqueue ARGS`` with the app module's prefix (``--prefix`` too, but for
     ``worker``, whose App gives it), to its end."""
     where = () if args[0] == "worker" else ("--prefix", prefix)
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args, *where],
-        cwd=cwd,
-        env=_env(prefix),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_aioqueue([*args, *where], cwd=cwd, env=_env(prefix), timeout=90)
 
 
 class Workers:

@@ -633,6 +633,7 @@ async def timed_claim(q: Queue) -> float:
     return elapsed
 
 
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 async def test_claim_cost_does_not_grow_with_blocked_groups(app: App, redis: Redis) -> None:
     """2,000 groups with queued jobs that cannot run (1,000 at their limit, 1,000 paused)
     are parked out of the ring: a claim never looks at them, so it costs what it costs with

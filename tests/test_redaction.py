@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import traceback
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from aioqueue import App
 from aioqueue._model.safetext import HIDDEN, redact_url
 from aioqueue.testing import unique_prefix
 
+from .support.prewarmed import run_aioqueue
 from .support.sentinel import free_port
 
 # a base64-like password: "/" and "+" and "=" in it, each piece long enough to be spotted
@@ -101,10 +100,8 @@ async def test_no_exception_or_log_record_shows_the_password(
 
 @pytest.mark.parametrize("url", URLS.values(), ids=list(URLS))
 def test_the_cli_never_prints_the_password(url: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "aioqueue", "info", "--url", url],
-        capture_output=True,
-        text=True,
+    proc = run_aioqueue(
+        ["info", "--url", url],
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )

@@ -28,6 +28,7 @@ from aioqueue._cli.supervisor import (
     worker_argv,
 )
 
+from .support.prewarmed import run_aioqueue
 from .support.processes import REPO_ROOT, WorkerProcesses, run_records
 from .support.waiting import wait_until
 
@@ -185,13 +186,7 @@ async def test_burst_workers_that_finish_are_not_restarted(
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", "worker", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_aioqueue(["worker", *args], cwd=REPO_ROOT, timeout=timeout)
 
 
 def test_an_app_that_cannot_be_imported_exits_1_with_one_line() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from aioqueue.dashboard._security import local_hosts
 from aioqueue.metrics import EVENTS, QueueCollector
 
 from .support.browser import free_port
+from .support.prewarmed import run_aioqueue
 from .support.server import text
 from .support.waiting import wait_until
 
@@ -138,6 +140,7 @@ async def plant_fake_queues(redis: Redis, prefix: str, n: int) -> None:
     await pipe.execute()
 
 
+@pytest.mark.no_cover  # a test of scale: coverage paused (tests/conftest.py, "Coverage")
 async def test_planted_queues_never_crowd_out_the_real_ones(app: App, redis: Redis) -> None:
     real = ["zeta", "omega", "yotta"]  # sorted after "fake...": a SCAN would find fakes first
     await plant_fake_queues(redis, app.prefix, 20_000)
@@ -276,11 +279,8 @@ def test_json_output_is_json_native() -> None:
 async def test_workers_json_prints_iso_8601_times(app: App, aioqueue_url: str) -> None:
     async with Worker(app, concurrency=1) as w:
         await asyncio.wait_for(w.ready.wait(), 30)
-        cmd = [sys.executable, "-m", "aioqueue", "workers", "--json", "--url", aioqueue_url]
-        cmd += ["--prefix", app.prefix]
-        proc = await asyncio.to_thread(
-            subprocess.run, cmd, capture_output=True, text=True, timeout=60, cwd=ROOT
-        )
+        cmd = ["workers", "--json", "--url", aioqueue_url, "--prefix", app.prefix]
+        proc = await asyncio.to_thread(functools.partial(run_aioqueue, cmd, cwd=ROOT))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     (worker,) = out["workers"]

@@ -6,9 +6,7 @@ test_registry.py, so each reason is set up exactly."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import httpx
 import pytest
@@ -18,6 +16,7 @@ from aioqueue import App, JobState, JobWhy, WhyReason
 from aioqueue._queue.tasktable import register
 from aioqueue.dashboard import basic_auth, create_app
 
+from .support.prewarmed import run_aioqueue
 from .support.server import RoundTrips, server_ms
 
 LEASE_MS = 60_000
@@ -251,14 +250,7 @@ async def test_the_cli_prints_every_reason_and_json(app: App, redis_url: str) ->
     await q.pause()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "aioqueue", "why", *args, "--url", redis_url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=dict(os.environ),
-        )
+        return run_aioqueue(["why", *args, "--url", redis_url])
 
     res = run(job.id, "--prefix", app.prefix)
     assert res.returncode == 0, res.stderr

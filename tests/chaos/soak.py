@@ -58,6 +58,8 @@ from aioqueue._model.keys import QueueKeys
 from aioqueue._store.loader import SCRIPTS
 
 from ..support.invariants import check_invariants
+from ..support.prewarmed import spawn_aioqueue
+from ..support.processes import Process
 from ..support.server import text
 from .chaosapp import POISON_EXIT, WF_QUEUES, WfKeys, done_key, register_workflows, started_key
 from .cluster import ClusterServer
@@ -180,7 +182,7 @@ def plan_jobs(cfg: SoakConfig, rng: random.Random) -> list[JobPlan]:
 # ---------------------------------------------------------------------- worker processes
 @dataclass(slots=True)
 class _Proc:
-    popen: subprocess.Popen[bytes]
+    popen: Process
     name: str
     log: Path
 
@@ -224,15 +226,12 @@ class WorkerPool:
             CHAOS_DEAD_TTL=str(self.cfg.dead_ttl),
             CHAOS_CLIENT_NAME=name,
         )
-        args = [sys.executable, "-m", "aioqueue", "worker", "tests.chaos.chaosapp:app"]
+        args = ["worker", "tests.chaos.chaosapp:app"]
         args += ["--url", self.url, "--concurrency", str(self.cfg.concurrency), "--grace", "5"]
         args += ["--log-level", "WARNING"]
         if self.cfg.workflows:
             args += [a for q in ("default", *WF_QUEUES) for a in ("-q", q)]
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
+        popen = spawn_aioqueue(args, cwd=REPO_ROOT, env=env, log=log)
         proc = _Proc(popen, name, log)
         self.all.append(proc)
         return proc

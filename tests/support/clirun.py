@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from .prewarmed import run_aioqueue
+
 
 def aioqueue_cli(
     url: str, prefix: str, *args: str, env: dict[str, str] | None = None
@@ -14,14 +16,7 @@ def aioqueue_cli(
     this process's environment, from which ``$AIOQUEUE_SIGNING_KEY`` is dropped)."""
     full = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_SIGNING_KEY"}
     full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "aioqueue", *args, "--url", url, "--prefix", prefix],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=full,
-    )
+    return run_aioqueue([*args, "--url", url, "--prefix", prefix], env=full)
 
 
 def user_pytest(*args: str) -> list[str]:

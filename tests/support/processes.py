@@ -12,17 +12,16 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
 from ..workerapp import done_key, runs_key, starts_key
+from .prewarmed import spawn_aioqueue
 from .server import blocked_in, text
 from .waiting import wait_until
 
@@ -56,11 +55,25 @@ async def side_effects(redis: Redis, prefix: str) -> tuple[dict[str, int], dict[
     )
 
 
+class Process(Protocol):
+    """What the tests use of a process: ``subprocess.Popen``'s, or a prewarmed fork's."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | Any: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
 @dataclass(slots=True)
 class WorkerProcess:
-    """One worker process: its Popen, its client name and its log file."""
+    """One worker process (forked from a prewarmed process: tests/support/prewarmed.py), its
+    client name and its log file."""
 
-    popen: subprocess.Popen[bytes]
+    popen: Process
     name: str
     log: Path
     started: float = field(default_factory=time.monotonic)
@@ -134,13 +147,10 @@ class WorkerProcesses:
             AIOQUEUE_TEST_LEASE=str(self.lease if lease is None else lease),
             AIOQUEUE_TEST_NAME=name,
         )
-        args = [sys.executable, "-m", "aioqueue", "worker", self.app]
+        args = ["worker", self.app]
         args += ["--url", self.url, "--concurrency", str(concurrency), "--grace", str(grace)]
         args += ["--log-level", "INFO", *extra]
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
+        popen = spawn_aioqueue(args, cwd=REPO_ROOT, env=env, log=log)
         proc = WorkerProcess(popen, name, log)
         self.procs.append(proc)
         return proc
