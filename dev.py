@@ -126,9 +126,29 @@ def pytest_args(args: list[str]) -> list[str]:
     return [*defaults, *args]
 
 
+# Bytecode. A run starts hundreds of Python processes (the xdist workers, worker and command
+# line processes), each importing aioqueue and its dependencies, and each xdist worker imports
+# every test module with its asserts rewritten by pytest. Where PYTHONDONTWRITEBYTECODE is set
+# (some containers set it), none of that is cached: every process compiles it all again, and
+# the four workers took 35 s (60 s of CPU) before the first test, 12 s (20 s) with the caches
+# (docs/development.md, "Durations"). The suite writes them (into __pycache__/, ignored by
+# git), and when the tests' rewritten modules are not cached yet, one process collects the
+# suite first, so that the workers find them instead of each rewriting them all.
+def warm_caches(args: list[str]) -> None:
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if PARALLEL[0] not in pytest_args(args):
+        return
+    if not any((ROOT / "tests" / "__pycache__").glob("conftest.*-pytest-*.pyc")):
+        collect = [str(PYTHON), "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist"]
+        collect += ["--no-cov", "-p", "no:cacheprovider"]
+        print(f"+ {shlex.join(collect)} > /dev/null  # the caches, once", flush=True)
+        subprocess.call(collect, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
 def test(args: list[str]) -> int:
     """Run pytest (in parallel, with coverage) with ``args``, returning its exit code."""
     setup([])
+    warm_caches(args)
     return run(PYTHON, "-m", "pytest", *pytest_args(args), check=False)
 
 

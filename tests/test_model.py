@@ -778,21 +778,25 @@ class StoreMachine(RuleBasedStateMachine):
         backlog = sum((await self.queue.backlog()).values())
         waiting = sum(job.state in ("queued", "scheduled") for job in model.jobs.values())
         assert backlog == waiting, f"backlog counted {backlog}, model {waiting}: {self.steps[-5:]}"
+        pipe = self.redis.pipeline(transaction=False)  # every job's record: one round trip
+        for job_id in model.jobs:
+            pipe.hmget(k.job(job_id), ["a", "m", "l", "e"])
+            pipe.pttl(k.job(job_id))
+        replies = iter(await pipe.execute())
         for job_id, job in model.jobs.items():
-            raw_a, raw_m, raw_tok = await self.redis.hmget(k.job(job_id), ["a", "m", "l"])
+            (raw_a, raw_m, raw_tok, raw_err), ttl = next(replies), next(replies)
             # absent, a is 0 and m the default (a new record stores neither then)
             a, m, tok = int(raw_a or 0), int(raw_m or DEFAULT_MAX_ATTEMPTS), text(raw_tok)
             assert a == job.a, f"{job_id}: attempts {a!r}, model {job.a}"
             assert job.a <= job.m == m, f"{job_id}: {job.a} attempts of {job.m}"  # I5
             if job.token is not None:
                 assert tok == job.token, f"{job_id}: token {tok!r}, model {job.token}"
-            ttl = await self.redis.pttl(k.job(job_id))
             if job.state in ("completed", "failed", "cancelled"):  # I8
                 assert ttl > 0, f"finished job {job_id} has no TTL ({ttl})"
             else:
                 assert ttl == -1, f"unfinished job {job_id} has a TTL ({ttl})"
             if job.state == "failed":
-                err = text(await self.redis.hget(k.job(job_id), "e"))
+                err = text(raw_err)
                 assert job.error is not None
                 assert job.error in err, f"{job_id}: error {err!r}, model {job.error}"
         ready = [text(x) for x in await members(self.redis, k.ready, b"list")]
@@ -808,14 +812,16 @@ class StoreMachine(RuleBasedStateMachine):
         """Each job's step hash (its steps, wait ends and payloads), the wait its record
         names, and each event's set of waiters are the model's."""
         k, model = self.keys, self.model
+        pipe = self.redis.pipeline(transaction=False)  # one round trip for every job
+        for job_id in model.jobs:
+            pipe.hgetall(k.steps(job_id))
+            pipe.hmget(k.job(job_id), ["wv", "wn"])
+        replies = iter(await pipe.execute())
         for job_id, job in model.jobs.items():
-            raw = await self.redis.hgetall(k.steps(job_id))
+            raw, waits = next(replies), next(replies)
             stored = {text(f): v for f, v in raw.items() if text(f) != "ct"}
             assert stored == job.recorded(), f"{job_id}: steps {stored}, model {job.recorded()}"
-            wv, wn = (
-                None if v is None else text(v)
-                for v in await self.redis.hmget(k.job(job_id), ["wv", "wn"])
-            )
+            wv, wn = (None if v is None else text(v) for v in waits)
             model_wn = None if job.wn is None else str(job.wn)
             assert (wv, wn) == (job.wv, model_wn), f"{job_id}: waits for {wv} #{wn}"
         for key, waiting in model.events.items():
