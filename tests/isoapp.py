@@ -44,16 +44,23 @@ def area(box: Box) -> int:
     return box.w * box.h
 
 
+def _write_pid(path: str) -> None:
+    """The child's pid into ``path``, whole once it exists (a test waits for the file, then
+    reads it: a plain write let it read an empty file, once, on a busy machine)."""
+    Path(path + ".part").write_text(str(os.getpid()))
+    os.replace(path + ".part", path)
+
+
 def spin(path: str) -> None:
     """Write the child's pid, then spin on the CPU for good."""
-    Path(path).write_text(str(os.getpid()))
+    _write_pid(path)
     while True:
         pass
 
 
 def sleep_sync(path: str) -> None:
     """Write the child's pid, then block for good (a call a thread's timeout cannot stop)."""
-    Path(path).write_text(str(os.getpid()))
+    _write_pid(path)
     time.sleep(3600)
 
 

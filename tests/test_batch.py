@@ -48,7 +48,7 @@ from aioqueue._store.outcomes import FailMode, Outcome
 from aioqueue._store.wire import use_functions
 
 from .batchapp import BatchTasks, Keys, register
-from .support.apps import open_app, unique_prefix
+from .support.apps import drop_keys, open_app, unique_prefix
 from .support.invariants import check_invariants
 from .support.proxy import ReplyDropProxy
 from .support.server import clients_named, server_ms, text
@@ -948,6 +948,7 @@ async def test_ten_thousand_sub_jobs(redis_url: str, redis: Redis) -> None:
     async with open_app(redis_url, lease=30.0) as app:
         t = register(app, other_queue=OTHER)
         await _ten_thousand_sub_jobs(app, t, redis)
+        await drop_keys(redis, app.prefix)
 
 
 async def _ten_thousand_sub_jobs(bapp: App, t: BatchTasks, redis: Redis) -> None:

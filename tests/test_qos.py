@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from aioqueue import App, ConfigurationError, JobState, Queue, Reservation, Task, Worker
 
-from .support.apps import open_app
+from .support.apps import drop_keys, open_app
 from .support.instrumented import Gate, instrument, stopping
 from .support.invariants import check_invariants
 from .support.server import blocked_in, clients_named, server_ms
@@ -668,6 +668,7 @@ async def test_claim_cost_does_not_grow_with_blocked_groups(app: App, redis: Red
     assert loaded < 3 * base, f"{loaded * 1e6:.0f} us vs {base * 1e6:.0f} us per claim"
     assert await crowded.reserve(100) == []
     assert await crowded.counts() == {"scheduled": 0, "queued": 2000, "active": 1300, "failed": 0}
+    await drop_keys(redis, app.prefix)
 
 
 async def test_counts_include_every_lane_and_every_parked_group(app: App, redis: Redis) -> None:

@@ -28,6 +28,7 @@ from aioqueue.dashboard import create_app
 from aioqueue.dashboard._security import local_hosts
 from aioqueue.metrics import EVENTS, QueueCollector
 
+from .support.apps import drop_keys
 from .support.browser import free_port
 from .support.prewarmed import run_aioqueue
 from .support.server import text
@@ -161,6 +162,7 @@ async def test_planted_queues_never_crowd_out_the_real_ones(app: App, redis: Red
         names = [s.name for s in collector._snapshot]
         assert names[:3] == sorted(real)
         assert len(names) <= 1000
+    await drop_keys(redis, app.prefix)
 
 
 async def test_a_queue_declared_by_the_app_comes_first(app: App, redis: Redis) -> None:

@@ -37,3 +37,29 @@ def app_from_env(default_prefix: str) -> App:
         backoff=Backoff(base=0.05, factor=2.0, max=0.5, jitter=0.0),
         redis_options={"client_name": name} if name else None,
     )
+
+
+async def drop_keys(redis: Any, prefix: str) -> int:
+    """Delete every key of ``prefix`` (a unique prefix: ``*prefix*``); how many.
+
+    The tests of scale call it at their end: the 100,000 jobs one of them leaves on the shared
+    server would make every later SCAN there (the invariant checks scan the key space) walk
+    them all, for the rest of the run.
+    """
+    dropped = 0
+    batch: list[Any] = []
+    async for key in redis.scan_iter(match=f"*{prefix}*", count=5000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            dropped += await _unlink(redis, batch)
+            batch = []
+    if batch:
+        dropped += await _unlink(redis, batch)
+    return dropped
+
+
+async def _unlink(redis: Any, keys: list[Any]) -> int:
+    pipe = redis.pipeline(transaction=False)  # one key a command: a Cluster's keys span slots
+    for key in keys:
+        pipe.execute_command("UNLINK", key)  # (a Cluster pipeline's unlink() is a coroutine)
+    return sum(await pipe.execute())
