@@ -130,7 +130,7 @@ def pytest_args(args: list[str]) -> list[str]:
 # line processes), each importing aioqueue and its dependencies, and each xdist worker imports
 # every test module with its asserts rewritten by pytest. Where PYTHONDONTWRITEBYTECODE is set
 # (some containers set it), none of that is cached: every process compiles it all again, and
-# the four workers took 35 s (60 s of CPU) before the first test, 12 s (20 s) with the caches
+# four workers took 35 s (60 s of CPU) before the first test, 12 s (20 s) with the caches
 # (docs/development.md, "Durations"). The suite writes them (into __pycache__/, ignored by
 # git), and when the tests' rewritten modules are not cached yet, one process collects the
 # suite first, so that the workers find them instead of each rewriting them all.
