@@ -134,9 +134,11 @@ def pytest_args(args: list[str]) -> list[str]:
 # (docs/development.md, "Durations"). The suite writes them (into __pycache__/, ignored by
 # git), and when the tests' rewritten modules are not cached yet, one process collects the
 # suite first, so that the workers find them instead of each rewriting them all.
-def warm_caches(args: list[str]) -> None:
+def warm_caches(argv: list[str]) -> None:
+    """Before ``pytest argv``: bytecode written, and the rewrite cache when ``argv`` runs in
+    parallel."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    if PARALLEL[0] not in pytest_args(args):
+    if PARALLEL[0] not in argv:
         return
     if not any((ROOT / "tests" / "__pycache__").glob("conftest.*-pytest-*.pyc")):
         collect = [str(PYTHON), "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist"]
@@ -148,8 +150,9 @@ def warm_caches(args: list[str]) -> None:
 def test(args: list[str]) -> int:
     """Run pytest (in parallel, with coverage) with ``args``, returning its exit code."""
     setup([])
-    warm_caches(args)
-    return run(PYTHON, "-m", "pytest", *pytest_args(args), check=False)
+    argv = pytest_args(args)
+    warm_caches(argv)
+    return run(PYTHON, "-m", "pytest", *argv, check=False)
 
 
 def package_map(_: list[str]) -> int:

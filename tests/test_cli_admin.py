@@ -18,14 +18,9 @@ from aioqueue import App, JobNotFound, JobState, Worker
 from aioqueue._store.embedded import attach_or_start
 
 from .support.apps import unique_prefix
+from .support.clirun import aioqueue_cli as cli
 from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
-
-
-def cli(
-    url: str, prefix: str, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return run_aioqueue([*args, "--url", url, "--prefix", prefix], stdin=stdin)
 
 
 def ok_json(url: str, prefix: str, *args: str) -> Any:

@@ -20,8 +20,8 @@ from aioqueue._model.keys import QueueKeys
 from aioqueue._model.safetext import EscapingFormatter, escape
 from aioqueue.testing import unique_prefix
 
+from .support.clirun import aioqueue_cli as cli
 from .support.waiting import wait_until
-from .test_cli_admin import cli
 
 HOSTILE_ERROR = "\x1b]0;owned\x07\x1b[2J"
 HOSTILE_TASK = "evil\x1b[31m\u202etask\r\nFORGED"

@@ -29,7 +29,7 @@ from aioqueue import (
 )
 
 from .support.apps import open_app, unique_prefix
-from .support.prewarmed import run_aioqueue
+from .support.clirun import aioqueue_cli
 from .support.processes import WorkerProcesses
 from .support.server import blocked_in, clients_named
 from .support.waiting import wait_until
@@ -365,7 +365,7 @@ async def test_a_worker_killed_and_buried_shows_as_down(
 
 # ---------------------------------------------------------------------- the command line
 def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_aioqueue(["events", *args, "--url", url, "--prefix", prefix])
+    return aioqueue_cli(url, prefix, "events", *args)
 
 
 async def test_the_events_command_switches_and_tails(redis_url: str) -> None:

@@ -1,4 +1,5 @@
-"""Running ``python -m aioqueue`` as a user runs it: a subprocess, against a server and prefix."""
+"""Running ``python -m aioqueue`` as a user runs it: a process of its own (forked from a
+prewarmed one: prewarmed.py), against a server and prefix."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from .prewarmed import run_aioqueue
 
 
 def aioqueue_cli(
-    url: str, prefix: str, *args: str, env: dict[str, str] | None = None
+    url: str,
+    prefix: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m aioqueue ARGS --url URL --prefix PREFIX``; ``env``: variables to set (over
-    this process's environment, from which ``$AIOQUEUE_SIGNING_KEY`` is dropped)."""
+    """``python -m aioqueue ARGS --url URL --prefix PREFIX`` to its end (``stdin``: its input);
+    ``env``: variables to set (over this process's environment, from which
+    ``$AIOQUEUE_SIGNING_KEY`` is dropped)."""
     full = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_SIGNING_KEY"}
     full.update(env or {})
-    return run_aioqueue([*args, "--url", url, "--prefix", prefix], env=full)
+    return run_aioqueue([*args, "--url", url, "--prefix", prefix], env=full, stdin=stdin)
 
 
 def user_pytest(*args: str) -> list[str]:

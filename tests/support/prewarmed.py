@@ -126,6 +126,30 @@ for pid in spawned:  # the test process is gone: none of its programs outlives i
 """
 
 
+def _program(
+    args: list[str],
+    cwd: Path | str,
+    env: dict[str, str],
+    *,
+    stdout: Path,
+    stderr: Path,
+    stdin: Path | None = None,
+    module: str | None = None,
+    script: str | None = None,
+) -> dict[str, object]:
+    """What the prewarmed process's ``child`` needs to run one program."""
+    return {
+        "cwd": str(cwd),
+        "env": env,
+        "stdout": str(stdout),
+        "stderr": str(stderr),
+        "stdin": None if stdin is None else str(stdin),
+        "module": module,
+        "script": script,
+        "args": args,
+    }
+
+
 class Prewarmed:
     """Runs programs in children forked from one process that imported aioqueue already.
 
@@ -182,19 +206,9 @@ class Prewarmed:
     def spawn(self, args: list[str], *, cwd: Path | str, env: dict[str, str], log: Path) -> Forked:
         """``python -m ARGS[0] ARGS[1:]`` started in a forked child, its output (both streams)
         written to ``log``; returns at once."""
-        request = {
-            "op": "spawn",
-            "cwd": str(cwd),
-            "env": env,
-            "stdout": str(log),
-            "stderr": str(log),
-            "stdin": None,
-            "module": args[0],
-            "script": None,
-            "args": args[1:],
-        }
+        request = _program(args[1:], cwd, env, stdout=log, stderr=log, module=args[0])
         with self._lock:
-            pid = self._call(request)["pid"]
+            pid = self._call({**request, "op": "spawn"})["pid"]
         return Forked(self, pid, [sys.executable, "-m", *args])
 
     def run(
@@ -219,18 +233,17 @@ class Prewarmed:
             given = Path(self._dir.name, "stdin")
             if stdin is not None:
                 given.write_text(stdin)
-            request = {
-                "cwd": str(cwd),
-                "env": env,
-                "timeout": timeout,
-                "stdout": str(out),
-                "stderr": str(err),
-                "stdin": None if stdin is None else str(given),
-                "module": module,
-                "script": None if module else args[0],
-                "args": args if module else args[1:],
-            }
-            reply = self._call(request)
+            request = _program(
+                args if module else args[1:],
+                cwd,
+                env,
+                stdout=out,
+                stderr=err,
+                stdin=None if stdin is None else given,
+                module=module,
+                script=None if module else args[0],
+            )
+            reply = self._call({**request, "timeout": timeout})
             stdout, stderr = out.read_text(), err.read_text()
         command = [sys.executable, *(["-m", module] if module else []), *args]
         if reply["timed_out"]:
@@ -238,7 +251,16 @@ class Prewarmed:
         return subprocess.CompletedProcess(command, reply["rc"], stdout, stderr)
 
 
-_shared: Prewarmed | None = None
+# one prewarmed process per role and test process, started on first use, stopped at exit: the
+# spawner has its own, so that a start never waits behind a program run to its end
+_STARTED: dict[str, Prewarmed] = {}
+
+
+def _prewarmed(role: str) -> Prewarmed:
+    if role not in _STARTED:
+        started = _STARTED[role] = Prewarmed().__enter__()
+        atexit.register(started.__exit__, None, None, None)
+    return _STARTED[role]
 
 
 def run_aioqueue(
@@ -252,11 +274,7 @@ def run_aioqueue(
     """``python -m aioqueue ARGS`` to its end, as ``subprocess.run(..., capture_output=True,
     text=True)`` runs it (``env``: this process's environment when not given), forked from this
     test process's prewarmed process (started on first use, stopped at exit)."""
-    global _shared
-    if _shared is None:
-        _shared = Prewarmed().__enter__()
-        atexit.register(_shared.__exit__, None, None, None)
-    return _shared.run(
+    return _prewarmed("run").run(
         list(args),
         module="aioqueue",
         cwd=os.getcwd() if cwd is None else cwd,
@@ -298,15 +316,8 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-_spawner: Prewarmed | None = None
-
-
 def spawn_aioqueue(args: list[str], *, cwd: Path | str, env: dict[str, str], log: Path) -> Forked:
     """``python -m aioqueue ARGS``, running on (a worker, an exporter) in a forked child of this
     test process's prewarmed spawner: a process of its own, started a third of a CPU second
-    sooner. Its own prewarmed process: a spawn never waits behind a program run to its end."""
-    global _spawner
-    if _spawner is None:
-        _spawner = Prewarmed().__enter__()
-        atexit.register(_spawner.__exit__, None, None, None)
-    return _spawner.spawn(["aioqueue", *args], cwd=cwd, env=env, log=log)
+    sooner."""
+    return _prewarmed("spawn").spawn(["aioqueue", *args], cwd=cwd, env=env, log=log)
