@@ -1327,7 +1327,10 @@ async def test_garbage_in_what_why_reads_still_gives_an_answer(
 #: dependency flow meets it: ``when`` "before" the dependent is enqueued, or "after" it
 DEPENDENCY_FAMILIES = {
     "waiting-string": ("waiting", "before"),
+    # (a set of dependents is made for the second: the first is kept in the record's dd)
     "dependents-string": ("dependents", "before"),
+    # the lone dependent kept in the dependency's record, garbage before it gains one
+    "dd-garbage": ("dd", "before"),
     "deps-hash": ("deps", "after"),
     "dl-garbage": ("dl", "after"),
     "dp-garbage": ("dp", "after"),
@@ -1361,9 +1364,13 @@ async def test_garbage_in_every_dependency_key_is_contained(
         k = q._keys
         a = await dep.enqueue(1)
         key = {"waiting": k.waiting, "dependents": k.dependents(a.id)}.get(what, "")
-        if when == "before":
+        if what == "dd":
+            await redis.hset(k.job(a.id), "dd", "\xff{garbage")
+        elif when == "before":
             await redis.set(key, "garbage")
         c = await dependent.options(depends_on=[a]).enqueue("c")
+        # a second dependent: the dependents go to their set (the first alone stays in dd)
+        c2 = await dependent.options(depends_on=[a]).enqueue("c2")
         if what == "deps":
             key = k.deps(c.id)
             await redis.delete(key)
@@ -1379,6 +1386,7 @@ async def test_garbage_in_every_dependency_key_is_contained(
             assert await plain.result(timeout=30) == {other.id: 2}
             await a.result(timeout=30)
             await wait_until(lambda: _ended(c), timeout=30, what="the dependent to end")
+            await wait_until(lambda: _ended(c2), timeout=30, what="the second dependent to end")
         info = await c.info()
         if what == "deps":
             assert info.state is JobState.FAILED
@@ -1392,6 +1400,10 @@ async def test_garbage_in_every_dependency_key_is_contained(
             assert await redis.type(key) == b"hash"
         if what in ("waiting", "dependents", "deps", "depres"):
             assert key in await garbled_keys(redis, k)
+        if what == "dd":  # the garbage read as a dependent: its outbox entry is set aside
+            garbled = await garbled_keys(redis, k)
+            assert garbled == {k.outbox: "an entry that cannot be read"}
+        assert (await c2.info()).state is JobState.COMPLETED
         assert (await q.jobs("waiting")).items == ()
         await check_invariants(redis, k)
 

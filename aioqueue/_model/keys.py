@@ -71,7 +71,8 @@ Dependencies (see lua/lib/deps.lua; docs/workflows.md)::
     <prefix>:{<queue>}:waiting      ZSET   jobs waiting for dependencies, by when they began
     <prefix>:{<queue>}:deps:<id>    SET    the dependencies job <id> still waits for (members:
                                            their queue's key base followed by their id)
-    <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise)
+    <prefix>:{<queue>}:dependents:<id> SET the jobs waiting for job <id> (members likewise), once
+                                       it has two (a lone one is in its record's dd)
 A job's extras, which live and die with its record (see extras_of in lua/lib/core.lua)::
 
     <prefix>:{<queue>}:step:<id>    HASH   its durable steps' results (lua/step.lua): field

@@ -92,7 +92,8 @@ elseif op == 'cancel' then
     if cancel_waiting(member, mk, now, ttl) then
       n = n + 1
       -- its dependents, if any, end with it (its batch is cancelled: not counted there)
-      if call('HGET', mk, 'dd') then deps_outcome(member, false, now) end
+      local dd = call('HGET', mk, 'dd')
+      if dd then deps_outcome(member, false, now, nil, dd) end
     end
   end
   if n > 0 then call('HINCRBY', K_STATS, 'cancelled', n) end

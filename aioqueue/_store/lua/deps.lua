@@ -100,7 +100,7 @@ if op == 'park' then
   local id, tok = ARGV[3], ARGV[4]
   local jk = job_key(id)
   local deps = tail(7)
-  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk', 'o')
+  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk', 'o', 'xk')
   if not r[1] then return -1 end
   if r[1] ~= 'active' or r[2] ~= tok then return -2 end
   local missing = dep_missing(deps)
@@ -111,7 +111,8 @@ if op == 'park' then
   if r[6] then LIM.limits_done(r[6], jk) end
   -- the attempt is not spent: a park is not a failure
   local a = count_of(r[3]) or 1
-  call('HSET', jk, 'a', math.max(a - 1, 0), 'rl', tok)
+  -- (and its children's results, kept for it, follow its record: xk, lib/core)
+  call('HSET', jk, 'a', math.max(a - 1, 0), 'rl', tok, 'xk', r[7] or 'r')
   dep_wait(id, jk, deps, ARGV[5], tonumber(ARGV[6]) or 0, now)
   if has_ready() then wake() end
   return 1
@@ -175,7 +176,7 @@ if op == 'more' then
   check_count((#ARGV - 2) / 3)
   local left = 0
   for i = 3, #ARGV - 2, 3 do
-    if deps_outcome(ARGV[i], ARGV[i + 1] == '1', now, ARGV[i + 2]) then left = 1 end
+    if deps_outcome(ARGV[i], ARGV[i + 1] == '1', now, ARGV[i + 2], '1') then left = 1 end
   end
   emit_flush()
   return left

@@ -89,7 +89,7 @@ local function do_complete(first, n, now)
       -- straight away (batch_outcome would read its record again)
       local fwd = false
       if r[5] then fwd = batch_outcome(id, jk, true, res, now)
-      elseif r[10] then fwd = deps_outcome(id, true, now, dep_kept(r[8], res)) end
+      elseif r[10] then fwd = deps_outcome(id, true, now, dep_kept(r[8], res), r[10]) end
       if r[9] then follow_record(id, r[9], ttl) end
       if ttl == 0 then
         call('DEL', jk)

@@ -128,7 +128,7 @@ batch_outcome = function(id, jk, ok, value, now)
   local r = call('HMGET', jk, 'b', 'bh', 'bm', 'dd')
   local kept = nil
   if r[4] and ok then kept = dep_kept(call('HGET', jk, 't'), value) end
-  local forwarded = r[4] and deps_outcome(id, ok, now, kept) or false
+  local forwarded = r[4] and deps_outcome(id, ok, now, kept, r[4]) or false
   if not r[1] then return forwarded end
   if not r[2] then
     batch_apply(r[1], id, ok, value, now)

@@ -295,15 +295,19 @@ local function extras_of(id)
 end
 
 -- make a record's extras (xk: its field) follow it: ttl ms > 0 expire with it, 0 deleted
--- with it, -1 kept for good with it (a record given back its life: requeue)
+-- with it, -1 kept for good with it (a record given back its life: requeue). xk 'r': only
+-- the results of its dependencies can exist (a dependent's record is stored with it, lib/deps);
+-- anything else: any of the three
 local function follow_record(id, xk, ttl)
   if not xk then return end
   local sk, lk, rk = extras_of(id)
+  local keys = {sk, lk, rk}
+  if xk == 'r' then keys = {rk} end
   if ttl == 0 then
-    call('DEL', sk, lk, rk)
+    call('DEL', unpack(keys))
     return
   end
-  for _, k in ipairs({sk, lk, rk}) do
+  for _, k in ipairs(keys) do
     if ttl > 0 then call('PEXPIRE', k, ttl) else call('PERSIST', k) end
   end
 end

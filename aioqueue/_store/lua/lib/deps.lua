@@ -3,7 +3,8 @@
   failed or was cancelled, follows its policy). Members name a job on any queue: its queue's
   key base followed by its id ("<prefix>:{<queue>}:<id>").
   base.."deps:"..id        SET   the dependencies job id still waits for (members)
-  base.."dependents:"..id  SET   the jobs waiting for job id (members)
+  base.."dependents:"..id  SET   the jobs waiting for job id (members), once it has two or more;
+                                 a lone dependent is kept in its record's dd itself
   base.."waiting"          ZSET  jobs waiting for dependencies, by when they started to wait
   base.."depres:"..id      HASH  the results of job id's completed dependencies, kept for it:
                                  member -> '<task>\0<result as stored>' (batches' dep_kept);
@@ -13,8 +14,10 @@
   name, wg its graph as JSON), waits until every node is stored; the nodes without
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
   The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
-  members), dt retention ms of a cancelled or dead end (0 for good). The dependency's
-  record: dd (set once it has dependents; read by batch_outcome).
+  members), dt retention ms of a cancelled or dead end (0 for good), xk 'r' (its depres
+  follows the record, lib/core). The dependency's record: dd, set once it has dependents: the
+  lone dependent (a member), or '1' with them in its set (read by do_complete and
+  batch_outcome, passed to deps_outcome).
   Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
   dependency's dependents are handed on through the outbox (a continuation entry, "\0c"),
   and so is a dependent on another queue ("\0d"); the forwarder (_leases.forward_outbox)
@@ -45,7 +48,7 @@ local DQS = {} -- per call
 local function deps_key(id) return BASE .. 'deps:' .. id end
 function DQ.dependents_key(id) return BASE .. 'dependents:' .. id end
 
-function DQ.begin() DQS.pending = {seen = {}, adds = {}, order = {}, waiting = {}} end
+function DQ.begin() DQS.pending = {seen = {}, adds = {}, had = {}, order = {}, waiting = {}} end
 
 -- write what DQ.begin held back (before anything reads it); stop: hold back no more
 function DQ.flush(stop)
@@ -53,8 +56,23 @@ function DQ.flush(stop)
   if not p then return end
   DQS.pending = nil
   if not stop then DQ.begin() end
-  for _, own in ipairs(p.order) do call('SADD', DQ.dependents_key(own), unpack(p.adds[own])) end
+  for _, own in ipairs(p.order) do DQ.dependents_add(own, p.had[own], p.adds[own]) end
   if #p.waiting > 0 then call('ZADD', K_WAITING, unpack(p.waiting)) end
+end
+
+-- job id of this queue, whose record's dd was had (nil: no dependents yet), gains the
+-- dependents adds (members): a lone dependent is kept in dd itself (no set: the common case
+-- of a chain or a fan-out's steps, one write a step and none to tell it); more go to its set
+-- of dependents, and dd becomes '1'. Returns the new dd
+function DQ.dependents_add(id, had, adds)
+  if not had and #adds == 1 then
+    call('HSET', job_key(id), 'dd', adds[1])
+    return adds[1]
+  end
+  if had and had ~= '1' then adds[#adds + 1] = had end
+  call('SADD', DQ.dependents_key(id), unpack(adds))
+  if had ~= '1' then call('HSET', job_key(id), 'dd', '1') end
+  return '1'
 end
 
 -- an outbox entry of length-prefixed fields (binary-safe, as batch outcomes go)
@@ -70,8 +88,18 @@ local function own_id(member)
   return nil
 end
 
--- the released jobs ids leave the waiting index and their sets of dependencies
+-- DQS.released while a dependency's outcome is told: the released ids, and ready (those of
+-- the plain lane) with tasks and per (their tasks, and how many each)
+function DQ.releasing() return {ready = {}, tasks = {}, per = {}} end
+
+-- the released jobs ids leave the waiting index and their sets of dependencies (ids: from
+-- DQ.releasing, those of the plain lane are pushed to it and counted first)
 function DQ.unwait(ids)
+  if ids.ready and #ids.ready > 0 then
+    for _, t in ipairs(ids.tasks) do BL.count(t, ids.per[t]) end
+    call('RPUSH', K_READY, unpack(ids.ready))
+    join_ring('')
+  end
   if #ids == 0 then return end
   local keys = {}
   for i, id in ipairs(ids) do keys[i] = deps_key(id) end
@@ -82,7 +110,7 @@ end
 
 -- keep what job id, waiting on this queue, keeps of its completed dependency dep (a member):
 -- res, its task and result (batches' dep_kept; nil or '': none), in its depres (lib/core
--- extras_of: it follows the record)
+-- extras_of: it follows the record, whose xk dep_wait set when the job began to wait)
 function DQ.keep(id, dep, res)
   if not res or res == '' then return end
   local _, _, rk = extras_of(id)
@@ -92,16 +120,25 @@ function DQ.keep(id, dep, res)
     set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
     call('HSET', rk, dep, res)
   end
-  call('HSET', job_key(id), 'xk', 1)
 end
 
 -- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
--- now (counted into the backlog)
+-- now (counted into the backlog). While a dependency's outcome releases many (DQS.released),
+-- those of the plain lane (no priority, no group) go to it in one RPUSH, and the backlog
+-- counts once per task, in DQ.unwait
 local function dep_release(id, jk, r)
   call('HSET', jk, 's', 'queued')
-  BL.count(r[6], 1)
-  push_ready(id, r[3], false, r[4])
   local rel = DQS.released
+  if rel and lane_prio(r[3]) == 0 and (not r[4] or r[4] == '') then
+    local t = r[6] or ''
+    local per = rel.per
+    if not per[t] then rel.tasks[#rel.tasks + 1] = t; per[t] = 0 end
+    per[t] = per[t] + 1
+    rel.ready[#rel.ready + 1] = id
+  else
+    BL.count(r[6], 1)
+    push_ready(id, r[3], false, r[4])
+  end
   if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
 end
 
@@ -158,30 +195,49 @@ local function dep_met(id, dep, ok, now, res)
   if left == 0 then dep_release(id, jk, r) end
 end
 
+-- one dependent m (a member) of job id of this queue is told its outcome (flag '1' / '0', res
+-- as deps_outcome's); returns true when it went to the outbox (it waits on another queue)
+function DQ.tell(m, me, ok, flag, now, res)
+  local own = own_id(m)
+  if own then
+    dep_met(own, me, ok, now, res)
+    return false
+  end
+  DQ.to_outbox({'\0d', m, me, flag, res or ''})
+  return true
+end
+
 -- job id of this queue finished for good (ok: completed, and res what its dependents keep of
--- it: dep_kept; nil none): tell its dependents, at most deps_budget of them in this call; the others (and those
--- on other queues) go through the outbox, with res. Returns true when something went to the
--- outbox
-deps_outcome = function(id, ok, now, res)
-  local dk = DQ.dependents_key(id)
+-- it: dep_kept; nil none): tell its dependents, at most deps_budget of them in this call; the
+-- others (and those on other queues) go through the outbox, with res. dd: its record's field
+-- (nil: read here), a lone dependent itself (DQ.dependents_add) or '1' (a set). Returns true
+-- when something went to the outbox
+deps_outcome = function(id, ok, now, res, dd)
   local flag = ok and '1' or '0'
+  dd = dd or call('HGET', job_key(id), 'dd')
+  if dd and dd ~= '1' and dd ~= '' then
+    -- a lone dependent, told at once: within the bound (one edge)
+    local outer = DQS.released
+    DQS.released = DQ.releasing()
+    local fwd = DQ.tell(dd, BASE .. id, ok, flag, now, res)
+    local mine = DQS.released
+    DQS.released = outer
+    DQ.unwait(mine)
+    return fwd
+  end
+  local dk = DQ.dependents_key(id)
   local forwarded = false
   local more = true
   if deps_budget > 0 then
     local outer = DQS.released
-    DQS.released = {}
+    DQS.released = DQ.releasing()
     local want = deps_budget
     local members = call('SPOP', dk, want)
     deps_budget = deps_budget - #members
     more = #members == want
     local me = BASE .. id
     for _, m in ipairs(members) do
-      local own = own_id(m)
-      if own then dep_met(own, me, ok, now, res)
-      else
-        DQ.to_outbox({'\0d', m, me, flag, res or ''})
-        forwarded = true
-      end
+      if DQ.tell(m, me, ok, flag, now, res) then forwarded = true end
     end
     local mine = DQS.released
     DQS.released = outer
@@ -211,13 +267,14 @@ local function dep_register(id, member)
   if not s then return 'x' end
   if s == 'completed' then return 'c' end
   if s == 'failed' or s == 'cancelled' then return 'f' end
-  if not r[2] then call('HSET', jk, 'dd', 1) end
   if p then
     p.seen[id] = true
     p.adds[id] = {member}
+    p.had[id] = r[2]
     p.order[#p.order + 1] = id
   else
-    call('SADD', DQ.dependents_key(id), member)
+    -- (r may be DQS.known's: what it read stays true for the next member of this call)
+    r[2] = DQ.dependents_add(id, r[2], {member})
   end
   return 'w'
 end
@@ -261,9 +318,8 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   local dl
   if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
   else
-    call('DEL', wk)
-    -- a new job: no results kept for an earlier job of this id
-    if fields then call('DEL', select(3, extras_of(id))) end
+    -- (a new job: and no results kept for an earlier job of this id)
+    if fields then call('DEL', wk, select(3, extras_of(id))) else call('DEL', wk) end
     dl = cjson.encode(deps)
   end
   local keep, failed = {}, nil
@@ -287,6 +343,9 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   if more then left = call('SCARD', wk) end
   local f = fields or {}
   for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
+  -- its extras follow the record from now on (a new job: only its dependencies' results, xk
+  -- 'r'; a parked job's xk was set by its caller, park)
+  if fields then f[#f + 1], f[#f + 2] = 'xk', 'r' end
   call('HSET', jk, unpack(f))
   if DQS.pending and not failed and left > 0 then
     local w = DQS.pending.waiting
