@@ -98,6 +98,34 @@ async def test_a_dependency_that_completed_already_counts_at_once(
         assert (await c.result(timeout=30))["results"] == {a.id: 30}
 
 
+async def test_a_first_dependent_kept_in_the_record_and_later_ones_in_a_set_are_each_told(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """A dependency's lone dependent is kept in its record (dd), no set; the next ones, one
+    of them on another queue (another slot on a cluster), move it to the set of dependents.
+    Each is told once, with the result."""
+    t = tasks
+    gate = f"{{{wapp.prefix}:w}}:gate"
+    a = await t.slow.enqueue(1, gate)
+    keys, other = wapp.queue()._keys, wapp.queue(OTHER)._keys
+    c1 = await t.join.options(depends_on=[a]).enqueue("c1")
+    assert text(await redis.hget(keys.job(a.id), "dd")) == keys.member(c1.id)
+    assert not await redis.exists(keys.dependents(a.id))
+    c2 = await t.join.options(depends_on=[a], queue=OTHER).enqueue("c2")
+    c3 = await t.join.options(depends_on=[a]).enqueue("c3")
+    assert text(await redis.hget(keys.job(a.id), "dd")) == "1"
+    members = {text(m) for m in await redis.smembers(keys.dependents(a.id))}
+    assert members == {keys.member(c1.id), other.member(c2.id), keys.member(c3.id)}
+    async with Worker(wapp, queues=both(wapp), concurrency=4):
+        await redis.set(gate, 1)
+        for job, tag in ((c1, "c1"), (c2, "c2"), (c3, "c3")):
+            assert await job.result(timeout=30) == {"tag": tag, "results": {a.id: 10}}
+    assert await runs(redis, t) == {a.id: 1, c1.id: 1, c2.id: 1, c3.id: 1}
+    assert not await redis.exists(keys.dependents(a.id))
+    await check_invariants(redis, keys)
+    await check_invariants(redis, other)
+
+
 async def test_unknown_dependencies_are_refused_and_nothing_is_stored(
     wapp: App, tasks: WfTasks, redis: Redis
 ) -> None:
