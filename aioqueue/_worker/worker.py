@@ -12,8 +12,7 @@ completions in batches, the forwarder of batch outcomes and the reaper.
 Failures, retries and releases are shielded from cancellation and tracked (``shield.py``), so
 shutdown waits for them: cancelling the worker at any await point leaves every job in a valid
 state. Shutdown is a sequence of named steps (``_shutdown``): stop fetching, leave the parking,
-return prefetched jobs, the grace period, cancel what still runs, finish the acks, stop the
-loops."""
+return prefetched jobs, the grace period, cancel what still runs, finish the acks, stop loops."""
 
 from __future__ import annotations
 
@@ -324,8 +323,7 @@ class Worker:
                 self._shield(qs.leases.release(pairs), log=True)
 
     async def _grace_period(self) -> None:
-        """Let running jobs finish, for up to ``grace`` seconds; a forced stop (a second
-        signal) ends it at once."""
+        """Let running jobs finish for up to ``grace`` seconds (a forced stop: not at all)."""
         if not self.slots.running or self._force or self.grace <= 0:
             return
         logger.info("waiting up to %.1f s for %d running jobs", self.grace, len(self.slots.running))
@@ -378,11 +376,14 @@ class Worker:
 
     def _start_job(self, qs: Fetcher, c: Claimed) -> None:
         qs.started += 1
-        task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
-        self.slots.running[task] = Running(qs, c)
-        task.add_done_callback(self._job_done)
+        self.slots.start(qs, c, self._task)  # at the loop's next turn (see Slots)
         if self.metrics is not None:
             self.metrics.job_started(qs.queue.name, c)
+
+    def _task(self, qs: Fetcher, c: Claimed) -> asyncio.Task[Ack | Failure]:
+        task = asyncio.get_running_loop().create_task(self._runner.run(qs.leases, c))
+        task.add_done_callback(self._job_done)
+        return task
 
     def _job_done(self, task: asyncio.Task[Ack | Failure]) -> None:
         entry = self.slots.running.pop(task, None)
