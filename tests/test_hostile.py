@@ -1412,6 +1412,43 @@ async def test_garbage_in_every_dependency_key_is_contained(
         await check_invariants(redis, k)
 
 
+@pytest.mark.parametrize("what", ["dd", "dependents"])
+async def test_a_dependent_whose_edge_was_garbled_after_it_registered_still_runs(
+    redis_url: str, redis: Redis, what: str
+) -> None:
+    """Garbage written over a dependency's record of its dependents after they registered (its
+    dd, the lone one; its set, two or more) loses the edge, so its outcome tells nobody. The
+    reap's sweep (lib/deps: DQ.sweep) finds the jobs still waiting for a dependency that ended
+    and counts it: they run, with its result."""
+    app = hostile_app(redis_url, lease=2.0)
+
+    @app.task
+    async def dep(x: int) -> int:
+        return x
+
+    @app.task
+    async def dependent(tag: str) -> dict[str, Any]:
+        return await current_job().dependency_results()
+
+    async with app:
+        q = app.queue()
+        k = q._keys
+        a = await dep.enqueue(1)
+        waiting = [await dependent.options(depends_on=[a]).enqueue("c")]
+        if what == "dd":
+            await redis.hset(k.job(a.id), "dd", "\xff{garbage")
+        else:
+            waiting.append(await dependent.options(depends_on=[a]).enqueue("c2"))
+            await redis.delete(k.dependents(a.id))
+            await redis.set(k.dependents(a.id), "garbage")
+        async with Worker(app, concurrency=4):
+            assert await a.result(timeout=30) == 1
+            for job in waiting:
+                assert await job.result(timeout=30) == {a.id: 1}
+        assert (await q.jobs("waiting")).items == ()
+        await check_invariants(redis, k)
+
+
 async def _ended(job: Job[Any]) -> bool:
     return (await job.state()).finished
 

@@ -44,6 +44,10 @@ end
 drop_expired(K_COMPLETED)
 drop_expired(K_CANCELLED)
 
+-- waiting jobs whose dependency ended without telling them (lib/deps: DQ.sweep)
+DQ.sweep(now, 10, 20)
+emit_flush()
+
 local trimmed = 0
 if dead_ttl > 0 then trimmed = call('ZREMRANGEBYSCORE', K_DEAD, '-inf', now - dead_ttl) end
 return {now, rec, pro, trimmed}

@@ -250,6 +250,37 @@ deps_outcome = function(id, ok, now, res, dd)
   return forwarded
 end
 
+-- waiting jobs that a dependency on this queue ended without telling (the edge was lost:
+-- garbage over the dependency's dd or its set of dependents, I9), looked for by reap: up to n
+-- waiting jobs picked at random, up to k of the dependencies of each; one that ended is
+-- counted now as its record says (its result kept as deps_outcome keeps it). A dependency
+-- whose record is gone is left: its outcome is unknown (a completed one whose record was
+-- dropped at once still tells its last dependents through the outbox). Counting twice is
+-- harmless (dep_met counts a dependency once). Returns how many were counted
+function DQ.sweep(now, n, k)
+  local ids = redis.pcall('ZRANDMEMBER', K_WAITING, n)
+  if type(ids) ~= 'table' or ids.err then return 0 end  -- garbage: left to the writers' repair
+  local told = 0
+  for _, id in ipairs(ids) do
+    local members = redis.pcall('SRANDMEMBER', deps_key(id), k)
+    if type(members) == 'table' and not members.err then
+      for _, m in ipairs(members) do
+        local own = own_id(m)
+        local r = own and call('HMGET', job_key(own), 's', 't', 'r')
+        local s = r and r[1]
+        if s == 'completed' then
+          dep_met(id, m, true, now, dep_kept(r[2], r[3] or nil))
+          told = told + 1
+        elseif s == 'failed' or s == 'cancelled' then
+          dep_met(id, m, false, now)
+          told = told + 1
+        end
+      end
+    end
+  end
+  return told
+end
+
 -- count member (a job waiting on any queue) as a dependent of job id of this queue; returns
 -- 'c' it completed already, 'f' it failed or was cancelled, 'x' no such job, 'w' registered
 local function dep_register(id, member)
