@@ -101,6 +101,9 @@ ACL_COMMANDS = (
     "srem",
     "spop",
     "scard",
+    # reap's look at waiting jobs (lib/deps: DQ.sweep)
+    "zrandmember",
+    "srandmember",
     "pexpire",
     "publish",
     # finishing scripts announce sharded first (SPUBLISH, for a cluster's waiters)
