@@ -89,14 +89,14 @@ local function own_id(member)
 end
 
 -- DQS.released while a dependency's outcome is told: the released ids, and ready (those of
--- the plain lane) with tasks and per (their tasks, and how many each)
+-- the plain lane) with tasks and per (their tasks, and how many each: BL.note)
 function DQ.releasing() return {ready = {}, tasks = {}, per = {}} end
 
 -- the released jobs ids leave the waiting index and their sets of dependencies (ids: from
 -- DQ.releasing, those of the plain lane are pushed to it and counted first)
 function DQ.unwait(ids)
   if ids.ready and #ids.ready > 0 then
-    for _, t in ipairs(ids.tasks) do BL.count(t, ids.per[t]) end
+    BL.many(ids.tasks, ids.per)
     call('RPUSH', K_READY, unpack(ids.ready))
     join_ring('')
   end
@@ -130,10 +130,7 @@ local function dep_release(id, jk, r)
   call('HSET', jk, 's', 'queued')
   local rel = DQS.released
   if rel and lane_prio(r[3]) == 0 and (not r[4] or r[4] == '') then
-    local t = r[6] or ''
-    local per = rel.per
-    if not per[t] then rel.tasks[#rel.tasks + 1] = t; per[t] = 0 end
-    per[t] = per[t] + 1
+    BL.note(rel.tasks, rel.per, r[6], 1)
     rel.ready[#rel.ready + 1] = id
   else
     BL.count(r[6], 1)
@@ -195,18 +192,6 @@ local function dep_met(id, dep, ok, now, res)
   if left == 0 then dep_release(id, jk, r) end
 end
 
--- one dependent m (a member) of job id of this queue is told its outcome (flag '1' / '0', res
--- as deps_outcome's); returns true when it went to the outbox (it waits on another queue)
-function DQ.tell(m, me, ok, flag, now, res)
-  local own = own_id(m)
-  if own then
-    dep_met(own, me, ok, now, res)
-    return false
-  end
-  DQ.to_outbox({'\0d', m, me, flag, res or ''})
-  return true
-end
-
 -- job id of this queue finished for good (ok: completed, and res what its dependents keep of
 -- it: dep_kept; nil none): tell its dependents, at most deps_budget of them in this call; the
 -- others (and those on other queues) go through the outbox, with res. dd: its record's field
@@ -215,29 +200,29 @@ end
 deps_outcome = function(id, ok, now, res, dd)
   local flag = ok and '1' or '0'
   dd = dd or call('HGET', job_key(id), 'dd')
-  if dd and dd ~= '1' and dd ~= '' then
-    -- a lone dependent, told at once: within the bound (one edge)
-    local outer = DQS.released
-    DQS.released = DQ.releasing()
-    local fwd = DQ.tell(dd, BASE .. id, ok, flag, now, res)
-    local mine = DQS.released
-    DQS.released = outer
-    DQ.unwait(mine)
-    return fwd
-  end
   local dk = DQ.dependents_key(id)
-  local forwarded = false
-  local more = true
-  if deps_budget > 0 then
-    local outer = DQS.released
-    DQS.released = DQ.releasing()
+  -- a lone dependent is told at once (one edge: within the bound); a set, deps_budget of them
+  local lone = dd and dd ~= '1' and dd ~= ''
+  local members, more = {}, not lone
+  if lone then members = {dd}
+  elseif deps_budget > 0 then
     local want = deps_budget
-    local members = call('SPOP', dk, want)
+    members = call('SPOP', dk, want)
     deps_budget = deps_budget - #members
     more = #members == want
+  end
+  local forwarded = false
+  if #members > 0 then
+    local outer = DQS.released
+    DQS.released = DQ.releasing()
     local me = BASE .. id
     for _, m in ipairs(members) do
-      if DQ.tell(m, me, ok, flag, now, res) then forwarded = true end
+      local own = own_id(m)
+      if own then dep_met(own, me, ok, now, res)
+      else
+        DQ.to_outbox({'\0d', m, me, flag, res or ''})
+        forwarded = true
+      end
     end
     local mine = DQS.released
     DQS.released = outer
