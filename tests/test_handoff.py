@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
 from redis.asyncio import Redis
 
@@ -100,6 +101,29 @@ async def test_a_parked_worker_gets_one_hand_off_until_its_own_next_claim(
         assert await parked(redis, app) == ["w1"]
         again = await q.enqueue("t")
         assert await handed(redis, app, "w1") == [(again.id, 1)]
+
+
+async def test_a_hand_off_wakes_the_other_parked_workers_only(redis_url: str, redis: Redis) -> None:
+    """The first lease to run out must reach every idle consumer's wake-up time: a hand-off
+    leaves a wake token for the other parked workers, but none when the worker handed the job
+    is the only one (its own next claim tells it when the lease runs out)."""
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        await park(app, "w1", want=1)
+        first = await q.enqueue("t")
+        assert await handed(redis, app, "w1") == [(first.id, 1)]
+        assert await redis.llen(q._keys.wake) == 0
+        # its next claim takes the job and, finding no more, learns the lease's deadline
+        res = await scripts(app).claim(2, LEASE_MS, DEAD_TTL_MS, "w1", 60_000)
+        assert [c.id for c in res.jobs] == [first.id]
+        assert res.now_ms < res.next_wake_ms <= res.now_ms + LEASE_MS
+        # two parked: the one not handed the job is woken to re-arm for the new lease
+        await scripts(app).complete([(first.id, res.jobs[0].token, b"1", 60_000)])
+        await park(app, "w2", want=1, lease_ms=1_000)
+        second = await q.enqueue("t")
+        assert sorted(await parked(redis, app)) in (["w1"], ["w2"])
+        assert await redis.llen(q._keys.wake) == 1
+        assert (await check_invariants(redis, q._keys))[second.id] == "active"
 
 
 async def test_a_live_workers_heartbeat_buries_a_dead_one(redis_url: str, redis: Redis) -> None:
@@ -235,7 +259,8 @@ async def test_a_parked_worker_gets_a_new_job_in_one_hop(redis_url: str, redis: 
 
         calls = instrument(app).calls
         async with Worker(app, concurrency=4, grace=1) as worker:
-            for _ in range(5):
+            claims_per_job = []
+            for i in range(5):
                 done.clear()
                 await wait_until(lambda: blocked_in(redis, name, "blmpop"), what="parking")
                 before = calls["claim"] + calls["complete_claim"]
@@ -243,8 +268,17 @@ async def test_a_parked_worker_gets_a_new_job_in_one_hop(redis_url: str, redis: 
                 await asyncio.wait_for(done.wait(), 5)
                 # the job reached the worker without a claim of its own
                 assert claims_at_start[-1] == before
+                await wait_until(partial(completed, app, i + 1), what="the completion")
+                await wait_until(lambda: blocked_in(redis, name, "blmpop"), what="parked again")
+                claims_per_job.append(calls["claim"] + calls["complete_claim"] - before)
             assert await parked(redis, app) == [worker.id]
+            # one claim a job, the one that parks it again: no wake token sent it a second
+            assert claims_per_job == [1] * 5
         # a stopped worker has left its parking
         assert await parked(redis, app) == []
         assert await redis.exists(app.queue()._keys.hand(worker.id)) == 0
         assert (await app.queue().stats())["completed"] == 5
+
+
+async def completed(app: App, n: int) -> bool:
+    return (await app.queue().stats()).get("completed", 0) >= n

@@ -235,8 +235,10 @@ if added > 0 or runnable > 0 or scheduled then
   -- idle workers parked by their last claim get the new jobs handed over at once; a wake
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time
-  if runnable > 0 then hand_off(now) end
-  if scheduled or has_ready() then wake() end
+  local more
+  if runnable > 0 then more = hand_off(now) end
+  if more == nil then more = has_ready() end
+  if scheduled or more then wake() end
 end
 emit_flush()
 return out

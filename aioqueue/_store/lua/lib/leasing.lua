@@ -402,9 +402,10 @@ local function save_holder(h)
   call('SADD', held_key(h.wid), unpack(h.ids))
 end
 
--- lease up to want runnable jobs to holder h (see claim.lua for the order and the reply).
--- handing: a claim made by enqueue for a parked worker, which skips the maintenance (the
--- worker's own claims and reap do it) and the next wake-up time (nobody reads it)
+-- lease up to want runnable jobs to holder h (see claim.lua for the order and the reply);
+-- also returns whether runnable jobs remain. handing: a claim made by enqueue for a parked
+-- worker, which skips the maintenance (the worker's own claims and reap do it) and the next
+-- wake-up time (nobody reads it)
 local function do_claim(want, lease, dead_ttl, now, handing, h)
   -- Lua's unpack() takes a few thousand values at most: callers ask for at most
   -- MAX_JOBS_PER_CALL
@@ -424,10 +425,11 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   save_holder(h)
   if #zargs > 0 then
     -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
-    -- for it (it blocked knowing only the earlier deadlines), so leave it a token
-    local first = call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
+    -- for it (it blocked knowing only the earlier deadlines), so leave it a token; not when
+    -- handing to the only parked worker (h.alone, see hand_off): its own next claim tells it
+    local first = not h.alone and call('ZRANGE', K_ACTIVE, 0, 0, 'WITHSCORES')
     call('ZADD', K_ACTIVE, unpack(zargs))
-    if not first[2] or now + lease < tonumber(first[2]) then wake() end
+    if first and (not first[2] or now + lease < tonumber(first[2])) then wake() end
   end
   if qt.rate_key and taken > 0 then
     call('INCRBY', qt.rate_key, taken)
@@ -435,13 +437,14 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   end
   -- runnable jobs left for other consumers; not while paused or out of rate, or every
   -- consumer's blocking wait would return at once and spin
-  if not qt.paused and qt.rate_wake < 0 and has_ready() then wake() end
+  local more = has_ready()
+  if more and not qt.paused and qt.rate_wake < 0 then wake() end
   if taken < asked and not handing then
     local nw = next_wake(qt.lw)
     if qt.rate_wake >= 0 and (nw < 0 or qt.rate_wake < nw) then nw = qt.rate_wake end
     out[2] = nw
   end
-  return out
+  return out, more
 end
 
 -- claim for a worker (wid '' = a pull-API consumer, which never parks). nonce: random, for

@@ -142,7 +142,7 @@ end
 -- (lw: jobs wait aside on limits in this queue, see release_held)
 local function next_wake(lw)
   local best = -1
-  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT, lw and K_LWAIT or K_GWAIT}) do
+  for _, k in ipairs({K_SCHED, K_ACTIVE, K_GWAIT, lw and K_LWAIT or nil}) do
     local s = call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if s[2] and (best < 0 or tonumber(s[2]) < best) then best = tonumber(s[2]) end
   end
