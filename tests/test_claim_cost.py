@@ -158,6 +158,38 @@ async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
     assert per_job <= 26, per_job
 
 
+@pytest.mark.parametrize("limit", [None, 3])
+async def test_finished_jobs_of_groups_look_at_their_lanes_only_under_a_limit(
+    private: Redis, limit: int | None
+) -> None:
+    """A freed slot matters only to a lane a concurrency limit held out of the ring: a complete
+    call for the jobs of 10 groups looks up none of their lanes without a limit (it looked up
+    each one before), and with a limit it puts each group held at it back in the ring."""
+    url = private.connection_pool.connection_kwargs
+    app = App(f"redis://{url['host']}:{url['port']}")
+    async with app:
+        work = define(app)
+        q = app.queue()
+        if limit:
+            await q.set_group_limit(None, limit)
+        for g in range(10):
+            await fill(work, f"g{g}", 4)
+        held = await q.reserve(30, lease=60)  # 3 of each group: 1 left in each lane
+        assert len(held) == 30
+        ring = q._keys.ring
+        assert await private.zcard(ring) == (0 if limit else 10)  # at the limit: out of it
+        before = (await private.info("commandstats")).get("cmdstat_zscore", {"calls": 0})
+        done = await q._scripts.complete([(r.id, r.token, b"null", 60_000) for r in held])
+        assert all(o.value == "ok" for o in done), done
+        after = (await private.info("commandstats")).get("cmdstat_zscore", {"calls": 0})
+        lookups = after["calls"] - before["calls"]
+        assert await private.zcard(ring) == 10
+        if limit:
+            assert lookups >= 10
+        else:
+            assert lookups == 0
+
+
 # ---------------------------------------------------------------------------- ids, old records
 
 

@@ -49,7 +49,12 @@ local function do_complete(first, n, now)
   local groups, freed = {}, {}  -- the groups of the jobs finished here, and how many each
   local tasks, per_task = {}, {}  -- the tasks of the jobs finished here, and how many each
   local jp, at = BASE .. 'job:', string.format('%d', now)
-  local events = n > 0 and events_on()
+  -- qconf's fields it reads: events (lib/events) and the default group limit (release_slots)
+  local events, glimit = false, nil
+  if n > 0 then
+    local qc = call('HMGET', K_QCONF, 'events', 'glimit')
+    events, glimit = events_on(qc[1] or false), qc[2]
+  end
   for i = 1, n do
     local b = first + (i - 1) * 4
     local id, tok, res, ttl = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
@@ -108,7 +113,7 @@ local function do_complete(first, n, now)
     end
   end
   -- their groups' slots freed together (a freed slot may make a parked group runnable)
-  release_slots(groups, freed)
+  release_slots(groups, freed, glimit)
   if ok > 0 then
     call('ZREM', K_ACTIVE, unpack(done))
     index_finished(K_COMPLETED, now, kept)

@@ -110,12 +110,17 @@ local function add_counts(groups, delta, cur)
 end
 
 -- jobs of these groups left the active state (freed[g] of group g; groups distinct, in the
--- order their first job left): free their slots, and each group may run again
-local function release_slots(groups, freed)
+-- order their first job left): free their slots, and each group may run again. glimit: the
+-- queue's default group limit (qconf glimit) as the caller read it
+local function release_slots(groups, freed, glimit)
   if #groups == 0 then return end
   local minus = {}
   for _, g in ipairs(groups) do minus[g] = -freed[g] end
   local active = add_counts(groups, minus)
+  -- a freed slot lets a lane back into the ring only if a concurrency limit held it out:
+  -- with no group settings (gconf) and no default limit (qconf glimit) none did, so the
+  -- lanes are not looked at (one lookup a group before)
+  if not glimit and call('EXISTS', K_GCONF) == 0 then return end
   -- (activate looks the lane up in the ring first: one ZSCORE while it is there; not
   -- ZMSCORE, which the least-privilege ACL of docs/security.md does not grant)
   for i, g in ipairs(groups) do activate(g, active[i]) end
