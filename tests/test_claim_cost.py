@@ -11,6 +11,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import pytest
 from redis.asyncio import Redis
@@ -129,6 +130,21 @@ async def commands(redis: Redis) -> int:
     )
 
 
+@asynccontextmanager
+async def grouped(private: Redis, groups: int, limit: int | None) -> AsyncIterator[Queue]:
+    """An App on the private server whose default queue holds 4 jobs in each of ``groups``
+    groups (``limit``: the queue's default group limit)."""
+    url = private.connection_pool.connection_kwargs
+    async with App(f"redis://{url['host']}:{url['port']}") as app:
+        work = define(app)
+        q = app.queue()
+        if limit:
+            await q.set_group_limit(None, limit)
+        for g in range(groups):
+            await fill(work, f"g{g:03d}", 4)
+        yield q
+
+
 @pytest.mark.parametrize("limit", [None, 5])
 async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
     private: Redis, limit: int | None
@@ -139,15 +155,7 @@ async def test_a_job_of_a_group_costs_a_bounded_number_of_commands(
     dashboard's trends count each completion in their minute and hour buckets
     (lib/trends.lua: a worker's acks count a whole batch in those 2, a pull-API completion
     is a batch of one)."""
-    url = private.connection_pool.connection_kwargs
-    app = App(f"redis://{url['host']}:{url['port']}")
-    async with app:
-        work = define(app)
-        q = app.queue()
-        if limit:
-            await q.set_group_limit(None, limit)
-        for g in range(100):
-            await fill(work, f"g{g:03d}", 4)
+    async with grouped(private, 100, limit) as q:
         before = await commands(private)
         done = 0
         while held := await q.reserve(10, lease=60):
@@ -165,15 +173,7 @@ async def test_finished_jobs_of_groups_look_at_their_lanes_only_under_a_limit(
     """A freed slot matters only to a lane a concurrency limit held out of the ring: a complete
     call for the jobs of 10 groups looks up none of their lanes without a limit (it looked up
     each one before), and with a limit it puts each group held at it back in the ring."""
-    url = private.connection_pool.connection_kwargs
-    app = App(f"redis://{url['host']}:{url['port']}")
-    async with app:
-        work = define(app)
-        q = app.queue()
-        if limit:
-            await q.set_group_limit(None, limit)
-        for g in range(10):
-            await fill(work, f"g{g}", 4)
+    async with grouped(private, 10, limit) as q:
         held = await q.reserve(30, lease=60)  # 3 of each group: 1 left in each lane
         assert len(held) == 30
         ring = q._keys.ring
