@@ -15,7 +15,7 @@ from functools import partial
 
 from redis.asyncio import Redis
 
-from aioqueue import App, Worker
+from aioqueue import App, EmbeddedServer, Worker
 from aioqueue._store.outcomes import Outcome
 from aioqueue._store.scripts import QueueScripts
 
@@ -101,6 +101,59 @@ async def test_a_parked_worker_gets_one_hand_off_until_its_own_next_claim(
         assert await parked(redis, app) == ["w1"]
         again = await q.enqueue("t")
         assert await handed(redis, app, "w1") == [(again.id, 1)]
+
+
+async def test_a_new_job_goes_straight_to_the_parked_worker_when_nothing_else_can_run() -> None:
+    """With no lane in the ring and the ready list empty, enqueue leases its first new plain
+    jobs to a parked worker without pushing them on the list (HO.direct): the list, the ring
+    and the backlog count are not written for them; the rest are pushed as before. (A private
+    server: its command counts are this test's alone.)"""
+    with EmbeddedServer(appendonly=False) as server:
+        redis = Redis.from_url(server.url)
+        async with open_app(server.url) as app:
+
+            @app.task(name="t")
+            async def t(i: int) -> None: ...
+
+            k = app.queue()._keys
+            await park(app, "w1", want=2)
+            before = await commands_on(redis, ("rpush", "lpop", "hlen"))
+            jobs = await t.enqueue_many([((i,), {}) for i in range(3)])
+            assert await handed(redis, app, "w1") == [(jobs[0].id, 1), (jobs[1].id, 1)]
+            # only the third job was pushed (RPUSHes: on ready, on the hand list and a wake
+            # token for the job left), and counted in the backlog (one HLEN, for its new field)
+            assert await commands_on(redis, ("rpush", "lpop", "hlen")) == {
+                "rpush": before["rpush"] + 3,
+                "lpop": before["lpop"],
+                "hlen": before["hlen"] + 1,
+            }
+            assert [text(i) for i in await redis.lrange(k.ready, 0, -1)] == [jobs[2].id]
+            assert await redis.zrange(k.ring, 0, -1) == [b""]
+            assert await redis.hgetall(k.backlog) == {b"t:t": b"1"}
+            states = await check_invariants(redis, k)
+            assert [states[j.id] for j in jobs] == ["active", "active", "queued"]
+        await redis.aclose()
+
+
+async def test_a_job_already_runnable_is_handed_before_a_new_one(
+    redis_url: str, redis: Redis
+) -> None:
+    """A job runnable before the enqueue (put back on the ready list, as a release does) goes
+    first: the new one takes the list's and the ring's way, after it."""
+    async with open_app(redis_url) as app:
+        q = app.queue()
+        k = q._keys
+        await park(app, "w1", want=1)
+        older = await q.enqueue("t")  # handed to w1, which is no longer parked
+        res = await scripts(app).claim(2, LEASE_MS, DEAD_TTL_MS, "w1", 60_000)  # parks again
+        assert [c.id for c in res.jobs] == [older.id]
+        await scripts(app).release([(older.id, res.jobs[0].token)])
+        assert [text(i) for i in await redis.lrange(k.ready, 0, -1)] == [older.id]
+        newer = await q.enqueue("t")
+        # w1 parked with room for 1 (its claim of 2 found 1): the older job
+        assert [i for i, _ in await handed(redis, app, "w1")] == [older.id]
+        assert [text(i) for i in await redis.lrange(k.ready, 0, -1)] == [newer.id]
+        assert (await check_invariants(redis, k))[newer.id] == "queued"
 
 
 async def test_a_hand_off_wakes_the_other_parked_workers_only(redis_url: str, redis: Redis) -> None:
@@ -282,3 +335,9 @@ async def test_a_parked_worker_gets_a_new_job_in_one_hop(redis_url: str, redis: 
 
 async def completed(app: App, n: int) -> bool:
     return (await app.queue().stats()).get("completed", 0) >= n
+
+
+async def commands_on(redis: Redis, names: tuple[str, ...]) -> dict[str, int]:
+    """How many times the server ran each command (INFO commandstats) so far."""
+    stats = await redis.info("commandstats")
+    return {n: int(stats.get(f"cmdstat_{n}", {}).get("calls", 0)) for n in names}

@@ -222,11 +222,19 @@ for _, run in ipairs(runs) do
     end
   end
 end
--- the plain FIFO lane gets its new jobs in one push, in order
-for i = 1, #plain, MAX_JOBS_PER_CALL do
-  call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
+-- the plain FIFO lane gets its new jobs in one push, in order; when nothing else is runnable
+-- the first ones go to a parked worker without passing through it (HO.direct, lib/handoff,
+-- which also counts those it took out of the backlog counts written below)
+local parked = true  -- false: no worker is parked (hand_off is skipped)
+do
+  local took = 0
+  if #plain > 0 then took, parked = HO.direct(plain, now, new_tasks, new_counts) end
+  for i = took + 1, #plain, MAX_JOBS_PER_CALL do
+    call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
+  end
+  if #plain > took then join_ring('') end
+  runnable = runnable - took
 end
-if #plain > 0 then join_ring('') end
 if added > 0 then
   call('HINCRBY', K_STATS, 'enqueued', added)
   BL.many(new_tasks, new_counts)
@@ -236,7 +244,7 @@ if added > 0 or runnable > 0 or scheduled then
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time
   local more
-  if runnable > 0 then more = hand_off(now) end
+  if runnable > 0 and parked then more = hand_off(now) end
   if more == nil then more = has_ready() end
   if scheduled or more then wake() end
 end

@@ -29,6 +29,35 @@ local function pick_parked(now)
   return nil
 end
 
+-- the hand-off's helpers (a table: the library's top level is near Lua's 200 locals)
+local HO = {}
+
+-- a parked worker's registration (base.."idlew"): want, lease, dead_ttl, nonce; nil when it
+-- does not parse (or holds numbers past MAX_COUNT: garbage)
+function HO.terms(wid)
+  local reg = call('HGET', K_IDLEW, wid) or ''
+  local want, lease, dead_ttl, nonce = string.match(reg, '^(%d+) (%d+) (%d+) (%w+)$')
+  if want then want, lease, dead_ttl = count_of(want), count_of(lease), count_of(dead_ttl) end
+  if not (want and lease and dead_ttl) then return nil end
+  return want, lease, dead_ttl, nonce
+end
+
+-- the holder of a hand-off's leases (see holder in lib/leasing); alone: the worker is the only
+-- one parked (see do_claim's wake token)
+function HO.holder(wid, nonce, alone)
+  local h = holder(wid, nonce)
+  h.alone = alone
+  return h
+end
+
+-- push a hand-off's leases (do_claim's reply out) on worker wid's hand list, which its
+-- blocking wait pops; it lives as long as the leases
+function HO.over(wid, out, lease)
+  local hk = hand_key(wid)
+  call('RPUSH', hk, unpack(out, 3))
+  call('PEXPIRE', hk, lease)
+end
+
 -- runnable jobs have just been added: lease them to parked workers (see pick_parked), at most
 -- one hand-off per parking: a worker handed jobs leaves the parking and parks again only with
 -- its own next claim, which a worker that died never makes, so a dead worker gets at most one
@@ -44,26 +73,43 @@ local function hand_off(now)
     -- the busy case (nobody parked) costs one command
     local wid, alone = pick_parked(now)
     if not wid then return nil end
-    local reg = call('HGET', K_IDLEW, wid) or ''
-    local want, lease, dead_ttl, nonce = string.match(reg, '^(%d+) (%d+) (%d+) (%w+)$')
-    -- (numbers past MAX_COUNT: a garbage registration, as one that does not parse)
-    if want then want, lease, dead_ttl = count_of(want), count_of(lease), count_of(dead_ttl) end
-    if not (lease and dead_ttl) then want = nil end
+    local want, lease, dead_ttl, nonce = HO.terms(wid)
     local more
     if want then
-      local h = holder(wid, nonce)
-      h.alone = alone
       local out
-      out, more = do_claim(want, lease, dead_ttl, now, true, h)
+      out, more = do_claim(want, lease, dead_ttl, now, true, HO.holder(wid, nonce, alone))
       -- nothing it may take now (a pause, a limit): neither may the others; it stays parked
       if #out == 2 then return more end
-      local hk = hand_key(wid)
-      call('RPUSH', hk, unpack(out, 3))
-      call('PEXPIRE', hk, lease)
+      HO.over(wid, out, lease)
     else
       more = has_ready()
     end
     unregister(wid)
     if not more then return false end
   end
+end
+
+-- enqueue's new plain jobs (ids, in order), before they are pushed on the ready list: when
+-- nothing else is runnable (no lane in the ring, the list empty), the first ones go straight
+-- to a parked worker, as hand_off would hand them after the push (the same jobs in the same
+-- order, every term of do_claim applied), without their trip through the list and the ring.
+-- Returns how many of ids it took from the front (leased, or set aside by lease_jobs), which
+-- the caller pushes the rest after, and false when no worker is parked (no hand_off needed:
+-- the busy case costs one command, as hand_off's). The jobs' backlog counts are added to the
+-- caller's (tasks, counts: see BL.note), which it writes after: a job enqueued and leased at
+-- once is never counted. (A registration that does not parse is left to hand_off)
+function HO.direct(ids, now, tasks, counts)
+  local wid, alone = pick_parked(now)
+  if not wid then return 0, false end
+  if call('ZCARD', K_RING) > 0 or call('LLEN', K_READY) > 0 then return 0, true end
+  local want, lease, dead_ttl, nonce = HO.terms(wid)
+  if not want then return 0, true end
+  local h = HO.holder(wid, nonce, alone)
+  h.tally = {tasks, counts}
+  local out, _, took = do_claim(want, lease, dead_ttl, now, true, h, ids)
+  -- none leased (none taken, or those taken set aside): it stays parked
+  if #out == 2 then return took, true end
+  HO.over(wid, out, lease)
+  unregister(wid)
+  return took, true
 end

@@ -196,8 +196,10 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   local taken = 0
   -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
   local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
-  -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task
+  -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task;
+  -- into the caller's counts when it has them (h.tally: it writes them, see HO.direct)
   local gone_tasks, gone = {}, {}
+  if h.tally then gone_tasks, gone = h.tally[1], h.tally[2] end
   local waits = {}  -- task -> the longest wait of its jobs started here (ms since due)
   local jp, wid, deadline, at = BASE .. 'job:', h.wid, now + lease, string.format('%d', now)
   local nz = #zargs
@@ -246,7 +248,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     end
   end
   emit_flush()
-  BL.many(gone_tasks, gone)
+  if not h.tally then BL.many(gone_tasks, gone) end
   BL.waited(gone_tasks, waits)
   if h.seq then h.seq = seq end
   return taken
@@ -405,8 +407,11 @@ end
 -- lease up to want runnable jobs to holder h (see claim.lua for the order and the reply);
 -- also returns whether runnable jobs remain. handing: a claim made by enqueue for a parked
 -- worker, which skips the maintenance (the worker's own claims and reap do it) and the next
--- wake-up time (nobody reads it)
-local function do_claim(want, lease, dead_ttl, now, handing, h)
+-- wake-up time (nobody reads it). given: new plain jobs (ids in order, on no lane yet) that
+-- are all there is to run (see HO.direct): the first ones are leased, not the ring's lanes,
+-- and the third value is how many of them were taken (leased, or set aside by lease_jobs);
+-- none while jobs wait aside on limits, which go first
+local function do_claim(want, lease, dead_ttl, now, handing, h, given)
   -- Lua's unpack() takes a few thousand values at most: callers ask for at most
   -- MAX_JOBS_PER_CALL
   want = math.min(want, MAX_JOBS_PER_CALL)
@@ -418,10 +423,18 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
   end
   local qt
   want, qt = queue_terms(want, now)
-  if qt.lw then LIM.release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local out = {now, -1}
+  local took = 0
+  if given and (qt.lw or want == 0) then return out, false, took end
+  if qt.lw then LIM.release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local zargs = {}
-  local taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
+  local taken
+  if given then
+    took = math.min(want, #given)
+    taken = lease_jobs({unpack(given, 1, took)}, now, lease, dead_ttl, out, zargs, h)
+  else
+    taken = serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
+  end
   save_holder(h)
   if #zargs > 0 then
     -- a lease that runs out before every other one: an idle consumer must re-arm its wake-up
@@ -444,7 +457,7 @@ local function do_claim(want, lease, dead_ttl, now, handing, h)
     if qt.rate_wake >= 0 and (nw < 0 or qt.rate_wake < nw) then nw = qt.rate_wake end
     out[2] = nw
   end
-  return out, more
+  return out, more, took
 end
 
 -- claim for a worker (wid '' = a pull-API consumer, which never parks). nonce: random, for
