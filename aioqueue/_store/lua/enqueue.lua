@@ -225,14 +225,19 @@ end
 -- the plain FIFO lane gets its new jobs in one push, in order; when nothing else is runnable
 -- the first ones go to a parked worker without passing through it (HO.direct, lib/handoff,
 -- which also counts those it took out of the backlog counts written below)
-local parked = true  -- false: no worker is parked (hand_off is skipped)
+-- parked false: no worker is parked (hand_off is skipped); lane_on: plain jobs were pushed,
+-- so the plain lane is in the ring (runnable jobs remain: has_ready is not asked)
+local parked, lane_on = true, false
 do
   local took = 0
   if #plain > 0 then took, parked = HO.direct(plain, now, new_tasks, new_counts) end
   for i = took + 1, #plain, MAX_JOBS_PER_CALL do
     call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
   end
-  if #plain > took then join_ring('') end
+  if #plain > took then
+    join_ring('')
+    lane_on = true
+  end
   runnable = runnable - took
 end
 if added > 0 then
@@ -245,7 +250,7 @@ if added > 0 or runnable > 0 or scheduled then
   -- consumer's current wake-up time
   local more
   if runnable > 0 and parked then more = hand_off(now) end
-  if more == nil then more = has_ready() end
+  if more == nil then more = lane_on or has_ready() end
   if scheduled or more then wake() end
 end
 emit_flush()
