@@ -109,8 +109,7 @@ async def test_a_new_job_goes_straight_to_the_parked_worker_when_nothing_else_ca
     and the backlog count are not written for them; the rest are pushed as before. (A private
     server: its command counts are this test's alone.)"""
     with EmbeddedServer(appendonly=False) as server:
-        redis = Redis.from_url(server.url)
-        async with open_app(server.url) as app:
+        async with Redis.from_url(server.url) as redis, open_app(server.url) as app:
 
             @app.task(name="t")
             async def t(i: int) -> None: ...
@@ -132,7 +131,6 @@ async def test_a_new_job_goes_straight_to_the_parked_worker_when_nothing_else_ca
             assert await redis.hgetall(k.backlog) == {b"t:t": b"1"}
             states = await check_invariants(redis, k)
             assert [states[j.id] for j in jobs] == ["active", "active", "queued"]
-        await redis.aclose()
 
 
 async def test_a_job_already_runnable_is_handed_before_a_new_one(

@@ -225,8 +225,9 @@ end
 -- the plain FIFO lane gets its new jobs in one push, in order; when nothing else is runnable
 -- the first ones go to a parked worker without passing through it (HO.direct, lib/handoff,
 -- which also counts those it took out of the backlog counts written below)
--- parked false: no worker is parked (hand_off is skipped); lane_on: plain jobs were pushed,
--- so the plain lane is in the ring (runnable jobs remain: has_ready is not asked)
+-- parked: where hand_off starts (HO.direct; false: no worker is parked, hand_off is skipped);
+-- lane_on: plain jobs were pushed, so the plain lane is in the ring (runnable jobs remain:
+-- has_ready is not asked)
 local parked, lane_on = true, false
 do
   local took = 0
@@ -249,7 +250,7 @@ if added > 0 or runnable > 0 or scheduled then
   -- token for the jobs left over, and for a delayed job that may fall due before an idle
   -- consumer's current wake-up time
   local more
-  if runnable > 0 and parked then more = hand_off(now) end
+  if runnable > 0 and parked then more = hand_off(now, parked ~= true and parked or nil) end
   if more == nil then more = lane_on or has_ready() end
   if scheduled or more then wake() end
 end

@@ -42,14 +42,6 @@ function HO.terms(wid)
   return want, lease, dead_ttl, nonce
 end
 
--- the holder of a hand-off's leases (see holder in lib/leasing); alone: the worker is the only
--- one parked (see do_claim's wake token)
-function HO.holder(wid, nonce, alone)
-  local h = holder(wid, nonce)
-  h.alone = alone
-  return h
-end
-
 -- push a hand-off's leases (do_claim's reply out) on worker wid's hand list, which its
 -- blocking wait pops; it lives as long as the leases
 function HO.over(wid, out, lease)
@@ -67,17 +59,19 @@ end
 -- A worker handed jobs claims again as soon as it has taken them, and that claim's reply
 -- tells it when the new leases run out (next_wake): when it is the only parked worker, the
 -- hand-off leaves no wake token for that (do_claim, h.alone), which would only wake it for
--- one more claim
-local function hand_off(now)
+-- one more claim. first: {wid, alone}, the parked worker pick_parked has just given (HO.direct),
+-- served first without picking it again
+local function hand_off(now, first)
   while true do
     -- the busy case (nobody parked) costs one command
-    local wid, alone = pick_parked(now)
+    local wid, alone
+    if first then wid, alone, first = first[1], first[2], nil else wid, alone = pick_parked(now) end
     if not wid then return nil end
     local want, lease, dead_ttl, nonce = HO.terms(wid)
     local more
     if want then
       local out
-      out, more = do_claim(want, lease, dead_ttl, now, true, HO.holder(wid, nonce, alone))
+      out, more = do_claim(want, lease, dead_ttl, now, true, holder(wid, nonce, alone))
       -- nothing it may take now (a pause, a limit): neither may the others; it stays parked
       if #out == 2 then return more end
       HO.over(wid, out, lease)
@@ -94,21 +88,24 @@ end
 -- to a parked worker, as hand_off would hand them after the push (the same jobs in the same
 -- order, every term of do_claim applied), without their trip through the list and the ring.
 -- Returns how many of ids it took from the front (leased, or set aside by lease_jobs), which
--- the caller pushes the rest after, and false when no worker is parked (no hand_off needed:
--- the busy case costs one command, as hand_off's). The jobs' backlog counts are added to the
--- caller's (tasks, counts: see BL.note), which it writes after: a job enqueued and leased at
--- once is never counted. (A registration that does not parse is left to hand_off)
+-- the caller pushes the rest after, and where hand_off starts: false when no worker is parked
+-- (no hand_off needed: the busy case costs one command, as hand_off's), the worker it picked
+-- ({wid, alone}: hand_off's first) when it handed it nothing, true (pick) when it did. The
+-- jobs' backlog counts are added to the caller's (tasks, counts: see BL.note), which it writes
+-- after: a job enqueued and leased at once is never counted. (A registration that does not
+-- parse is left to hand_off)
 function HO.direct(ids, now, tasks, counts)
   local wid, alone = pick_parked(now)
   if not wid then return 0, false end
-  if call('ZCARD', K_RING) > 0 or call('LLEN', K_READY) > 0 then return 0, true end
+  local picked = {wid, alone}
+  if has_ready() or call('LLEN', K_READY) > 0 then return 0, picked end
   local want, lease, dead_ttl, nonce = HO.terms(wid)
-  if not want then return 0, true end
-  local h = HO.holder(wid, nonce, alone)
+  if not want then return 0, picked end
+  local h = holder(wid, nonce, alone)
   h.tally = {tasks, counts}
   local out, _, took = do_claim(want, lease, dead_ttl, now, true, h, ids)
   -- none leased (none taken, or those taken set aside): it stays parked
-  if #out == 2 then return took, true end
+  if #out == 2 then return took, picked end
   HO.over(wid, out, lease)
   unregister(wid)
   return took, true

@@ -382,9 +382,10 @@ end
 
 -- the holder of the leases a claim makes: worker wid ('' a pull-API consumer) and the claim's
 -- nonce; a registered worker's leases also get ordinals (ln, its last one) and are recorded in
--- its set of held jobs (ids); save_holder writes those back
-local function holder(wid, nonce)
-  local h = {wid = wid, nonce = nonce, ids = {}}
+-- its set of held jobs (ids); save_holder writes those back. alone: a hand-off to the only
+-- parked worker (see do_claim's wake token)
+local function holder(wid, nonce, alone)
+  local h = {wid = wid, nonce = nonce, ids = {}, alone = alone}
   if wid ~= '' then
     local wk = worker_key(wid)
     local ln = call('HGET', wk, 'ln')
@@ -425,7 +426,7 @@ local function do_claim(want, lease, dead_ttl, now, handing, h, given)
   want, qt = queue_terms(want, now)
   local out = {now, -1}
   local took = 0
-  if given and (qt.lw or want == 0) then return out, false, took end
+  if given and (qt.lw or want == 0) then return out, nil, took end
   if qt.lw then LIM.release_held(now) end  -- jobs wait aside on limits (lib/limiters)
   local zargs = {}
   local taken
