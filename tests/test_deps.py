@@ -25,8 +25,11 @@ from aioqueue import (
     JobState,
     UnknownDependency,
     Worker,
+    current_job,
 )
 from aioqueue._model.limits import MAX_JOBS_PER_CALL
+from aioqueue._queue.deps import deps_run
+from aioqueue._queue.depsbox import door
 
 from .support.apps import open_app
 from .support.invariants import check_invariants
@@ -124,6 +127,82 @@ async def test_a_first_dependent_kept_in_the_record_and_later_ones_in_a_set_are_
     assert not await redis.exists(keys.dependents(a.id))
     await check_invariants(redis, keys)
     await check_invariants(redis, other)
+
+
+async def test_a_lone_dependency_is_kept_in_the_record_and_its_result_too(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """A job with one dependency (a step of a chain or a fan-out) keeps it in its record
+    (d1), no set of dependencies; released, it keeps the result there (dr), no hash beside
+    it; ``why`` names the dependency; the result reaches the task."""
+    t = tasks
+    gate = f"{{{wapp.prefix}:w}}:gate"
+    a = await t.slow.enqueue(1, gate)
+    keys = wapp.queue()._keys
+    c = await t.join.options(depends_on=[a]).enqueue("c")
+    assert text(await redis.hget(keys.job(c.id), "d1")) == keys.member(a.id)
+    assert not await redis.exists(keys.deps(c.id))
+    why = await c.why()
+    assert why.rows[-1].reason.value == "dependencies"
+    assert why.rows[-1].waits_for == ((wapp.default_queue, a.id),)
+    assert "1 job(s)" in why.sentence()
+    async with Worker(wapp, concurrency=2):
+        await redis.set(gate, 1)
+        assert await c.result(timeout=30) == {"tag": "c", "results": {a.id: 10}}
+    assert await redis.hget(keys.job(c.id), "dr") is not None
+    assert not await redis.exists(keys.dep_results(c.id))
+    assert not await redis.exists(keys.deps(c.id))
+    await check_invariants(redis, keys)
+
+
+async def test_a_lone_dependency_joins_the_set_when_more_are_added(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """``extend`` (a workflow's node with more dependencies than one call holds) on a job
+    waiting for a lone dependency: both go in the set, and the job waits for both."""
+    t = tasks
+    gate = f"{{{wapp.prefix}:w}}:gate"
+    a = await t.step.enqueue(1)
+    b = await t.slow.enqueue(2, gate)
+    keys = wapp.queue()._keys
+    c = await t.join.options(depends_on=[a]).enqueue("c")
+    assert await deps_run(door(wapp, wapp.default_queue), "extend", c.id, keys.member(b.id)) == 1
+    assert await redis.hget(keys.job(c.id), "d1") is None
+    members = {text(m) for m in await redis.smembers(keys.deps(c.id))}
+    assert members == {keys.member(a.id), keys.member(b.id)}
+    async with Worker(wapp, concurrency=2):
+        assert await a.result(timeout=30) == 10
+        assert await c.state() is JobState.WAITING  # b still holds it
+        await redis.set(gate, 1)
+        assert await c.result(timeout=30) == {"tag": "c", "results": {a.id: 10, b.id: 20}}
+    await check_invariants(redis, keys)
+
+
+async def test_a_dependent_that_parks_keeps_its_lone_dependency_result(
+    wapp: App, tasks: WfTasks, redis: Redis
+) -> None:
+    """A job released by a lone dependency (its result in the record) that then waits for
+    children: the dependency's result joins its children's in the hash kept for it (what it
+    waits for is now its children: ``dependency_results`` reads theirs)."""
+    t = tasks
+
+    @wapp.task
+    async def gathers() -> dict[str, Any]:
+        job = current_job()
+        kid = await t.step.options(job_id=f"{job.id}.kid").enqueue(7)
+        kids = await job.wait_for_children([kid])
+        return {"deps": await job.dependency_results(), "kids": kids}
+
+    a = await t.step.enqueue(4)
+    c = await gathers.options(depends_on=[a]).enqueue()
+    keys = wapp.queue()._keys
+    async with Worker(wapp, concurrency=2):
+        out = await c.result(timeout=30)
+    assert out == {"deps": {f"{c.id}.kid": 70}, "kids": {f"{c.id}.kid": 70}}
+    assert await redis.hmget(keys.job(c.id), ["d1", "dr"]) == [None, None]  # moved at the park
+    kept = await redis.hgetall(keys.dep_results(c.id))
+    assert set(kept) == {keys.member(a.id).encode(), keys.member(f"{c.id}.kid").encode()}
+    await check_invariants(redis, keys)
 
 
 async def test_unknown_dependencies_are_refused_and_nothing_is_stored(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from aioqueue import App, Job, JobState, current_job
+from aioqueue._queue.deps import _kept as deps_kept
 from aioqueue.testing import VirtualClock, run_until_empty, unique_prefix
 
 from .support.waiting import wait_until
@@ -209,19 +210,48 @@ async def _kept(app: App, dependent: Job[Any], dep: Job[Any]) -> bool:
 async def test_a_kept_hash_of_the_wrong_type_is_set_aside_and_the_record_read(
     tapp: App,
 ) -> None:
+    """Two dependencies: their results are kept in a hash beside the dependent's record
+    (depres); garbage of another type there is set aside and their records read."""
     t = Tasks(tapp)
     a = await t.later.enqueue(13)
-    c = await t.join_other.options(depends_on=[a]).enqueue()
+    a2 = await t.later.enqueue(14)
+    c = await t.join_other.options(depends_on=[a, a2]).enqueue()
     await run_until_empty(tapp, [tapp.default_queue])  # a completes; c, on OTHER, is queued
     await wait_until(lambda: _kept(tapp, c, a), timeout=30, what="the result kept for c")
     kept = tapp.queue(OTHER)._keys.dep_results(c.id)
     await tapp.redis.delete(kept)
     await tapp.redis.set(kept, "garbage")
     await run_until_empty(tapp, [OTHER])
-    assert await c.result(timeout=5) == {a.id: 13}
+    assert await c.result(timeout=5) == {a.id: 13, a2.id: 14}
     assert not await tapp.redis.exists(kept)  # set aside with its reason
     garbled = await tapp.redis.hgetall(tapp.queue(OTHER)._keys.garbled)
     assert [json.loads(v)["key"] for v in garbled.values()] == [kept]
+
+
+async def test_a_lone_dependency_keeps_its_result_in_the_record_and_garbage_there_is_not_trusted(
+    tapp: App,
+) -> None:
+    """One dependency (on another queue): its result is kept in the dependent's record (dr),
+    no hash beside it; garbage written there is not read as the result (the dependency's
+    record is read instead)."""
+    t = Tasks(tapp)
+    a = await t.later.enqueue(13)
+    c = await t.join_other.options(depends_on=[a]).enqueue()
+    await run_until_empty(tapp, [tapp.default_queue])  # a completes; c, on OTHER, is queued
+    jk = tapp.queue(OTHER)._keys.job(c.id)
+
+    async def released() -> bool:
+        return await tapp.redis.hget(jk, "s") == b"queued"
+
+    await wait_until(released, timeout=30, what="c released")
+    assert await tapp.redis.hget(jk, "dr") is not None
+    assert not await tapp.redis.exists(tapp.queue(OTHER)._keys.dep_results(c.id))
+    # read as the results kept for it are (deps.lua 'kept')
+    got = await deps_kept(tapp, OTHER, c.id, [(tapp.default_queue, a.id)])
+    assert got == {(tapp.default_queue, a.id): await tapp.redis.hget(jk, "dr")}
+    await tapp.redis.hset(jk, "dr", "\xffgarbage")
+    await run_until_empty(tapp, [OTHER])
+    assert await c.result(timeout=5) == {a.id: 13}
 
 
 async def test_a_parent_run_again_does_not_run_a_child_whose_record_is_gone(tapp: App) -> None:

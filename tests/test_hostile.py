@@ -1335,11 +1335,14 @@ DEPENDENCY_FAMILIES = {
     "dependents-string": ("dependents", "before"),
     # the lone dependent kept in the dependency's record, garbage before it gains one
     "dd-garbage": ("dd", "before"),
+    # (the set of what a dependent with two or more dependencies waits for)
     "deps-hash": ("deps", "after"),
     "dl-garbage": ("dl", "after"),
     "dp-garbage": ("dp", "after"),
-    # the results kept for the dependent (depres, one of its record's extras)
+    # the results kept for a dependent with two dependencies (depres, one of its extras)
     "depres-string": ("depres", "after"),
+    # a lone dependency, kept in the record (d1) rather than in a set
+    "d1-garbage": ("d1", "after"),
 }
 
 
@@ -1372,14 +1375,16 @@ async def test_garbage_in_every_dependency_key_is_contained(
             await redis.hset(k.job(a.id), "dd", "\xff{garbage")
         elif when == "before":
             await redis.set(key, "garbage")
-        c = await dependent.options(depends_on=[a]).enqueue("c")
+        # two dependencies where the family is their set (or the results kept from it)
+        b = await dep.enqueue(3) if what in ("deps", "depres") else None
+        c = await dependent.options(depends_on=[a] if b is None else [a, b]).enqueue("c")
         # a second dependent: the dependents go to their set (the first alone stays in dd)
         c2 = await dependent.options(depends_on=[a]).enqueue("c2")
         if what == "deps":
             key = k.deps(c.id)
             await redis.delete(key)
             await redis.hset(key, "x", "garbage")
-        elif what in ("dl", "dp"):
+        elif what in ("dl", "dp", "d1"):
             await redis.hset(k.job(c.id), what, "\xff{garbage")
         elif what == "depres":
             key = k.dep_results(c.id)
@@ -1392,15 +1397,15 @@ async def test_garbage_in_every_dependency_key_is_contained(
             await wait_until(lambda: _ended(c), timeout=30, what="the dependent to end")
             await wait_until(lambda: _ended(c2), timeout=30, what="the second dependent to end")
         info = await c.info()
-        if what == "deps":
+        if what in ("deps", "d1"):  # what it waits for is lost: never run early
             assert info.state is JobState.FAILED
             assert info.error is not None
             assert info.error.type == "Garbled"
             assert "c" not in ran
         else:
             assert info.state is JobState.COMPLETED
-        if what == "depres":  # set aside, and the result kept in a fresh hash
-            assert await c.result(timeout=5) == {a.id: 1}
+        if what == "depres" and b is not None:  # set aside, the results kept in a fresh hash
+            assert await c.result(timeout=5) == {a.id: 1, b.id: 3}
             assert await redis.type(key) == b"hash"
         if what in ("waiting", "dependents", "deps", "depres"):
             assert key in await garbled_keys(redis, k)

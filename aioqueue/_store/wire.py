@@ -66,21 +66,25 @@ class FastPack:
         head = args[0]
         if type(head) is not Head:
             return super().pack_command(*args)  # type: ignore[misc,no-any-return]
-        parts = [b"*%d\r\n" % (head.nargs + len(args) - 1), head.packed]
+        parts: list[bytes] = []
+        put = parts.append
         for arg in args[1:]:
             kind = type(arg)
-            if kind is bytes:
-                data = arg
-            elif kind is str:
+            if kind is str:
                 data = arg.encode()
+            elif kind is bytes:
+                data = arg
             elif kind is int:
                 data = b"%d" % arg
             else:
                 data = self.encoder.encode(arg)
-            parts.append(b"$%d\r\n" % len(data))
-            parts.append(data)
-            parts.append(b"\r\n")
-        return [b"".join(parts)]
+            if len(data) < 4096:
+                put(b"$%d\r\n%s\r\n" % (len(data), data))
+            else:  # (not copied twice)
+                put(b"$%d\r\n" % len(data))
+                put(data)
+                put(b"\r\n")
+        return [b"*%d\r\n" % (head.nargs + len(args) - 1) + head.packed + b"".join(parts)]
 
 
 _FAST: dict[type, type] = {}

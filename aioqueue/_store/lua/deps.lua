@@ -100,11 +100,16 @@ if op == 'park' then
   local id, tok = ARGV[3], ARGV[4]
   local jk = job_key(id)
   local deps = tail(7)
-  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk', 'o', 'xk')
+  local r = call('HMGET', jk, 's', 'l', 'a', 'g', 'wk', 'o', 'xk', 'd1', 'dr')
   if not r[1] then return -1 end
   if r[1] ~= 'active' or r[2] ~= tok then return -2 end
   local missing = dep_missing(deps)
   if missing then return {-3, missing} end
+  if r[8] then
+    -- it waited for a lone dependency (lib/deps d1): its result joins the others kept for it
+    if r[9] then call('HSET', select(3, extras_of(id)), r[8], r[9]) end
+    call('HDEL', jk, 'd1', 'dr')
+  end
   call('ZREM', K_ACTIVE, id)
   unhold(r[5], id)
   release_slot(r[4])
@@ -122,10 +127,15 @@ if op == 'extend' then
   local id = ARGV[3]
   local jk = job_key(id)
   local deps = tail(4)
-  local r = call('HMGET', jk, 's', 'dp', 'dt')
+  local r = call('HMGET', jk, 's', 'dp', 'dt', 'd1')
   if r[1] ~= 'waiting' or not r[2] then return 0 end
   local missing = dep_missing(deps)
   if missing then return {-3, missing} end
+  if r[4] then
+    -- a lone dependency (lib/deps d1, not met: the job waits) joins the set with these
+    call('SADD', deps_key(id), r[4])
+    call('HDEL', jk, 'd1')
+  end
   dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true)
   return 1
 end
@@ -189,7 +199,15 @@ if op == 'kept' then
   -- garbage in the hash (another type): set aside, and read as nothing kept (I9)
   if type(got) ~= 'table' or got.err then
     set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
-    return {}
+    got = {}
+    for i = 1, #members do got[i] = false end
+  end
+  -- a lone dependency's result is kept in the record (lib/deps d1, dr)
+  local lone = call('HMGET', job_key(ARGV[3]), 'd1', 'dr')
+  if lone[1] and lone[2] then
+    for i, m in ipairs(members) do
+      if m == lone[1] and not got[i] then got[i] = lone[2] end
+    end
   end
   return got
 end

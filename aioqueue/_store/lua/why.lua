@@ -35,9 +35,9 @@
 local id = ARGV[2]
 local now = now_ms()
 local HOLDERS, ACTIVE_LOOK = 10, 1000
-local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb', 'o', 'wv')
+local f = call('HMGET', job_key(id), 's', 't', 'g', 'pr', 'due', 'wk', 'st', 'f', 'cb', 'o', 'wv', 'd1')
 local job = {s = f[1], t = f[2], g = f[3] or '', pr = f[4], due = f[5], wk = f[6], st = f[7],
-  f = f[8], cb = f[9], o = f[10], wv = f[11]}
+  f = f[8], cb = f[9], o = f[10], wv = f[11], d1 = f[12]}
 local rows = {}
 local function row(r) rows[#rows + 1] = r end
 
@@ -171,7 +171,10 @@ local BY_STATE = {
     -- to set aside (and dead-letter the job), not a reader's
     local dk = BASE .. 'deps:' .. id
     local n = redis.pcall('SCARD', dk)
-    if type(n) == 'number' and n > 0 and not job.cb then
+    if job.d1 and not job.cb then
+      -- a lone dependency, kept in the record (lib/deps)
+      row({r = 'dependencies', n = 1, deps = {job.d1}})
+    elseif type(n) == 'number' and n > 0 and not job.cb then
       local some = redis.pcall('SRANDMEMBER', dk, HOLDERS)
       row({r = 'dependencies', n = n, deps = type(some) == 'table' and some or {}})
     else

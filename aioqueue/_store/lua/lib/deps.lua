@@ -15,7 +15,9 @@
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
   The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
   members), dt retention ms of a cancelled or dead end (0 for good), xk 'r' (its depres
-  follows the record, lib/core). The dependency's record: dd, set once it has dependents: the
+  follows the record, lib/core); a new job with one dependency: d1 that member instead of
+  the set deps:<id> (counted once by leaving the state 'waiting'), and dr its result once
+  met, instead of depres (a fan-out's steps and a chain's: no set, no depres). The dependency's record: dd, set once it has dependents: the
   lone dependent (a member), or '1' with them in its set (read by do_complete and
   batch_outcome, passed to deps_outcome).
   Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
@@ -123,11 +125,12 @@ function DQ.keep(id, dep, res)
 end
 
 -- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
--- now (counted into the backlog). While a dependency's outcome releases many (DQS.released),
+-- now (counted into the backlog); kept: the result of its lone dependency (d1), kept in its
+-- record (dr) as it leaves the wait. While a dependency's outcome releases many (DQS.released),
 -- those of the plain lane (no priority, no group) go to it in one RPUSH, and the backlog
 -- counts once per task, in DQ.unwait
-local function dep_release(id, jk, r)
-  call('HSET', jk, 's', 'queued')
+local function dep_release(id, jk, r, kept)
+  if kept then call('HSET', jk, 's', 'queued', 'dr', kept) else call('HSET', jk, 's', 'queued') end
   local rel = DQS.released
   if rel and lane_prio(r[3]) == 0 and (not r[4] or r[4] == '') then
     BL.note(rel.tasks, rel.per, r[6], 1)
@@ -140,40 +143,68 @@ local function dep_release(id, jk, r)
 end
 
 -- a dependent whose set of dependencies is garbled (of the wrong type, or gone while it
--- waits): what it waits for is lost; the set is set aside and the job dead-lettered with
--- the reason (I9), never run early
-function DQ.garbled(id, jk, wk, now)
+-- waits), or whose lone dependency (d1) is no member: what it waits for is lost; the set is
+-- set aside and the job dead-lettered with the reason (I9), never run early
+function DQ.garbled(id, jk, wk, now, what)
   local kind = call('TYPE', wk).ok
   if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
   local r = call('HMGET', jk, 's', 'dp', 'dt')
   if r[1] == 'waiting' and r[2] then
     call('ZREM', K_WAITING, id)
-    to_dead(id, jk, now, cjson.encode({type = 'Garbled',
-      message = 'the set of dependencies it waited for was garbled'}), count_of(r[3]) or 0)
+    to_dead(id, jk, now, cjson.encode({type = 'Garbled', message = (what
+      or 'the set of dependencies') .. ' it waited for was garbled'}), count_of(r[3]) or 0)
     call('HINCRBY', K_STATS, 'failed', 1)
   end
 end
 
+-- whether m has the shape of a member ("<prefix>:{<queue>}:<id>", this queue's prefix):
+-- a lone dependency (d1) without it is garbage, and its job can never be told
+function DQ.member_like(m)
+  local pre = string.match(BASE, '^(.*:){[^{}]*}:$')
+  if not pre or string.sub(m, 1, #pre + 1) ~= pre .. '{' then return pre == nil end
+  local close = string.find(m, '}:', #pre + 2, true)
+  return close ~= nil and close + 2 <= #m
+end
+
+-- job id (record jk, waiting) has a lone dependency d1 that is no member (garbage): it is
+-- dead-lettered as Garbled; returns true then
+function DQ.lone_garbled(id, jk, d1, now)
+  if DQ.member_like(d1) then return false end
+  DQ.garbled(id, jk, deps_key(id), now, 'the dependency (d1)')
+  return true
+end
+
 -- the dependency dep (a member) of job id, waiting on this queue, has its outcome (ok: it
--- completed; res what the job keeps of it: dep_kept); counted once per dependency
--- (SREM). A failure cancels the job (policy cancel, the default: DependencyFailed, and down
--- its own dependents), dead-letters it (fail), or counts as done (run)
+-- completed; res what the job keeps of it: dep_kept); counted once per dependency. A lone
+-- dependency (the record's d1, dep_wait) is counted by the state it changes, and its result
+-- kept in the record (dr); others by SREM from the job's set. A failure cancels the job
+-- (policy cancel, the default: DependencyFailed, and down its own dependents), dead-letters
+-- it (fail), or counts as done (run)
 local function dep_met(id, dep, ok, now, res)
   local wk = deps_key(id)
   local jk = job_key(id)
-  local gone = redis.pcall('SREM', wk, dep)
-  if type(gone) ~= 'number' then return DQ.garbled(id, jk, wk, now) end
-  if gone == 0 then
-    -- counted before; or its set is gone while the job still waits
-    if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
-    return
+  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't', 'd1')
+  local left, kept = 0, nil
+  if r[7] then
+    -- counted before (it no longer waits), or not its dependency: garbage told it, or
+    -- garbage over its d1 (dead-lettered then: nothing could tell it)
+    if r[1] ~= 'waiting' then return end
+    if r[7] ~= dep then return DQ.lone_garbled(id, jk, r[7], now) end
+    if ok and res and res ~= '' then kept = res end
+  else
+    local gone = redis.pcall('SREM', wk, dep)
+    if type(gone) ~= 'number' then return DQ.garbled(id, jk, wk, now) end
+    if gone == 0 then
+      -- counted before; or its set is gone while the job still waits
+      if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
+      return
+    end
+    -- counted now: the set was there, so the job still waits (a released or ended job's is gone)
+    if ok then DQ.keep(id, dep, res) end
+    left = call('SCARD', wk)
+    if ok and left > 0 then return end
+    if r[1] ~= 'waiting' then return end
   end
-  -- counted now: the set was there, so the job still waits (a released or ended job's is gone)
-  if ok then DQ.keep(id, dep, res) end
-  local left = call('SCARD', wk)
-  if ok and left > 0 then return end
-  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't')
-  if r[1] ~= 'waiting' then return end
   if not ok and r[2] ~= 'run' then
     call('DEL', wk)
     call('ZREM', K_WAITING, id)
@@ -189,7 +220,7 @@ local function dep_met(id, dep, ok, now, res)
     end
     return
   end
-  if left == 0 then dep_release(id, jk, r) end
+  if left == 0 then dep_release(id, jk, r, kept) end
 end
 
 -- job id of this queue finished for good (ok: completed, and res what its dependents keep of
@@ -248,6 +279,12 @@ function DQ.sweep(now, n, k)
   local told = 0
   for _, id in ipairs(ids) do
     local members = redis.pcall('SRANDMEMBER', deps_key(id), k)
+    if type(members) == 'table' and #members == 0 then
+      -- a lone dependency (d1), or none ({false})
+      local d1 = call('HGET', job_key(id), 'd1')
+      members = {}
+      if d1 and not DQ.lone_garbled(id, job_key(id), d1, now) then members = {d1} end
+    end
     if type(members) == 'table' and not members.err then
       for _, m in ipairs(members) do
         local own = own_id(m)
@@ -327,10 +364,13 @@ end
 -- job id (record jk) waits for deps (members; those on other queues are counted here and
 -- registered there by the caller, deps.lua 'watch'); policy and dt as in the record; more:
 -- these are added to the dependencies it has (a graph's node with more than one call holds);
--- fields: more of the record's fields and values, written with these (a new job's)
+-- fields: more of the record's fields and values, written with these (a new job's). A new job
+-- with one dependency (a step of a chain or a fan-out) keeps it in its record (d1) rather than
+-- in a set, and its result there too (dr, dep_met): no set to write, pop and drop
 local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   local wk = deps_key(id)
   local me = BASE .. id
+  local lone = fields and not more and #deps == 1
   local dl
   if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
   else
@@ -338,7 +378,7 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
     if fields then call('DEL', wk, select(3, extras_of(id))) else call('DEL', wk) end
     dl = cjson.encode(deps)
   end
-  local keep, failed = {}, nil
+  local keep, failed, kept = {}, nil, nil
   for _, dep in ipairs(deps) do
     local own = own_id(dep)
     local st = 'w'
@@ -347,7 +387,8 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
       -- completed already: its result is kept for the job now (its record may expire first)
       if st == 'c' then
         local tr = call('HMGET', job_key(own), 't', 'r')
-        DQ.keep(id, dep, dep_kept(tr[1], tr[2] or nil))
+        if lone then kept = dep_kept(tr[1], tr[2] or nil)
+        else DQ.keep(id, dep, dep_kept(tr[1], tr[2] or nil)) end
       end
     end
     if st == 'w' or (st ~= 'c' and not failed) then keep[#keep + 1] = dep end
@@ -355,13 +396,15 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   end
   DQS.known = nil
   local left = 0
-  if #keep > 0 then left = call('SADD', wk, unpack(keep)) end
+  if lone then left = #keep
+  elseif #keep > 0 then left = call('SADD', wk, unpack(keep)) end
   if more then left = call('SCARD', wk) end
   local f = fields or {}
   for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
   -- its extras follow the record from now on (a new job: only its dependencies' results, xk
-  -- 'r'; a parked job's xk was set by its caller, park)
-  if fields then f[#f + 1], f[#f + 2] = 'xk', 'r' end
+  -- 'r', unless its lone one is kept in the record; a parked job's xk was set by its caller)
+  if lone then f[#f + 1], f[#f + 2] = 'd1', deps[1]
+  elseif fields then f[#f + 1], f[#f + 2] = 'xk', 'r' end
   call('HSET', jk, unpack(f))
   if DQS.pending and not failed and left > 0 then
     local w = DQS.pending.waiting
@@ -373,6 +416,6 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   if failed or left == 0 then DQ.flush() end
   if failed then dep_met(id, failed, false, now)
   elseif left == 0 then
-    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't'))
+    dep_release(id, jk, call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't'), kept)
   end
 end
