@@ -190,6 +190,37 @@ async def test_finished_jobs_of_groups_look_at_their_lanes_only_under_a_limit(
             assert lookups == 0
 
 
+async def test_a_busy_claim_looks_at_no_lane_and_an_emptied_one_leaves_at_its_next_turn(
+    private: Redis,
+) -> None:
+    """A claim that finds more lanes in the ring than it can serve does not ask whether each
+    lane it served is now empty (an EXISTS a job in a busy drain of fair groups): a lane
+    that gave its last job stays in the ring until its next turn finds it empty. A claim
+    that can serve the whole ring looks, and leaves no empty lane behind."""
+    url = private.connection_pool.connection_kwargs
+    async with App(f"redis://{url['host']}:{url['port']}") as app:
+        work = define(app)
+        q = app.queue()
+        for g in range(20):
+            await fill(work, f"g{g:02d}", 1)
+        ring = q._keys.ring
+
+        async def exists_calls() -> int:
+            stats = await private.info("commandstats")
+            return int(stats.get("cmdstat_exists", {"calls": 0})["calls"])
+
+        before = await exists_calls()
+        first = await q.reserve(10, lease=60)
+        assert labels(first) == [f"g{g:02d}0" for g in range(10)]
+        # (one a claim, whether any group has settings of its own; none a lane: 10 before)
+        assert await exists_calls() - before <= 1
+        assert await private.zcard(ring) == 20  # 10 emptied lanes still in it
+        rest = await q.reserve(100, lease=60)
+        assert labels(rest) == [f"g{g:02d}0" for g in range(10, 20)]
+        assert await private.zcard(ring) == 0
+        assert await q.reserve(10) == []
+
+
 # ---------------------------------------------------------------------------- ids, old records
 
 

@@ -259,8 +259,11 @@ end
 -- window), then give the lane its next
 -- turn: the back of the ring (appended to back: the moves are written together, see
 -- serve_ring), or out of it when it is empty or blocked (parked until what blocks it is
--- lifted; in gwait until its rate window ends). Returns true when it stays in the ring
-local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back, active)
+-- lifted; in gwait until its rate window ends). busy: the ring had more lanes than the claim
+-- could serve; a group's lane not seen to drain is then not looked at (EXISTS): one that gave
+-- its last job stays in the ring until its next turn finds it empty (a lane a turn in a busy
+-- drain, where most turns leave jobs behind). Returns true when it stays in the ring
+local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back, active, busy)
   local empty
   if g == '' then
     empty = drained or (call('LLEN', K_READY) == 0 and call('ZCARD', K_PRIO) == 0)
@@ -280,7 +283,7 @@ local function end_turn(g, taken, drained, blocked, wait_until, lim, now, back, 
         end
       end
     end
-    empty = drained or call('EXISTS', lane_key(g)) == 0
+    empty = drained or (not busy and call('EXISTS', lane_key(g)) == 0)
   end
   if empty or blocked then
     call('ZREM', K_RING, g)
@@ -321,6 +324,8 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
   while taken_total < want and guard > 0 do
     local heads = call('ZRANGE', K_RING, 0, want - taken_total - 1)
     if #heads == 0 then break end
+    -- as many lanes as jobs wanted: the ring may hold more (see end_turn)
+    local busy = #heads > 1 and #heads == want - taken_total
     if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
     -- the running counts of the groups due, in one read (and once: whether groups' own
     -- settings exist, else no group's are read); nothing of it while only the default lane
@@ -371,7 +376,7 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
       for i, n in ipairs(add_counts(charged, delta, cur)) do counts[charged[i]] = n end
     end
     for _, t in ipairs(turns) do
-      if end_turn(t[1], t[7], t[3], t[4], t[5], t[6], now, back, counts[t[1]]) then
+      if end_turn(t[1], t[7], t[3], t[4], t[5], t[6], now, back, counts[t[1]], busy) then
         guard = guard - 1
       end
     end
