@@ -57,3 +57,33 @@ async def test_script_calls_run_on_fast_connections(app: App) -> None:
     res = await scripts.claim(1, 1000, 0)
     assert res.jobs == []
     assert res.now_ms > 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["c", "id1", "3-ab", b"null", 86_400_000, "", "é"], id="text-bytes-ints"),
+        pytest.param(["adds"] + [f"step-{i}" for i in range(20_000)], id="large"),
+        pytest.param(["e", 2.5, -7, b"\x00\xff"], id="float"),
+    ],
+)
+def test_every_kind_of_arguments_packs_to_the_same_bytes_as_redis_py(args: list[Any]) -> None:
+    """Text, bytes and integers are packed by hiredis (a large call's body is not copied:
+    a memoryview), anything else by the loop with the connection's encoder: the bytes on
+    the wire are redis-py's own either way."""
+    client = aioredis.Redis.from_url("redis://localhost:1/0")
+    plain_pool = client.connection_pool
+    plain = plain_pool.connection_class(**plain_pool.connection_kwargs)
+    use_fast_packing(client, 5.0)
+    use_functions(client, True)
+    pool = client.connection_pool
+    fast = pool.connection_class(**pool.connection_kwargs)
+    keys = QueueKeys("aq", "wire")
+    script = SCRIPTS["deps"]
+    command_args = evalsha_command(client, script, keys.lanes(), [keys.base, *args])
+    lanes = keys.lanes()
+    expected = plain.pack_command("FCALL", script.function, len(lanes), *lanes, keys.base, *args)
+    got = fast.pack_command(*command_args)
+    assert b"".join(bytes(chunk) for chunk in got) == b"".join(expected)
+    if len(args) > 1000:
+        assert isinstance(got[-1], memoryview)

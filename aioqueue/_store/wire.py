@@ -12,12 +12,18 @@ It relies on two redis-py internals, checked by tests/test_wire.py: a pool's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import redis.asyncio as aioredis
 
 from .clock import virtual_clock_on
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # redis[hiredis], a core dependency; without it, the arguments are packed here
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover
+    _hiredis_pack = None
 
 
 def _bulk(arg: bytes) -> bytes:
@@ -66,9 +72,19 @@ class FastPack:
         head = args[0]
         if type(head) is not Head:
             return super().pack_command(*args)  # type: ignore[misc,no-any-return]
-        parts: list[bytes] = []
+        count = b"*%d\r\n" % (head.nargs + len(args) - 1)
+        rest = args[1:]
+        if _hiredis_pack is not None and _PLAIN.issuperset(map(type, rest)):
+            # hiredis packs them (C), after its own count, which is left out (not copied)
+            body = _hiredis_pack(rest)
+            start = body.index(b"\n") + 1
+            if len(body) < 65536:
+                return [count + head.packed + body[start:]]
+            # (a large one is not copied: redis-py writes a memoryview as it is)
+            return [count + head.packed, memoryview(body)[start:]]  # type: ignore[list-item]
+        parts: list[bytes] = [count, head.packed]
         put = parts.append
-        for arg in args[1:]:
+        for arg in rest:
             kind = type(arg)
             if kind is str:
                 data = arg.encode()
@@ -84,8 +100,12 @@ class FastPack:
                 put(b"$%d\r\n" % len(data))
                 put(data)
                 put(b"\r\n")
-        return [b"*%d\r\n" % (head.nargs + len(args) - 1) + head.packed + b"".join(parts)]
+        return [b"".join(parts)]
 
+
+#: the argument types hiredis packs as redis-py's encoder does (UTF-8 text, bytes, decimal
+#: integers; bool is no int here, and floats are written by the encoder)
+_PLAIN: Final = frozenset({str, bytes, int})
 
 _FAST: dict[type, type] = {}
 
