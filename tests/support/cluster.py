@@ -25,9 +25,11 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
-from aioqueue import EmbeddedServer
+from aioqueue import EmbeddedServer, EmbeddedServerError
 
 SLOTS = 16384
+#: cluster starts tried, each on new ports, when a node finds its port taken
+BIND_ATTEMPTS = 5
 
 
 def _free_ports(n: int) -> list[int]:
@@ -98,12 +100,25 @@ class LocalCluster:
         return f"redis+cluster://{seeds}"
 
     def start(self) -> None:
+        # the ports are free when picked, but another process (a client's outgoing connection
+        # on this busy machine) may take one before its node binds it: then every node stops
+        # and the cluster starts again on new ports, in a fresh directory
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._start(self._dir / f"try-{attempt}")
+                return
+            except EmbeddedServerError as exc:
+                if "could not bind" not in str(exc) or attempt == BIND_ATTEMPTS:
+                    raise
+
+    def _start(self, where: Path) -> None:
+        self.nodes = []
         total = self.primaries_n * (1 + self.replicas_n)
         ports = _free_ports(2 * total)
         for i in range(total):
             port, bus = ports[2 * i], ports[2 * i + 1]
             server = EmbeddedServer(
-                self._dir / f"node-{i}",
+                where / f"node-{i}",
                 port=port,
                 appendonly=False,
                 extra_args=[
@@ -128,7 +143,7 @@ class LocalCluster:
                 node.server.start()
             self._form()
         except BaseException:
-            self.stop()
+            self._stop_nodes()
             raise
 
     def _form(self) -> None:
@@ -226,8 +241,11 @@ class LocalCluster:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def stop(self) -> None:
+    def _stop_nodes(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.server.stop()
+
+    def stop(self) -> None:
+        self._stop_nodes()
         shutil.rmtree(self._dir, ignore_errors=True)

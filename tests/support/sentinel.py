@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+#: starts of one server tried, each on a new port, when it finds its port taken
+BIND_ATTEMPTS = 5
+
+
+class _PortTaken(Exception):
+    """The server could not bind its port: another process took it after it was picked."""
 
 
 @dataclass
@@ -82,14 +91,37 @@ class SentinelGroup:
                 stderr=out,
             )
         node = Node(name, port, popen, log)
+
+        def up() -> bool:
+            # (its log first: a ping to a port that another process holds waits for a reply)
+            text = log.read_text(errors="replace")
+            if popen.poll() is not None and "in use" in text:
+                raise _PortTaken(port)
+            listening = "Ready to accept connections" in text or "Sentinel ID is" in text
+            return listening and node.ping()
+
+        self._wait(up, 20, f"{name} to answer PING")
         self.nodes.append(node)
-        self._wait(node.ping, 20, f"{name} to answer PING")
         return node
 
+    def _on_a_free_port(self, start: Callable[[int], Node]) -> Node:
+        """``start(port)`` on a free port; again on another when something took that port
+        between its pick and the server's bind (a client's outgoing connection on a busy
+        machine)."""
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                return start(free_port())
+            except _PortTaken:
+                if attempt == BIND_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
     def _start_data(self, name: str, primary: Node | None) -> Node:
-        port = free_port()
+        return self._on_a_free_port(lambda port: self._start_data_on(name, primary, port))
+
+    def _start_data_on(self, name: str, primary: Node | None, port: int) -> Node:
         data = self.root / name
-        data.mkdir()
+        data.mkdir(exist_ok=True)
         args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(data)]
         args += ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
         # a replica's sync starts at once (the default waits 5 s for more replicas to share
@@ -100,7 +132,9 @@ class SentinelGroup:
         return self._spawn(name, port, args)
 
     def _start_sentinel(self, i: int) -> Node:
-        port = free_port()
+        return self._on_a_free_port(lambda port: self._start_sentinel_on(i, port))
+
+    def _start_sentinel_on(self, i: int, port: int) -> Node:
         conf = self.root / f"sentinel{i}.conf"
         conf.write_text(
             f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.root}\n"
