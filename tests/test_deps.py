@@ -34,6 +34,7 @@ from aioqueue._queue.depsbox import door
 from .support.apps import open_app
 from .support.invariants import check_invariants
 from .support.server import text
+from .support.waiting import wait_until
 from .wfapp import OTHER, WfTasks, register
 
 # also on a local Valkey Cluster (tests/conftest.py): there the two queues are two slots
@@ -186,10 +187,13 @@ async def test_a_dependent_that_parks_keeps_its_lone_dependency_result(
     waits for is now its children: ``dependency_results`` reads theirs)."""
     t = tasks
 
+    gate = f"{{{wapp.prefix}:w}}:gate"
+
     @wapp.task
     async def gathers() -> dict[str, Any]:
         job = current_job()
-        kid = await t.step.options(job_id=f"{job.id}.kid").enqueue(7)
+        # (held by the gate: the parent parks every time, rather than finding it done)
+        kid = await t.slow.options(job_id=f"{job.id}.kid").enqueue(7, gate)
         kids = await job.wait_for_children([kid])
         return {"deps": await job.dependency_results(), "kids": kids}
 
@@ -197,6 +201,16 @@ async def test_a_dependent_that_parks_keeps_its_lone_dependency_result(
     c = await gathers.options(depends_on=[a]).enqueue()
     keys = wapp.queue()._keys
     async with Worker(wapp, concurrency=2):
+        assert await a.result(timeout=30) == 40
+
+        async def parked() -> bool:
+            return (
+                await c.state() is JobState.WAITING
+                and await redis.exists(keys.job(f"{c.id}.kid")) == 1
+            )
+
+        await wait_until(parked, timeout=30, what="the parent parked")
+        await redis.set(gate, 1)
         out = await c.result(timeout=30)
     assert out == {"deps": {f"{c.id}.kid": 70}, "kids": {f"{c.id}.kid": 70}}
     assert await redis.hmget(keys.job(c.id), ["d1", "dr"]) == [None, None]  # moved at the park
