@@ -138,6 +138,20 @@ async def test_jobs_that_cannot_run_make_it_time_out_with_what_is_left(app: App)
         await run_until_empty(app, timeout=0.2)
 
 
+async def test_a_timeout_before_the_first_count_still_says_what_is_left(app: App) -> None:
+    """The time runs out while the first worker is still starting (a busy machine; here a
+    microsecond): the message still counts what is left, rather than "unknown"."""
+
+    @app.task
+    async def work() -> None:
+        pass
+
+    await app.queue().pause()
+    await work.enqueue()
+    with pytest.raises(TimeoutError, match="'queued': 1"):
+        await run_until_empty(app, timeout=1e-6)
+
+
 async def test_an_unknown_delayed_policy_is_refused(app: App) -> None:
     with pytest.raises(ConfigurationError, match="delayed"):
         await run_until_empty(app, delayed="later")  # type: ignore[arg-type]

@@ -19,11 +19,14 @@ Nothing here needs pytest; only the plugin module imports it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, cast
 from uuid import uuid4
+
+from redis.exceptions import RedisError
 
 from .._app.app import App
 from .._app.task import BoundTask, Task
@@ -58,6 +61,8 @@ _CHUNK = 1000
 # how long to wait before looking again at jobs that are queued but cannot be claimed yet (a
 # rate limit, a pause, a group limit held by another consumer)
 _RECHECK = 0.02
+#: seconds to count what is left when the time ran out before any count
+_LEFT_READ_S = 5.0
 
 
 def unique_prefix() -> str:
@@ -145,6 +150,12 @@ async def run_until_empty(
                 elif not left["scheduled"] or delayed == "skip":
                     return RunSummary(completed, failed, left["scheduled"])
     except TimeoutError:
+        if not left:
+            # the time ran out before the first count (a worker's start on a busy machine):
+            # counted now, so that the message says what is left
+            with contextlib.suppress(TimeoutError, RedisError, OSError):
+                async with asyncio.timeout(_LEFT_READ_S):
+                    left = await _left(app, names)
         raise TimeoutError(
             f"run_until_empty: jobs still left after {seconds} s ({completed} completed, "
             f"{failed} failed; left: {left or 'unknown'})"
