@@ -127,7 +127,18 @@ async def test_failing_jobs_spend_every_attempt_then_are_dead_lettered(
     }
 
 
-async def test_jobs_that_cannot_run_make_it_time_out_with_what_is_left(app: App) -> None:
+@pytest.mark.parametrize(
+    "timeout",
+    [
+        pytest.param(0.2, id="after-a-run"),
+        # the time runs out while the first worker is still starting (a busy machine): the
+        # message still counts what is left, rather than "unknown"
+        pytest.param(1e-6, id="before-the-first-count"),
+    ],
+)
+async def test_jobs_that_cannot_run_make_it_time_out_with_what_is_left(
+    app: App, timeout: float
+) -> None:
     @app.task
     async def work() -> None:
         pass
@@ -135,21 +146,7 @@ async def test_jobs_that_cannot_run_make_it_time_out_with_what_is_left(app: App)
     await app.queue().pause()
     await work.enqueue()
     with pytest.raises(TimeoutError, match="'queued': 1"):
-        await run_until_empty(app, timeout=0.2)
-
-
-async def test_a_timeout_before_the_first_count_still_says_what_is_left(app: App) -> None:
-    """The time runs out while the first worker is still starting (a busy machine; here a
-    microsecond): the message still counts what is left, rather than "unknown"."""
-
-    @app.task
-    async def work() -> None:
-        pass
-
-    await app.queue().pause()
-    await work.enqueue()
-    with pytest.raises(TimeoutError, match="'queued': 1"):
-        await run_until_empty(app, timeout=1e-6)
+        await run_until_empty(app, timeout=timeout)
 
 
 async def test_an_unknown_delayed_policy_is_refused(app: App) -> None:
