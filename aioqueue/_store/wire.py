@@ -75,7 +75,7 @@ class FastPack:
         count = b"*%d\r\n" % (head.nargs + len(args) - 1)
         rest = args[1:]
         if _hiredis_pack is not None and _PLAIN.issuperset(map(type, rest)):
-            # hiredis packs them (C), after its own count, which is left out (not copied)
+            # hiredis packs them (C); its own count is left out, the head's goes first
             body = _hiredis_pack(rest)
             start = body.index(b"\n") + 1
             if len(body) < 65536:
@@ -95,7 +95,7 @@ class FastPack:
             else:
                 data = self.encoder.encode(arg)
             if len(data) < 4096:
-                put(b"$%d\r\n%s\r\n" % (len(data), data))
+                put(_bulk(data))
             else:  # (not copied twice)
                 put(b"$%d\r\n" % len(data))
                 put(data)
