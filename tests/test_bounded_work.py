@@ -203,6 +203,33 @@ async def _complete(c: Ctx) -> Awaitable[Any]:
     return c.run("complete", [c.base, MAX_JOBS_PER_CALL, *items])
 
 
+# a waiting job D (ARGV[2]) whose set of dependencies holds the jobs ARGV[3..] and one more,
+# each of which has D as its lone dependent (dd)
+_FAN_IN = """
+local base, d = ARGV[1], ARGV[2]
+redis.call('HSET', base .. 'job:' .. d, 't', 'work', 'p', 'payload', 's', 'waiting', 'a', 0,
+  'm', 3, 'ct', 1, 'dp', 'cancel', 'dl', '[]', 'dt', 0, 'xk', 'r')
+local members = {base .. d .. '-more'}
+for i = 3, #ARGV do
+  redis.call('HSET', base .. 'job:' .. ARGV[i], 'dd', base .. d)
+  members[#members + 1] = base .. ARGV[i]
+end
+redis.call('SADD', base .. 'deps:' .. d, unpack(members))
+redis.call('ZADD', base .. 'waiting', 1, d)
+return #members
+"""
+
+
+async def _complete_fan_in(c: Ctx) -> Awaitable[Any]:
+    """1,000 completions in one call, each a dependency of one job (its lone dependent), each
+    with a 4 KiB result: they tell it together, every result kept for it (lib/deps DQ.told)."""
+    leased = await c.leased()
+    d = f"F{c.round}"
+    await c.raw.eval(_FAN_IN, 0, c.base, d, *[job_id for job_id, _ in leased])
+    items = [x for job_id, tok in leased for x in (job_id, tok, b"r" * 4096, 60_000)]
+    return c.run("complete", [c.base, MAX_JOBS_PER_CALL, *items])
+
+
 async def _complete_claim(c: Ctx) -> Awaitable[Any]:
     leased = (await c.leased())[:MAX_ACKS_PER_CALL]
     items = [x for job_id, tok in leased for x in (job_id, tok, b"r", 60_000)]
@@ -397,6 +424,7 @@ ROWS: dict[str, Row] = {
     "enqueue": _enqueue,
     "claim": _claim,
     "complete": _complete,
+    "complete:fan-in": _complete_fan_in,
     "complete_claim": _complete_claim,
     "fail": _fail,
     "release": _release,

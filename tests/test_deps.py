@@ -142,6 +142,7 @@ async def test_a_lone_dependency_is_kept_in_the_record_and_its_result_too(
     keys = wapp.queue()._keys
     c = await t.join.options(depends_on=[a]).enqueue("c")
     assert text(await redis.hget(keys.job(c.id), "d1")) == keys.member(a.id)
+    assert await redis.hget(keys.job(c.id), "dl") is None  # d1 is the list
     assert not await redis.exists(keys.deps(c.id))
     why = await c.why()
     assert why.rows[-1].reason.value == "dependencies"
@@ -167,10 +168,14 @@ async def test_a_lone_dependency_joins_the_set_when_more_are_added(
     b = await t.slow.enqueue(2, gate)
     keys = wapp.queue()._keys
     c = await t.join.options(depends_on=[a]).enqueue("c")
-    assert await deps_run(door(wapp, wapp.default_queue), "extend", c.id, keys.member(b.id)) == 1
+    assert (
+        await deps_run(door(wapp, wapp.default_queue), "extend", c.id, "", keys.member(b.id)) == 1
+    )
     assert await redis.hget(keys.job(c.id), "d1") is None
     members = {text(m) for m in await redis.smembers(keys.deps(c.id))}
     assert members == {keys.member(a.id), keys.member(b.id)}
+    dl = json.loads(text(await redis.hget(keys.job(c.id), "dl")))
+    assert dl == [keys.member(a.id), keys.member(b.id)]
     async with Worker(wapp, concurrency=2):
         assert await a.result(timeout=30) == 10
         assert await c.state() is JobState.WAITING  # b still holds it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -258,3 +259,47 @@ def test_explicit_port_taken_is_an_error() -> None:
         with pytest.raises(EmbeddedServerError, match="could not bind"):
             server.start()
         assert not server.running
+
+
+def test_the_development_server_waits_out_a_port_taken_for_a_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # attach_or_start on a port another process holds for a moment (one starting or stopping
+    # its server): it tries again until the port is free, then starts its own. Before, the
+    # error that said so was re-raised as a plain EmbeddedServerError and it failed at once.
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    tried = threading.Event()
+    real = _embedded.EmbeddedServer._launch
+
+    def launch(self: EmbeddedServer, p: int) -> None:
+        try:
+            real(self, p)
+        finally:
+            if not tried.is_set():  # the first try met the squatter: it leaves now
+                tried.set()
+                squatter.close()
+
+    monkeypatch.setattr(_embedded.EmbeddedServer, "_launch", launch)
+    dev = _embedded.attach_or_start(tmp_path / "dev", port=port)
+    try:
+        assert tried.is_set()
+        assert ping(dev.url)
+    finally:
+        dev.detach()
+
+
+def test_the_development_server_gives_up_on_a_port_held_by_something_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a port held by a process that is no server (it never answers PING) for longer than the
+    # wait: the error says the port could not be bound
+    monkeypatch.setattr(_embedded, "ATTACH_RACE_SECONDS", 0.5)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(EmbeddedServerError, match="could not bind"):
+            _embedded.attach_or_start(tmp_path / "dev", port=port)

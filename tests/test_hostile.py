@@ -39,6 +39,7 @@ from aioqueue import (
     PayloadTooLarge,
     SerializationError,
     ServerRefused,
+    Task,
     WaitTimedOut,
     Worker,
     current_job,
@@ -1417,14 +1418,11 @@ async def test_garbage_in_every_dependency_key_is_contained(
         await check_invariants(redis, k)
 
 
-@pytest.mark.parametrize("what", ["dd", "dependents"])
-async def test_a_dependent_whose_edge_was_garbled_after_it_registered_still_runs(
-    redis_url: str, redis: Redis, what: str
-) -> None:
-    """Garbage written over a dependency's record of its dependents after they registered (its
-    dd, the lone one; its set, two or more) loses the edge, so its outcome tells nobody. The
-    reap's sweep (lib/deps: DQ.sweep) finds the jobs still waiting for a dependency that ended
-    and counts it: they run, with its result."""
+def _dependency_app(
+    redis_url: str,
+) -> tuple[App, Task[[int], int], Task[[str], dict[str, Any]]]:
+    """A hostile app with a dependency task (its argument for result) and a dependent one
+    (the results of its dependencies for result)."""
     app = hostile_app(redis_url, lease=2.0)
 
     @app.task
@@ -1435,6 +1433,55 @@ async def test_a_dependent_whose_edge_was_garbled_after_it_registered_still_runs
     async def dependent(tag: str) -> dict[str, Any]:
         return await current_job().dependency_results()
 
+    return app, dep, dependent
+
+
+@pytest.mark.parametrize("what", ["deps", "depres"])
+async def test_garbage_met_by_dependencies_completed_in_one_call_is_contained(
+    redis_url: str, redis: Redis, what: str
+) -> None:
+    """The garbage of the rows above where a dependent keeps its set of dependencies and the
+    results kept for it, met by dependencies that one call completes (they tell their
+    dependent together, lib/deps DQ.told): a set that is lost dead-letters it (Garbled,
+    never run early); a hash of the wrong type is set aside and the results kept anew."""
+    app, dep, dependent = _dependency_app(redis_url)
+    async with app:
+        q = app.queue()
+        k = q._keys
+        a, b = await dep.enqueue(1), await dep.enqueue(3)
+        c = await dependent.options(depends_on=[a, b]).enqueue("c")
+        if what == "deps":
+            key = k.deps(c.id)
+            await redis.delete(key)
+            await redis.hset(key, "x", "garbage")
+        else:
+            key = k.dep_results(c.id)
+            await redis.set(key, "garbage")
+        held = {r.id: r for r in await q.reserve(2, lease=60)}
+        acks = [(j.id, held[j.id].token, str(x).encode(), 60_000) for j, x in ((a, 1), (b, 3))]
+        assert all(o.value == "ok" for o in await q._scripts.complete(acks))
+        assert key in await garbled_keys(redis, k)
+        if what == "deps":
+            info = await c.info()
+            assert info.state is JobState.FAILED
+            assert info.error is not None
+            assert info.error.type == "Garbled"
+        else:
+            async with Worker(app, concurrency=2):
+                assert await c.result(timeout=30) == {a.id: 1, b.id: 3}
+            assert await redis.type(key) == b"hash"
+        await check_invariants(redis, k)
+
+
+@pytest.mark.parametrize("what", ["dd", "dependents"])
+async def test_a_dependent_whose_edge_was_garbled_after_it_registered_still_runs(
+    redis_url: str, redis: Redis, what: str
+) -> None:
+    """Garbage written over a dependency's record of its dependents after they registered (its
+    dd, the lone one; its set, two or more) loses the edge, so its outcome tells nobody. The
+    reap's sweep (lib/deps: DQ.sweep) finds the jobs still waiting for a dependency that ended
+    and counts it: they run, with its result."""
+    app, dep, dependent = _dependency_app(redis_url)
     async with app:
         q = app.queue()
         k = q._keys

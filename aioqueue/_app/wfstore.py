@@ -8,10 +8,11 @@ releases the steps that wait for nothing but the record.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
+
+import orjson
 
 from .._model.checks import new_job_id
 from .._model.claimcheck import put_blobs
@@ -66,6 +67,12 @@ class GraphStore:
         self.home: str = app.queue(queue).name
         self.wid = f"wf-{uuid.uuid4().hex}"
         self.queues, self.ids = self._place()
+        #: step -> the steps that wait for it
+        self.feeds: dict[str, list[str]] = {}
+        for step, (_, after) in steps.items():
+            for dep in after:
+                self.feeds.setdefault(dep, []).append(step)
+        self.told = self._told()
         self.doors = {q: door(app, q) for q in {self.home, *self.queues.values()}}
         self.member = {n: self.doors[self.queues[n]].keys.base + self.ids[n] for n in order}
         hd = self.doors[self.home]
@@ -91,15 +98,35 @@ class GraphStore:
             ids[step] = call.opts.job_id or new_job_id()
         return queues, ids
 
-    def _graph(self) -> str:
+    def _told(self) -> dict[str, str]:
+        """The steps stored with their lone dependent counted (its record's ``dd``, so that
+        storing the dependent reads and writes nothing of them; lib/deps ``dep_wait``'s mask):
+        step -> that dependent's name. Only for two steps of one queue whose ids the
+        workflow made (an id given with ``job_id=`` may name a job stored before)."""
+        told: dict[str, str] = {}
+        for dep, fed in self.feeds.items():
+            if len(fed) != 1 or self.queues[fed[0]] != self.queues[dep]:
+                continue
+            if self.steps[dep][0].opts.job_id is None and self.steps[fed[0]][0].opts.job_id is None:
+                told[dep] = fed[0]
+        return told
+
+    def _mask(self, step: str, deps: Sequence[str]) -> str:
+        """Which of ``deps`` (names) were stored with ``step`` as their lone dependent."""
+        told = self.told
+        mask = "".join("1" if told.get(d) == step else "0" for d in deps)
+        return mask if "1" in mask else ""
+
+    def _graph(self) -> bytes:
         """The graph the workflow's record keeps (JSON)."""
-        fed = {dep for _, after in self.steps.values() for dep in after}
+        q, ids = self.queues, self.ids
         steps = {
-            name: {"q": self.queues[name], "id": self.ids[name], "after": list(after)}
+            name: {"q": q[name], "id": ids[name], "after": after}
             for name, (_, after) in self.steps.items()
         }
-        sinks = [name for name in self.order if name not in fed]
-        return json.dumps({"name": self.name, "steps": steps, "sinks": sinks})
+        sinks = [name for name in self.order if name not in self.feeds]
+        graph: bytes = orjson.dumps({"name": self.name, "steps": steps, "sinks": sinks})
+        return graph
 
     async def store(self) -> None:
         """Store every step, in ``self.order`` (each after the steps it waits for). Steps go in
@@ -135,18 +162,27 @@ class GraphStore:
         rec = call.task.record_of(call, q, self.ids[step])
         self.out.stored(q, rec.id)
         deps = [self.member[d] for d in after] or [self.gate]
-        first = deps[: MAX_JOBS_PER_CALL - 1]
+        cut = MAX_JOBS_PER_CALL - 1
+        first = deps[:cut]
         if self.work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
             self._flush(q)
         t = rec.template
         values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
-        self.runs[q] += (rec.id, *values, *self.policy, len(first), *first)
+        fed = self.told.get(step)
+        dd = self.member[fed] if fed is not None else ""
+        mask = self._mask(step, after[:cut])
+        self.runs[q] += (rec.id, *values, *self.policy, dd, mask, len(first), *first)
         self.work[q] += 1 + len(first)
         remote = self._remote(step, q, after)
         rest = deps[len(first) :]
         if rest or remote:
             self._flush()
-            self._chunked(self.doors[q], "extend", rec.id, rest)
+            d = self.doors[q]
+            for i in range(cut, len(deps), MAX_JOBS_PER_CALL):
+                part = slice(i, i + MAX_JOBS_PER_CALL)
+                self.calls.append(
+                    deps_call(d, "extend", rec.id, self._mask(step, after[part]), *deps[part])
+                )
             for rq, rids in remote.items():
                 self._chunked(self.doors[rq], "watch", self.member[step], rids)
 

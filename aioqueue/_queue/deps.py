@@ -284,10 +284,11 @@ async def already_kept(app: Any, queue: str, job_id: str) -> bool:
 
 
 async def dependency_jobs(app: Any, home: str, job_id: str) -> list[Ref]:
-    """The dependencies job ``job_id`` of queue ``home`` waited for (its record's ``dl``)."""
-    raw = (await door(app, home).scripts.job_fields([job_id], ["dl"]))[0][0]
+    """The dependencies job ``job_id`` of queue ``home`` waited for (its record's ``dl``, or
+    its lone one, ``d1``)."""
+    raw, lone = (await door(app, home).scripts.job_fields([job_id], ["dl", "d1"]))[0]
     if raw is None:
-        return []
+        return [split_member(lone.decode(errors="replace"))] if lone else []
     try:
         members = json.loads(raw)
     except ValueError:

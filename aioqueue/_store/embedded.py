@@ -198,9 +198,10 @@ class EmbeddedServer:
             try:
                 self._launch(port)
                 return
-            except _AddressInUse as exc:
+            except _AddressInUse:
+                # (as itself: attach_or_start waits out another process on a given port)
                 if not retry or attempt == _BIND_ATTEMPTS:
-                    raise EmbeddedServerError(str(exc)) from None
+                    raise
                 logger.debug("port %s was taken before valkey-server bound it; retrying", port)
                 self._port = None
 

@@ -8,11 +8,13 @@
            stores the job waiting for them; returns 1 stored, 0 a job with this id exists
            (nothing changed), or {-3, member}: that dependency on this queue is no job
            (nothing stored)
-    adds   ARGV[3..] steps of a workflow, 10 values each then their dependencies: id, task,
-           payload, max attempts, priority, group, options, policy, retention ms, k, then k
-           dependencies (members); stores each as add does (a step's dependencies are stored
-           before it: earlier in this call or before it); at most MAX_JOBS_PER_CALL steps and
-           dependencies together; returns the number of steps stored
+    adds   ARGV[3..] steps of a workflow, 12 values each then their dependencies: id, task,
+           payload, max attempts, priority, group, options, policy, retention ms, its lone
+           dependent on this queue (a member, counted now: '' none), mask ('1' at the place
+           of each dependency stored with this step as its lone dependent, '' none), k, then
+           k dependencies (members); stores each as add does (a step's dependencies are
+           stored before it: earlier in this call or before it); at most MAX_JOBS_PER_CALL
+           steps and dependencies together; returns the number of steps stored
     park   ARGV[3] id   ARGV[4] lease token   ARGV[5] policy   ARGV[6] retention ms
            ARGV[7..] dependencies: the active job, fenced by its lease, leaves its lease
            without spending the attempt and waits for them (its children); returns 1, -1 no
@@ -24,8 +26,9 @@
     met    ARGV[3..] quadruples: dependent id (on this queue), dependency (member), 1
            completed / 0 failed, its result as stored ('' none: kept for the dependent):
            each counted once; returns the number of quadruples
-    extend ARGV[3] id   ARGV[4..] more dependencies for a waiting dependent (a workflow's
-           node with more than one call holds); returns 1, 0 when it is not waiting
+    extend ARGV[3] id   ARGV[4] mask (as for adds)   ARGV[5..] more dependencies for a
+           waiting dependent (a workflow's node with more than one call holds); returns 1, 0
+           when it is not waiting
     gate   ARGV[3] workflow id   ARGV[4] its name   ARGV[5] its graph (JSON): stores the
            workflow's record, waiting (closed); returns 1, 0 when it exists
     open   ARGV[3] workflow id   ARGV[4] retention ms (0: for good): completes the record,
@@ -46,8 +49,10 @@ local function tail(from)
 end
 
 -- store job id waiting for deps (ARGV[at..at + 8]: id, task, payload, max attempts,
--- priority, group, options, policy, retention ms)
-local function store(at, deps)
+-- priority, group, options, policy, retention ms); dd: its lone dependent, counted now (a
+-- member, '' or nil none: lib/deps DQ.dependents_add), and mask which of deps count it
+-- already (lib/deps dep_wait)
+local function store(at, deps, dd, mask)
   local id = ARGV[at]
   local jk = job_key(id)
   if call('EXISTS', jk) == 1 then return 0 end
@@ -55,8 +60,9 @@ local function store(at, deps)
   if ARGV[at + 4] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', ARGV[at + 4] end
   if ARGV[at + 5] ~= '' then f[#f + 1], f[#f + 2] = 'g', ARGV[at + 5] end
   if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end
+  if dd and dd ~= '' then f[#f + 1], f[#f + 2] = 'dd', dd end
   emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
-  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now, false, f)
+  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now, false, f, mask)
   return 1
 end
 
@@ -77,18 +83,18 @@ if op == 'adds' then
   -- the steps and their dependencies, counted before any write
   local steps, at, work = {}, 3, 0
   while at <= #ARGV do
-    local k = tonumber(ARGV[at + 9]) or 0
+    local k = tonumber(ARGV[at + 11]) or 0
     steps[#steps + 1] = {at, k}
     work = work + 1 + k
     check_count(work)
-    at = at + 10 + k
+    at = at + 12 + k
   end
   local n = 0
   DQ.begin()
   for _, st in ipairs(steps) do
     local deps = {}
-    for i = st[1] + 10, st[1] + 9 + st[2] do deps[#deps + 1] = ARGV[i] end
-    n = n + store(st[1], deps)
+    for i = st[1] + 12, st[1] + 11 + st[2] do deps[#deps + 1] = ARGV[i] end
+    n = n + store(st[1], deps, ARGV[st[1] + 9], ARGV[st[1] + 10])
   end
   DQ.flush(true)
   if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end
@@ -107,7 +113,10 @@ if op == 'park' then
   if missing then return {-3, missing} end
   if r[8] then
     -- it waited for a lone dependency (lib/deps d1): its result joins the others kept for it
-    if r[9] then call('HSET', select(3, extras_of(id)), r[8], r[9]) end
+    -- (a job with d1 has no set and no hash: what is there is an earlier job's, dropped)
+    local rk = select(3, extras_of(id))
+    call('DEL', deps_key(id), rk)
+    if r[9] then call('HSET', rk, r[8], r[9]) end
     call('HDEL', jk, 'd1', 'dr')
   end
   call('ZREM', K_ACTIVE, id)
@@ -126,17 +135,20 @@ end
 if op == 'extend' then
   local id = ARGV[3]
   local jk = job_key(id)
-  local deps = tail(4)
+  local deps = tail(5)
   local r = call('HMGET', jk, 's', 'dp', 'dt', 'd1')
   if r[1] ~= 'waiting' or not r[2] then return 0 end
   local missing = dep_missing(deps)
   if missing then return {-3, missing} end
   if r[4] then
-    -- a lone dependency (lib/deps d1, not met: the job waits) joins the set with these
+    -- a lone dependency (lib/deps d1, not met: the job waits) joins the set with these (a
+    -- job with d1 has no set, no hash and no list dl: what is there is an earlier job's)
+    call('DEL', deps_key(id), select(3, extras_of(id)))
     call('SADD', deps_key(id), r[4])
     call('HDEL', jk, 'd1')
+    call('HSET', jk, 'dl', cjson.encode({r[4]}))
   end
-  dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true)
+  dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true, nil, ARGV[4])
   return 1
 end
 

@@ -3,7 +3,8 @@
   later (requeue: a retry, a release).
   Needs: core, trends (trend), events (emit_add, emit_flush), lanes (push_ready, release_slots,
   has_ready), limiters (limits_done), batches (batch_outcome; deps_outcome, declared there
-  and set by the part on dependencies).
+  and set by the part on dependencies), deps (DQ.telling and DQ.told: the dependents of the
+  jobs one call completes are told together).
 
   Throughput (tally): the HASH base.."tp" counts jobs per minute of the server clock, field
   '<kind>:<minute>' (kind c completed, f dead-lettered); one HINCRBY per script call. The first
@@ -54,6 +55,7 @@ local function do_complete(first, n, now)
   if n > 0 then
     local qc = call('HMGET', K_QCONF, 'events', 'glimit')
     events, glimit = events_on(qc[1] or false), qc[2]
+    DQ.telling()
   end
   for i = 1, n do
     local b = first + (i - 1) * 4
@@ -112,6 +114,8 @@ local function do_complete(first, n, now)
       out[i] = -2
     end
   end
+  -- the dependents their completions released (a fan-in's dependent counts them together)
+  DQ.told(now)
   -- their groups' slots freed together (a freed slot may make a parked group runnable)
   release_slots(groups, freed, glimit)
   if ok > 0 then

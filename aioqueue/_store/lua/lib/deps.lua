@@ -92,10 +92,11 @@ end
 
 -- DQS.released while a dependency's outcome is told: the released ids, and ready (those of
 -- the plain lane) with tasks and per (their tasks, and how many each: BL.note)
-function DQ.releasing() return {ready = {}, tasks = {}, per = {}} end
+function DQ.releasing() return {ready = {}, tasks = {}, per = {}, sets = {}} end
 
 -- the released jobs ids leave the waiting index and their sets of dependencies (ids: from
--- DQ.releasing, those of the plain lane are pushed to it and counted first)
+-- DQ.releasing, those of the plain lane are pushed to it and counted first, and only those
+-- in ids.sets had a set: a lone dependency's job has none; else each id's is dropped)
 function DQ.unwait(ids)
   if ids.ready and #ids.ready > 0 then
     BL.many(ids.tasks, ids.per)
@@ -104,8 +105,8 @@ function DQ.unwait(ids)
   end
   if #ids == 0 then return end
   local keys = {}
-  for i, id in ipairs(ids) do keys[i] = deps_key(id) end
-  call('DEL', unpack(keys))
+  for i, id in ipairs(ids.sets or ids) do keys[i] = deps_key(id) end
+  if #keys > 0 then call('DEL', unpack(keys)) end
   call('ZREM', K_WAITING, unpack(ids))
   wake()
 end
@@ -124,6 +125,16 @@ function DQ.keep(id, dep, res)
   end
 end
 
+-- DQ.keep for many: kv, pairs of member and what job id keeps of it (each non-empty)
+function DQ.keep_many(id, kv)
+  local _, _, rk = extras_of(id)
+  local put = redis.pcall('HSET', rk, unpack(kv))
+  if type(put) ~= 'number' then
+    set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
+    call('HSET', rk, unpack(kv))
+  end
+end
+
 -- job id (record jk, its fields r = s, dp, pr, g, dt, t) has no dependency left: runnable
 -- now (counted into the backlog); kept: the result of its lone dependency (d1), kept in its
 -- record (dr) as it leaves the wait. While a dependency's outcome releases many (DQS.released),
@@ -139,7 +150,9 @@ local function dep_release(id, jk, r, kept)
     BL.count(r[6], 1)
     push_ready(id, r[3], false, r[4])
   end
-  if rel then rel[#rel + 1] = id else DQ.unwait({id}) end
+  if not rel then return DQ.unwait({id}) end
+  rel[#rel + 1] = id
+  if not r[7] then rel.sets[#rel.sets + 1] = id end
 end
 
 -- a dependent whose set of dependencies is garbled (of the wrong type, or gone while it
@@ -231,9 +244,24 @@ end
 deps_outcome = function(id, ok, now, res, dd)
   local flag = ok and '1' or '0'
   dd = dd or call('HGET', job_key(id), 'dd')
-  local dk = DQ.dependents_key(id)
   -- a lone dependent is told at once (one edge: within the bound); a set, deps_budget of them
   local lone = dd and dd ~= '1' and dd ~= ''
+  local tells = ok and lone and DQS.tells
+  if tells then
+    -- completions told together (DQ.told): a fan-in's dependent counts them at once
+    local own = own_id(dd)
+    if own then
+      local l = tells.by[own]
+      if not l then
+        l = {}
+        tells.by[own] = l
+        tells.order[#tells.order + 1] = own
+      end
+      l[#l + 1], l[#l + 2] = BASE .. id, res or ''
+      return false
+    end
+  end
+  local dk = DQ.dependents_key(id)
   local members, more = {}, not lone
   if lone then members = {dd}
   elseif deps_budget > 0 then
@@ -264,6 +292,58 @@ deps_outcome = function(id, ok, now, res, dd)
     forwarded = true
   end
   return forwarded
+end
+
+-- hold back the completions that deps_outcome tells lone dependents of this queue until
+-- DQ.told (a call that completes many jobs: do_complete); failures are told at once
+function DQ.telling() DQS.tells = {order = {}, by = {}} end
+
+-- job id, waiting on this queue, is told that the dependencies in pairs (member, result as
+-- kept: dep_kept, '' none) completed: as dep_met for each, with one read of its record, one
+-- SMISMEMBER, one SREM, one HSET of the results and one SCARD for all of them
+local function dep_met_many(id, pairs_, now)
+  if #pairs_ == 2 then return dep_met(id, pairs_[1], true, now, pairs_[2]) end
+  local jk, wk = job_key(id), deps_key(id)
+  local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't', 'd1')
+  if r[7] then
+    -- a lone dependency (d1): at most one of them is it; dep_met sorts them out
+    for i = 1, #pairs_, 2 do dep_met(id, pairs_[i], true, now, pairs_[i + 1]) end
+    return
+  end
+  local members = {}
+  for i = 1, #pairs_, 2 do members[#members + 1] = pairs_[i] end
+  local is = redis.pcall('SMISMEMBER', wk, unpack(members))
+  if type(is) ~= 'table' or is.err then return DQ.garbled(id, jk, wk, now) end
+  local keep, gone = {}, 0
+  for i, m in ipairs(members) do
+    if is[i] == 1 then
+      gone = gone + 1
+      local res = pairs_[2 * i]
+      if res ~= '' then keep[#keep + 1], keep[#keep + 2] = m, res end
+    end
+  end
+  if gone == 0 then
+    -- counted before; or its set is gone while the job still waits
+    if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
+    return
+  end
+  call('SREM', wk, unpack(members))
+  if #keep > 0 then DQ.keep_many(id, keep) end
+  if call('SCARD', wk) > 0 or r[1] ~= 'waiting' then return end
+  dep_release(id, jk, r, nil)
+end
+
+-- tell what DQ.telling held back: each dependent once, for all its completed dependencies
+function DQ.told(now)
+  local tells = DQS.tells
+  DQS.tells = nil
+  if not tells or #tells.order == 0 then return end
+  local outer = DQS.released
+  DQS.released = DQ.releasing()
+  for _, id in ipairs(tells.order) do dep_met_many(id, tells.by[id], now) end
+  local mine = DQS.released
+  DQS.released = outer
+  DQ.unwait(mine)
 end
 
 -- waiting jobs that a dependency on this queue ended without telling (the edge was lost:
@@ -366,23 +446,27 @@ end
 -- these are added to the dependencies it has (a graph's node with more than one call holds);
 -- fields: more of the record's fields and values, written with these (a new job's). A new job
 -- with one dependency (a step of a chain or a fan-out) keeps it in its record (d1) rather than
--- in a set, and its result there too (dr, dep_met): no set to write, pop and drop
-local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
+-- in a set (and no list dl: d1 is it), and its result there too (dr, dep_met): no set to
+-- write, pop and drop. mask: '1' at the place of each dependency that counts the job among
+-- its dependents already (a workflow's step stored with it as its lone dependent, dd:
+-- deps.lua adds), nil none
+local function dep_wait(id, jk, deps, policy, ttl, now, more, fields, mask)
   local wk = deps_key(id)
   local me = BASE .. id
   local lone = fields and not more and #deps == 1
   local dl
   if more then dl = DQ.dl_more(call('HGET', jk, 'dl'), deps)
-  else
-    -- (a new job: and no results kept for an earlier job of this id)
+  elseif not lone then
+    -- (a new job: and no results kept for an earlier job of this id; a lone dependency
+    -- uses neither: they are dropped when it joins a set, deps.lua extend and park)
     if fields then call('DEL', wk, select(3, extras_of(id))) else call('DEL', wk) end
     dl = cjson.encode(deps)
   end
   local keep, failed, kept = {}, nil, nil
-  for _, dep in ipairs(deps) do
+  for i, dep in ipairs(deps) do
     local own = own_id(dep)
     local st = 'w'
-    if own then
+    if own and not (mask and string.byte(mask, i) == 49) then
       st = dep_register(own, me)
       -- completed already: its result is kept for the job now (its record may expire first)
       if st == 'c' then
@@ -400,11 +484,15 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields)
   elseif #keep > 0 then left = call('SADD', wk, unpack(keep)) end
   if more then left = call('SCARD', wk) end
   local f = fields or {}
-  for _, v in ipairs({'s', 'waiting', 'dp', policy, 'dl', dl, 'dt', ttl}) do f[#f + 1] = v end
+  local n = #f
+  f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 's', 'waiting', 'dp', policy, 'dt', ttl
   -- its extras follow the record from now on (a new job: only its dependencies' results, xk
   -- 'r', unless its lone one is kept in the record; a parked job's xk was set by its caller)
-  if lone then f[#f + 1], f[#f + 2] = 'd1', deps[1]
-  elseif fields then f[#f + 1], f[#f + 2] = 'xk', 'r' end
+  if lone then f[n + 7], f[n + 8] = 'd1', deps[1]
+  else
+    f[n + 7], f[n + 8] = 'dl', dl
+    if fields then f[n + 9], f[n + 10] = 'xk', 'r' end
+  end
   call('HSET', jk, unpack(f))
   if DQS.pending and not failed and left > 0 then
     local w = DQS.pending.waiting
