@@ -155,6 +155,11 @@ async def test_a_lone_dependency_is_kept_in_the_record_and_its_result_too(
     assert not await redis.exists(keys.dep_results(c.id))
     assert not await redis.exists(keys.deps(c.id))
     await check_invariants(redis, keys)
+    # a results hash beside it (only an earlier job of its id could leave one) is not read
+    await redis.hset(keys.dep_results(c.id), keys.member(a.id), "step\x00666")
+    d = door(wapp, wapp.default_queue)
+    (kept,) = await deps_run(d, "kept", c.id, keys.member(a.id))
+    assert kept == await redis.hget(keys.job(c.id), "dr")
 
 
 async def test_a_lone_dependency_joins_the_set_when_more_are_added(

@@ -214,11 +214,12 @@ if op == 'kept' then
     got = {}
     for i = 1, #members do got[i] = false end
   end
-  -- a lone dependency's result is kept in the record (lib/deps d1, dr)
+  -- a lone dependency's result is kept in the record (lib/deps d1, dr), and read from there
+  -- first (a hash beside a job with d1 can only be an earlier job's: lib/deps dep_wait)
   local lone = call('HMGET', job_key(ARGV[3]), 'd1', 'dr')
   if lone[1] and lone[2] then
     for i, m in ipairs(members) do
-      if m == lone[1] and not got[i] then got[i] = lone[2] end
+      if m == lone[1] then got[i] = lone[2] end
     end
   end
   return got
