@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App, EmbeddedServer, JobState, Worker
+from aioqueue._model.limits import MAX_JOBS_PER_CALL
 
 from .support.server import text
 from .wfapp import WfTasks, register
@@ -68,31 +69,34 @@ async def test_dependencies_completed_in_one_call_tell_their_dependent_together(
 async def test_a_fan_in_is_stored_without_reading_its_steps_again(
     private: tuple[App, Redis],
 ) -> None:
-    """Storing a fan-out / fan-in: each middle step is stored with the sink as its lone
-    dependent (dd), so storing the sink reads and writes none of them (before: one HMGET and
-    one HSET a step); a step given its own job id is registered as any dependency is (its
-    id may name a job stored before), and the sink waits for every step."""
+    """Storing a fan-out / fan-in wider than one call holds (the sink's dependencies past the
+    first call go in ``extend`` calls): each middle step is stored with the sink as its lone
+    dependent (dd), so storing the sink reads and writes none of them (before: an HMGET and
+    an HSET a step, and an HMGET more in ``extend``); a step given its own job id is
+    registered as any dependency is (its id may name a job stored before), and the sink
+    waits for every step."""
     app, redis = private
     t: WfTasks = register(app)
     keys = app.queue()._keys
     wf = app.workflow("fan")
     root = wf.step("root", t.step.call(0))
-    mids = [wf.step(f"m{i}", t.step.call(i), after=[root]) for i in range(1, 50)]
-    own = wf.step("own", t.step.options(job_id="own-step").call(50), after=[root])
+    n = MAX_JOBS_PER_CALL + 200
+    mids = [wf.step(f"m{i}", t.step.call(i), after=[root]) for i in range(1, n)]
+    own = wf.step("own", t.step.options(job_id="own-step").call(n), after=[root])
     sink = wf.step("sink", t.join.call("sink"), after=[*mids, own])
     before = await calls(redis, "hmget")
     handle = await wf.enqueue()
     after = await calls(redis, "hmget")
     graph = (await handle.graph())["steps"]
     sink_member = keys.member(graph[sink]["id"])
-    for m in mids:
+    for m in mids[:: n // 50]:
         rec = await redis.hmget(keys.job(graph[m]["id"]), ["dd", "d1", "dl"])
         assert text(rec[0]) == sink_member  # stored with it
         assert text(rec[1]) == keys.member(graph[root]["id"])
         assert rec[2] is None  # a lone dependency: d1 is the list
     assert text(await redis.hget(keys.job("own-step"), "dd")) == sink_member  # registered
     # the root (once a call), the step with its own id, and the opening: not one a step
-    assert after["hmget"] - before["hmget"] <= 6
-    async with Worker(app, concurrency=8):
+    assert after["hmget"] - before["hmget"] <= 10
+    async with Worker(app, concurrency=32):
         got = await handle.result(timeout=60)
     assert set(got["results"]) == {graph[m]["id"] for m in [*mids, own]}

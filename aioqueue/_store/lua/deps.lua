@@ -138,7 +138,7 @@ if op == 'extend' then
   local deps = tail(5)
   local r = call('HMGET', jk, 's', 'dp', 'dt', 'd1')
   if r[1] ~= 'waiting' or not r[2] then return 0 end
-  local missing = dep_missing(deps)
+  local missing = dep_missing(deps, ARGV[4])
   if missing then return {-3, missing} end
   if r[4] then
     -- a lone dependency (lib/deps d1, not met: the job waits) joins the set with these (a

@@ -412,15 +412,17 @@ local function dep_register(id, member)
   return 'w'
 end
 
--- the first member of deps (on this queue) that names no job, or nil; what it read of
--- them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing changes them
+-- the first member of deps (on this queue) that names no job, or nil (mask as dep_wait's);
+-- what it read of them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing changes them
 -- between the two, in one call)
-local function dep_missing(deps)
+local function dep_missing(deps, mask)
   local known = {}
   DQS.known = nil
-  for _, dep in ipairs(deps) do
+  for i, dep in ipairs(deps) do
     local own = own_id(dep)
-    if own then
+    -- (one stored by this workflow's enqueue with the job as its lone dependent, a mask's
+    -- '1': lib/deps dep_wait, is not looked up)
+    if own and not (mask and string.byte(mask, i) == 49) then
       local jk = job_key(own)
       local r = call('HMGET', jk, 's', 'dd')
       if r[1] then known[own] = r elseif call('EXISTS', jk) == 0 then return dep end
