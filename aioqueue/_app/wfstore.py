@@ -114,8 +114,10 @@ class GraphStore:
     def _mask(self, step: str, deps: Sequence[str]) -> str:
         """Which of ``deps`` (names) were stored with ``step`` as their lone dependent."""
         told = self.told
-        mask = "".join("1" if told.get(d) == step else "0" for d in deps)
-        return mask if "1" in mask else ""
+        if len(deps) == 1:  # a chain's or a fan-out's step
+            return "1" if told.get(deps[0]) == step else ""
+        flags = ["1" if told.get(d) == step else "0" for d in deps]
+        return "".join(flags) if "1" in flags else ""
 
     def _graph(self) -> bytes:
         """The graph the workflow's record keeps (JSON)."""
