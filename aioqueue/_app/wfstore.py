@@ -82,6 +82,10 @@ class GraphStore:
         self.work: dict[str, int] = dict.fromkeys(self.doors, 0)
         self.policy = (policy, app.dead_ttl_ms)
         self.out = Sender(app, hd, name)
+        #: payloads may go to a payload store (claim check): their blobs are put per part
+        self.claims = app.codec.claim is not None
+        #: every step on the record's queue: no step has a dependency on another queue
+        self.one_queue = all(q == self.home for q in self.queues.values())
 
     def _place(self) -> tuple[dict[str, str], dict[str, str]]:
         """Each step's queue (as the App names it) and job id."""
@@ -162,7 +166,8 @@ class GraphStore:
         call, after = self.steps[step]
         q = self.queues[step]
         rec = call.task.record_of(call, q, self.ids[step])
-        self.out.stored(q, rec.id)
+        if self.claims:
+            self.out.stored(q, rec.id)
         deps = [self.member[d] for d in after] or [self.gate]
         cut = MAX_JOBS_PER_CALL - 1
         first = deps[:cut]
@@ -175,7 +180,7 @@ class GraphStore:
         mask = self._mask(step, after[:cut])
         self.runs[q] += (rec.id, *values, *self.policy, dd, mask, len(first), *first)
         self.work[q] += 1 + len(first)
-        remote = self._remote(step, q, after)
+        remote = {} if self.one_queue else self._remote(step, q, after)
         rest = deps[len(first) :]
         if rest or remote:
             self._flush()
