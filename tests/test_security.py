@@ -515,34 +515,9 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEndpoint]:
         capture_output=True,
         timeout=60,
     )
-    port = _free_port()
     with EmbeddedServer(appendonly=False) as server:
-        conf = d / "stunnel.conf"
-        conf.write_text(
-            "foreground = yes\npid =\n"
-            f"output = {d / 'stunnel.log'}\n"
-            "[redis]\n"
-            f"accept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{server.port}\n"
-            f"cert = {cert}\nkey = {key}\n"
-        )
-        proc = subprocess.Popen(
-            [stunnel, str(conf)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc, port = _start_stunnel(stunnel, d, cert, key, server.port)
         try:
-            deadline = time.monotonic() + 15
-            while True:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5),
-                ):
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log = (d / "stunnel.log").read_text() if (d / "stunnel.log").exists() else ""
-                    pytest.fail(f"stunnel did not start (exit {proc.poll()}):\n{log}")
-                time.sleep(0.05)
             yield TlsEndpoint(f"rediss://127.0.0.1:{port}/0", cert, server)
         finally:
             proc.terminate()
@@ -551,6 +526,56 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEndpoint]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def _start_stunnel(
+    stunnel: str, d: Path, cert: Path, key: Path, backend: int
+) -> tuple[subprocess.Popen[bytes], int]:
+    """stunnel terminating TLS on a free port in front of ``backend``, and that port. A port
+    taken between its pick and stunnel's bind (another test's server) makes stunnel exit: a
+    new one is picked (three tries). Up once its log says its configuration (the bind) is
+    done and the port answers."""
+    for attempt in range(1, 4):
+        port = _free_port()
+        log = d / f"stunnel-{attempt}.log"
+        conf = d / "stunnel.conf"
+        conf.write_text(
+            "foreground = yes\npid =\n"
+            f"output = {log}\n"
+            "[redis]\n"
+            f"accept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{backend}\n"
+            f"cert = {cert}\nkey = {key}\n"
+        )
+        errors = d / f"stunnel-{attempt}.err"
+        with errors.open("wb") as err_out:  # (stunnel keeps its own copy of the file)
+            proc = subprocess.Popen(
+                [stunnel, str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err_out,
+            )
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            bound = log.exists() and "Configuration successful" in log.read_text()
+            if bound:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5),
+                ):
+                    return proc, port
+            time.sleep(0.05)
+        if proc.poll() is None:  # silent for 15 s: not a taken port
+            proc.kill()
+            proc.wait(10)
+            pytest.fail(f"stunnel did not start within 15 s:\n{_read(log)}")
+        err = _read(errors)
+        if "Address already in use" not in err:
+            pytest.fail(f"stunnel did not start (exit {proc.returncode}):\n{err}{_read(log)}")
+    pytest.fail("stunnel found its port taken three times")
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 async def _round_trip_over(app: App) -> None:
