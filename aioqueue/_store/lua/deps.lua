@@ -62,7 +62,11 @@ local function store(at, deps, dd, mask)
   if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end
   if dd and dd ~= '' then f[#f + 1], f[#f + 2] = 'dd', dd end
   emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
-  dep_wait(id, jk, deps, ARGV[at + 7], tonumber(ARGV[at + 8]) or 0, now, false, f, mask)
+  local policy, ttl = ARGV[at + 7], tonumber(ARGV[at + 8]) or 0
+  if #deps == 1 and DQ.wait_lone(id, jk, deps[1], policy, ttl, now, f, mask == '1') then
+    return 1
+  end
+  dep_wait(id, jk, deps, policy, ttl, now, false, f, mask)
   return 1
 end
 

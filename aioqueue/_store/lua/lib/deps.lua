@@ -443,6 +443,28 @@ function DQ.dl_more(old, deps)
   return string.sub(old, 1, -2) .. ',' .. string.sub(add, 2)
 end
 
+-- dep_wait's common case while a call holds its writes back (DQ.begin: a workflow's steps):
+-- a new job id (record jk, fields f) with one dependency dep on this queue that needs no
+-- read, stored with the job as its lone dependent (masked) or registered with earlier in
+-- this call. Writes what dep_wait would, without its general path; returns false (nothing
+-- done) when the case does not hold
+function DQ.wait_lone(id, jk, dep, policy, ttl, now, f, masked)
+  local p = DQS.pending
+  local own = own_id(dep)
+  if not (p and own and (masked or p.seen[own])) then return false end
+  if not masked then
+    local adds = p.adds[own]
+    adds[#adds + 1] = BASE .. id
+  end
+  local n = #f
+  f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 's', 'waiting', 'dp', policy
+  f[n + 5], f[n + 6], f[n + 7], f[n + 8] = 'dt', ttl, 'd1', dep
+  call('HSET', jk, unpack(f))
+  local w = p.waiting
+  w[#w + 1], w[#w + 2] = now, id
+  return true
+end
+
 -- job id (record jk) waits for deps (members; those on other queues are counted here and
 -- registered there by the caller, deps.lua 'watch'); policy and dt as in the record; more:
 -- these are added to the dependencies it has (a graph's node with more than one call holds);
