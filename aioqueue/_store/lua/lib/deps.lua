@@ -86,7 +86,8 @@ end
 
 -- a member names a job of this queue: its id, else nil
 local function own_id(member)
-  if string.sub(member, 1, #BASE) == BASE then return string.sub(member, #BASE + 1) end
+  -- (find, not a substring to compare: no string made for a member of another queue's)
+  if string.find(member, BASE, 1, true) == 1 then return string.sub(member, #BASE + 1) end
   return nil
 end
 
@@ -194,10 +195,11 @@ end
 -- (policy cancel, the default: DependencyFailed, and down its own dependents), dead-letters
 -- it (fail), or counts as done (run)
 local function dep_met(id, dep, ok, now, res)
-  local wk = deps_key(id)
   local jk = job_key(id)
   local r = call('HMGET', jk, 's', 'dp', 'pr', 'g', 'dt', 't', 'd1')
   local left, kept = 0, nil
+  -- (its set's key: a lone dependency, r[7], has none)
+  local wk = not r[7] and deps_key(id) or nil
   if r[7] then
     -- counted before (it no longer waits), or not its dependency: garbage told it, or
     -- garbage over its d1 (dead-lettered then: nothing could tell it)
@@ -219,7 +221,7 @@ local function dep_met(id, dep, ok, now, res)
     if r[1] ~= 'waiting' then return end
   end
   if not ok and r[2] ~= 'run' then
-    call('DEL', wk)
+    call('DEL', wk or deps_key(id))
     call('ZREM', K_WAITING, id)
     local err = cjson.encode({type = 'DependencyFailed', message = 'its dependency '
       .. dep .. ' failed or was cancelled'})
