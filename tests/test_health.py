@@ -16,8 +16,9 @@ from aioqueue._worker.health import start_health_server
 
 from .support.apps import open_app
 from .support.prewarmed import run_aioqueue
-from .support.processes import REPO_ROOT, WorkerProcesses
+from .support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
 from .support.proxy import ReplyDropProxy
+from .support.server import blocked_in
 from .support.waiting import wait_until
 
 
@@ -129,6 +130,29 @@ def health_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_aioqueue(["health", *args], cwd=REPO_ROOT)
 
 
+async def worker_serving_health(
+    workers: WorkerProcesses, redis: Redis
+) -> tuple[WorkerProcess, int]:
+    """A worker process blocked idle and serving ``/healthz`` on a free port, and that port.
+    A port taken between its pick and the worker's bind (another test's server) makes the
+    worker exit, saying so: a new one is picked (three tries)."""
+    for _ in range(3):
+        port = free_port()
+        proc = workers.start(
+            lease=2.0, extra=("--health-port", str(port), "--health-host", "127.0.0.1")
+        )
+
+        async def settled(p: WorkerProcess = proc) -> bool:
+            # (its health server is bound before it runs: idle means it serves)
+            return p.popen.poll() is not None or await blocked_in(redis, p.name)
+
+        await wait_until(settled, timeout=15, what=f"worker {proc.name} to block idle or exit")
+        if proc.popen.poll() is None:
+            return proc, port
+        assert "cannot serve --health-port" in proc.log_text(), proc.log_text()
+    pytest.fail("the health port was taken three times")
+
+
 @pytest.mark.slow
 async def test_health_command_and_endpoint_of_a_worker_process(
     workers: WorkerProcesses, redis_url: str, redis: Redis, prefix: str
@@ -140,11 +164,7 @@ async def test_health_command_and_endpoint_of_a_worker_process(
         "unhealthy: no live worker on queue 'default' (0 registered)\n",
         "",
     )
-    port = free_port()
-    proc = workers.start(
-        lease=2.0, extra=("--health-port", str(port), "--health-host", "127.0.0.1")
-    )
-    await workers.wait_idle(redis, proc)
+    proc, port = await worker_serving_health(workers, redis)
     assert await get(port) == (200, "ok\n")
     up = health_cli(*options)
     assert (up.returncode, up.stdout) == (
