@@ -330,30 +330,46 @@ def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[b
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
 
-async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
-    redis_url: str, app: App, tmp_path: Path
-) -> None:
-    await app.queue("mail").enqueue("t", [1])
-    port = free_port()
-    cmd = [sys.executable, "-m", "aioqueue", "dashboard", "--url", redis_url]
-    cmd += ["--prefix", app.prefix, "--port", str(port), "--user", "ops"]
-    cmd += ["--viewer-user", "watcher"]
-    log = tmp_path / "dashboard.log"
-    env = {"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"}
-    proc = _start(cmd, log, {**env, "AIOQUEUE_DASHBOARD_VIEWER_PASSWORD": "view"})
-    try:
-        base = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=base) as c:
+async def _serve(
+    cmd: list[str], log: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``cmd`` (a dashboard, ``--port`` to come) serving on a free port, and that port. A port
+    taken between its pick and the server's bind (another test's server) makes it exit,
+    saying so: a new one is picked (three tries)."""
+    for _ in range(3):
+        port = free_port()
+        proc = _start([*cmd, "--port", str(port)], log, env)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
 
-            async def up() -> bool:
-                assert proc.poll() is None, log.read_text()
+            async def settled(c: httpx.AsyncClient = c, p: subprocess.Popen[bytes] = proc) -> bool:
+                if p.poll() is not None:
+                    return True
                 try:
                     await c.get("/")
                 except httpx.TransportError:
                     return False
                 return True
 
-            await wait_until(up, timeout=60, interval=0.2, what="the dashboard to listen")
+            await wait_until(settled, timeout=60, interval=0.2, what="the dashboard to listen")
+        if proc.poll() is None:
+            return proc, port
+        assert "address already in use" in log.read_text().lower(), log.read_text()
+    pytest.fail("the dashboard's port was taken three times")
+
+
+async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(
+    redis_url: str, app: App, tmp_path: Path
+) -> None:
+    await app.queue("mail").enqueue("t", [1])
+    cmd = [sys.executable, "-m", "aioqueue", "dashboard", "--url", redis_url]
+    cmd += ["--prefix", app.prefix, "--user", "ops"]
+    cmd += ["--viewer-user", "watcher"]
+    log = tmp_path / "dashboard.log"
+    env = {"PATH": "/usr/bin:/bin", "AIOQUEUE_DASHBOARD_PASSWORD": "pw"}
+    proc, port = await _serve(cmd, log, {**env, "AIOQUEUE_DASHBOARD_VIEWER_PASSWORD": "view"})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base) as c:
             assert (await c.get("/")).status_code == 401
             page = await c.get("/", auth=("ops", "pw"))
             assert page.status_code == 200
