@@ -353,7 +353,8 @@ async def _serve(
             await wait_until(settled, timeout=60, interval=0.2, what="the dashboard to listen")
         if proc.poll() is None:
             return proc, port
-        assert "address already in use" in log.read_text().lower(), log.read_text()
+        said = await asyncio.to_thread(log.read_text)
+        assert "address already in use" in said.lower(), said
     pytest.fail("the dashboard's port was taken three times")
 
 
