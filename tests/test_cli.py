@@ -295,13 +295,46 @@ def _loading(port: int) -> bool:
         return False
 
 
+async def _start_loading(
+    data: Path, extra: list[str]
+) -> tuple[EmbeddedServer, asyncio.Future[None], int]:
+    """A server started (in a thread) on ``data`` on a free port and seen answering LOADING,
+    its start, and that port. A port taken between its pick and the bind (another test's
+    server) fails the start: a new one is picked (three tries)."""
+    for attempt in range(1, 4):
+        port = _free_port()
+        server = EmbeddedServer(
+            data, port=port, appendonly=False, extra_args=extra, startup_timeout=120
+        )
+        starting = asyncio.ensure_future(asyncio.to_thread(server.start))
+        seen: list[int] = []
+
+        async def loading_or_over(
+            s: asyncio.Future[None] = starting, p: int = port, seen: list[int] = seen
+        ) -> bool:
+            if await asyncio.to_thread(_loading, p):
+                seen.append(p)
+                return True
+            return s.done()
+
+        await wait_until(loading_or_over, timeout=30, what="LOADING")
+        if seen:
+            return server, starting, port
+        exc = starting.exception()
+        if exc is None:
+            server.stop()
+            pytest.fail("the server loaded its data before it was seen LOADING")
+        if "could not bind" not in str(exc) or attempt == 3:
+            raise exc
+    raise AssertionError("not reached")
+
+
 @pytest.mark.slow
 async def test_a_worker_waits_while_its_server_loads_its_data(
     app_dir: Path, tmp_path: Path
 ) -> None:
-    port = _free_port()
     data = tmp_path / "valkey"
-    with EmbeddedServer(data, port=port, appendonly=False) as server:  # an RDB of 5,000 keys
+    with EmbeddedServer(data, appendonly=False) as server:  # an RDB of 5,000 keys
         client = Redis.from_url(server.url)
         async with client.pipeline(transaction=False) as pipe:
             for i in range(5000):
@@ -311,12 +344,8 @@ async def test_a_worker_waits_while_its_server_loads_its_data(
         await client.aclose()
     # loaded at 1 ms a key (debug settings), answering clients every KiB: ~5 s of LOADING
     slow_load = ["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
-    server = EmbeddedServer(
-        data, port=port, appendonly=False, extra_args=slow_load, startup_timeout=120
-    )
-    starting = asyncio.ensure_future(asyncio.to_thread(server.start))
+    server, starting, port = await _start_loading(data, slow_load)
     try:
-        await wait_until(lambda: asyncio.to_thread(_loading, port), timeout=30, what="LOADING")
         with WorkerProcess(app_dir, f"redis://127.0.0.1:{port}/0") as worker:
             await starting
             await worker.runs_a_job()
