@@ -46,9 +46,9 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve(asgi: Any) -> AsyncIterator[str]:
-    """Serve ``asgi`` with uvicorn on 127.0.0.1 and a free port; yields its base URL."""
-    port = free_port()
-    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    """Serve ``asgi`` with uvicorn on 127.0.0.1 and a port the system gives it as it binds
+    (no window for another server to take it first); yields its base URL."""
+    config = uvicorn.Config(asgi, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -56,6 +56,7 @@ async def serve(asgi: Any) -> AsyncIterator[str]:
             while not server.started:
                 assert not task.done(), "uvicorn stopped before it started"
                 await asyncio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
