@@ -17,7 +17,8 @@
   members), dt retention ms of a cancelled or dead end (0 for good), xk 'r' (its depres
   follows the record, lib/core); a new job with one dependency: d1 that member instead of
   the set deps:<id> (counted once by leaving the state 'waiting'), and dr its result once
-  met, instead of depres (a fan-out's steps and a chain's: no set, no depres). The dependency's record: dd, set once it has dependents: the
+  met, instead of depres (a fan-out's steps and a chain's: no set, no depres). The
+  dependency's record: dd, set once it has dependents: the
   lone dependent (a member), or '1' with them in its set (read by do_complete and
   batch_outcome, passed to deps_outcome).
   Bounded work (I13): one script call tells at most 1,000 dependents (deps_budget); the rest of a
@@ -117,13 +118,7 @@ end
 -- extras_of: it follows the record, whose xk dep_wait set when the job began to wait)
 function DQ.keep(id, dep, res)
   if not res or res == '' then return end
-  local _, _, rk = extras_of(id)
-  local put = redis.pcall('HSET', rk, dep, res)
-  if type(put) ~= 'number' then
-    -- garbage where the hash goes (another type): set aside with the reason (I9), then kept
-    set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
-    call('HSET', rk, dep, res)
-  end
+  DQ.keep_many(id, {dep, res})
 end
 
 -- DQ.keep for many: kv, pairs of member and what job id keeps of it (each non-empty)
@@ -131,6 +126,7 @@ function DQ.keep_many(id, kv)
   local _, _, rk = extras_of(id)
   local put = redis.pcall('HSET', rk, unpack(kv))
   if type(put) ~= 'number' then
+    -- garbage where the hash goes (another type): set aside with the reason (I9), then kept
     set_aside(rk, 'wrong type: ' .. call('TYPE', rk).ok)
     call('HSET', rk, unpack(kv))
   end
@@ -253,6 +249,10 @@ deps_outcome = function(id, ok, now, res, dd)
     -- completions told together (DQ.told): a fan-in's dependent counts them at once
     local own = own_id(dd)
     if own then
+      if tells == true then
+        tells = {order = {}, by = {}}
+        DQS.tells = tells
+      end
       local l = tells.by[own]
       if not l then
         l = {}
@@ -297,8 +297,9 @@ deps_outcome = function(id, ok, now, res, dd)
 end
 
 -- hold back the completions that deps_outcome tells lone dependents of this queue until
--- DQ.told (a call that completes many jobs: do_complete); failures are told at once
-function DQ.telling() DQS.tells = {order = {}, by = {}} end
+-- DQ.told (a call that completes many jobs: do_complete); failures are told at once. (true
+-- until the first is held back: a call whose jobs have no dependents makes no table)
+function DQ.telling() DQS.tells = true end
 
 -- job id, waiting on this queue, is told that the dependencies in pairs (member, result as
 -- kept: dep_kept, '' none) completed: as dep_met for each, with one read of its record, one
@@ -339,7 +340,7 @@ end
 function DQ.told(now)
   local tells = DQS.tells
   DQS.tells = nil
-  if not tells or #tells.order == 0 then return end
+  if type(tells) ~= 'table' then return end
   local outer = DQS.released
   DQS.released = DQ.releasing()
   for _, id in ipairs(tells.order) do dep_met_many(id, tells.by[id], now) end
@@ -415,8 +416,8 @@ local function dep_register(id, member)
 end
 
 -- the first member of deps (on this queue) that names no job, or nil (mask as dep_wait's);
--- what it read of them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing changes them
--- between the two, in one call)
+-- what it read of them (s, dd) is kept for dep_wait's registrations in DQS.known (nothing
+-- changes them between the two, in one call)
 local function dep_missing(deps, mask)
   local known = {}
   DQS.known = nil
@@ -445,6 +446,15 @@ function DQ.dl_more(old, deps)
   return string.sub(old, 1, -2) .. ',' .. string.sub(add, 2)
 end
 
+-- f, a waiting job's record fields to write, gains its state and its policy on a failed
+-- dependency (dp, dt: retention ms of a cancelled or dead end); returns f's length then
+function DQ.waits(f, policy, ttl)
+  local n = #f
+  f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 's', 'waiting', 'dp', policy
+  f[n + 5], f[n + 6] = 'dt', ttl
+  return n + 6
+end
+
 -- dep_wait's common case while a call holds its writes back (DQ.begin: a workflow's steps):
 -- a new job id (record jk, fields f) with one dependency dep on this queue that needs no
 -- read, stored with the job as its lone dependent (masked) or registered with earlier in
@@ -454,13 +464,9 @@ function DQ.wait_lone(id, jk, dep, policy, ttl, now, f, masked)
   local p = DQS.pending
   local own = own_id(dep)
   if not (p and own and (masked or p.seen[own])) then return false end
-  if not masked then
-    local adds = p.adds[own]
-    adds[#adds + 1] = BASE .. id
-  end
-  local n = #f
-  f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 's', 'waiting', 'dp', policy
-  f[n + 5], f[n + 6], f[n + 7], f[n + 8] = 'dt', ttl, 'd1', dep
+  if not masked then dep_register(own, BASE .. id) end  -- (seen: no read)
+  local n = DQ.waits(f, policy, ttl)
+  f[n + 1], f[n + 2] = 'd1', dep
   call('HSET', jk, unpack(f))
   local w = p.waiting
   w[#w + 1], w[#w + 2] = now, id
@@ -510,14 +516,13 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields, mask)
   elseif #keep > 0 then left = call('SADD', wk, unpack(keep)) end
   if more then left = call('SCARD', wk) end
   local f = fields or {}
-  local n = #f
-  f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 's', 'waiting', 'dp', policy, 'dt', ttl
+  local n = DQ.waits(f, policy, ttl)
   -- its extras follow the record from now on (a new job: only its dependencies' results, xk
   -- 'r', unless its lone one is kept in the record; a parked job's xk was set by its caller)
-  if lone then f[n + 7], f[n + 8] = 'd1', deps[1]
+  if lone then f[n + 1], f[n + 2] = 'd1', deps[1]
   else
-    f[n + 7], f[n + 8] = 'dl', dl
-    if fields then f[n + 9], f[n + 10] = 'xk', 'r' end
+    f[n + 1], f[n + 2] = 'dl', dl
+    if fields then f[n + 3], f[n + 4] = 'xk', 'r' end
   end
   call('HSET', jk, unpack(f))
   if DQS.pending and not failed and left > 0 then
