@@ -7,6 +7,7 @@ failure at run time. A worker started before its server waits for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from redis.asyncio import Redis
 from aioqueue import App, ConfigurationError, EmbeddedServer, EmbeddedServerError, __version__
 from aioqueue._store.embedded import _free_port
 
+from .support.ports import PortTaken, on_a_free_port_async
 from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
@@ -264,25 +266,30 @@ class WorkerProcess:
 
 @pytest.mark.slow
 async def test_a_worker_started_before_its_server_waits_for_it(app_dir: Path) -> None:
-    for attempt in range(1, 4):
-        port = _free_port()
-        with WorkerProcess(app_dir, f"redis://127.0.0.1:{port}/0") as worker:
+    async def start(port: int) -> tuple[contextlib.ExitStack, WorkerProcess]:
+        # the worker, then its server on the same port (again on a new one, worker too, when
+        # another test's server took the port meanwhile)
+        stack = contextlib.ExitStack()
+        worker = stack.enter_context(WorkerProcess(app_dir, f"redis://127.0.0.1:{port}/0"))
+        try:
             await wait_until(lambda: "retrying in" in worker.log.read_text(), what="a retry")
             server = EmbeddedServer(port=port, appendonly=False)
             try:
                 server.start()
             except EmbeddedServerError as exc:
-                # the port was taken since its pick (another test's server): all again on
-                # a new one
-                if "could not bind" not in str(exc) or attempt == 3:
-                    raise
-                continue
-            try:
-                await worker.runs_a_job()
-                assert "connected on attempt" in await worker.stop()
-            finally:
-                server.stop()
-            return
+                if "could not bind" in str(exc):
+                    raise PortTaken(port) from exc
+                raise
+            stack.callback(server.stop)
+        except BaseException:
+            stack.close()
+            raise
+        return stack, worker
+
+    stack, worker = await on_a_free_port_async(start, pick=_free_port)
+    with stack:
+        await worker.runs_a_job()
+        assert "connected on attempt" in await worker.stop()
 
 
 def _loading(port: int) -> bool:
@@ -299,23 +306,21 @@ async def _start_loading(
     data: Path, extra: list[str]
 ) -> tuple[EmbeddedServer, asyncio.Future[None], int]:
     """A server started (in a thread) on ``data`` on a free port and seen answering LOADING,
-    its start, and that port. A port taken between its pick and the bind (another test's
-    server) fails the start: a new one is picked (three tries)."""
-    for attempt in range(1, 4):
-        port = _free_port()
+    its start, and that port; on a new port when the one picked was taken before it bound
+    it."""
+
+    async def start(port: int) -> tuple[EmbeddedServer, asyncio.Future[None], int]:
         server = EmbeddedServer(
             data, port=port, appendonly=False, extra_args=extra, startup_timeout=120
         )
         starting = asyncio.ensure_future(asyncio.to_thread(server.start))
         seen: list[int] = []
 
-        async def loading_or_over(
-            s: asyncio.Future[None] = starting, p: int = port, seen: list[int] = seen
-        ) -> bool:
-            if await asyncio.to_thread(_loading, p):
-                seen.append(p)
+        async def loading_or_over() -> bool:
+            if await asyncio.to_thread(_loading, port):
+                seen.append(port)
                 return True
-            return s.done()
+            return starting.done()
 
         await wait_until(loading_or_over, timeout=30, what="LOADING")
         if seen:
@@ -324,9 +329,11 @@ async def _start_loading(
         if exc is None:
             server.stop()
             pytest.fail("the server loaded its data before it was seen LOADING")
-        if "could not bind" not in str(exc) or attempt == 3:
-            raise exc
-    raise AssertionError("not reached")
+        if "could not bind" in str(exc):
+            raise PortTaken(port) from exc
+        raise exc
+
+    return await on_a_free_port_async(start, pick=_free_port)
 
 
 @pytest.mark.slow

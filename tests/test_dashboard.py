@@ -20,7 +20,7 @@ from starlette.responses import Response
 from aioqueue import App, Batch, ConfigurationError, JobState, Worker
 from aioqueue.dashboard import basic_auth, create_app
 
-from .support.browser import free_port
+from .support.ports import PortTaken, on_a_free_port_async
 from .support.prewarmed import run_aioqueue
 from .support.waiting import wait_until
 
@@ -333,16 +333,16 @@ def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[b
 async def _serve(
     cmd: list[str], log: Path, env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """``cmd`` (a dashboard, ``--port`` to come) serving on a free port, and that port. A port
-    taken between its pick and the server's bind (another test's server) makes it exit,
-    saying so: a new one is picked (three tries)."""
-    for _ in range(3):
-        port = free_port()
+    """``cmd`` (a dashboard, ``--port`` to come) serving on a free port, and that port; on a
+    new port when the one picked was taken before the server bound it (it exits, saying
+    so)."""
+
+    async def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
         proc = _start([*cmd, "--port", str(port)], log, env)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
 
-            async def settled(c: httpx.AsyncClient = c, p: subprocess.Popen[bytes] = proc) -> bool:
-                if p.poll() is not None:
+            async def settled() -> bool:
+                if proc.poll() is not None:
                     return True
                 try:
                     await c.get("/")
@@ -355,7 +355,9 @@ async def _serve(
             return proc, port
         said = await asyncio.to_thread(log.read_text)
         assert "address already in use" in said.lower(), said
-    pytest.fail("the dashboard's port was taken three times")
+        raise PortTaken(port)
+
+    return await on_a_free_port_async(start)
 
 
 async def test_the_cli_serves_on_127_0_0_1_with_basic_auth(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 
 import pytest
@@ -15,6 +14,7 @@ from aioqueue import Worker
 from aioqueue._worker.health import start_health_server
 
 from .support.apps import open_app
+from .support.ports import PortTaken, free_port, on_a_free_port_async
 from .support.prewarmed import run_aioqueue
 from .support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
 from .support.proxy import ReplyDropProxy
@@ -41,12 +41,6 @@ async def get(port: int, path: str = "/healthz", method: str = "GET") -> tuple[i
 
 async def status_of(port: int) -> int:
     return (await get(port))[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_of(server: asyncio.Server) -> int:
@@ -133,24 +127,26 @@ def health_cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def worker_serving_health(
     workers: WorkerProcesses, redis: Redis
 ) -> tuple[WorkerProcess, int]:
-    """A worker process blocked idle and serving ``/healthz`` on a free port, and that port.
-    A port taken between its pick and the worker's bind (another test's server) makes the
-    worker exit, saying so: a new one is picked (three tries)."""
-    for _ in range(3):
-        port = free_port()
+    """A worker process blocked idle and serving ``/healthz`` on a free port, and that port;
+    on a new port when the one picked was taken before the worker bound it (it exits,
+    saying so)."""
+
+    async def start(port: int) -> tuple[WorkerProcess, int]:
         proc = workers.start(
             lease=2.0, extra=("--health-port", str(port), "--health-host", "127.0.0.1")
         )
 
-        async def settled(p: WorkerProcess = proc) -> bool:
+        async def settled() -> bool:
             # (its health server is bound before it runs: idle means it serves)
-            return p.popen.poll() is not None or await blocked_in(redis, p.name)
+            return proc.popen.poll() is not None or await blocked_in(redis, proc.name)
 
         await wait_until(settled, timeout=15, what=f"worker {proc.name} to block idle or exit")
         if proc.popen.poll() is None:
             return proc, port
         assert "cannot serve --health-port" in proc.log_text(), proc.log_text()
-    pytest.fail("the health port was taken three times")
+        raise PortTaken(port)
+
+    return await on_a_free_port_async(start)
 
 
 @pytest.mark.slow

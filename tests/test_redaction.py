@@ -15,8 +15,8 @@ from aioqueue import App
 from aioqueue._model.safetext import HIDDEN, redact_url
 from aioqueue.testing import unique_prefix
 
+from .support.ports import free_port
 from .support.prewarmed import run_aioqueue
-from .support.sentinel import free_port
 
 # a base64-like password: "/" and "+" and "=" in it, each piece long enough to be spotted
 SECRET = "Zq9x/Wv7+Kp3n="

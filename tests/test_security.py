@@ -38,6 +38,7 @@ from aioqueue._model.keys import QueueKeys
 
 from .support.apps import unique_prefix
 from .support.invariants import check_invariants
+from .support.ports import PortTaken, on_a_free_port
 from .support.waiting import wait_until
 
 KEY = "k" * 16 + "-current-signing-key"
@@ -473,13 +474,6 @@ class TlsEndpoint:
     server: EmbeddedServer
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEndpoint]:
     """stunnel terminating TLS in front of a private embedded server."""
@@ -531,13 +525,15 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEndpoint]:
 def _start_stunnel(
     stunnel: str, d: Path, cert: Path, key: Path, backend: int
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """stunnel terminating TLS on a free port in front of ``backend``, and that port. A port
-    taken between its pick and stunnel's bind (another test's server) makes stunnel exit: a
-    new one is picked (three tries). Up once its log says its configuration (the bind) is
-    done and the port answers."""
-    for attempt in range(1, 4):
-        port = _free_port()
-        log = d / f"stunnel-{attempt}.log"
+    """stunnel terminating TLS on a free port in front of ``backend``, and that port; on a
+    new port when the one picked was taken before stunnel bound it (it exits, saying so).
+    Up once its log says its configuration (the bind) is done and the port answers."""
+    tries = 0
+
+    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+        nonlocal tries
+        tries += 1
+        log = d / f"stunnel-{tries}.log"
         conf = d / "stunnel.conf"
         conf.write_text(
             "foreground = yes\npid =\n"
@@ -546,7 +542,7 @@ def _start_stunnel(
             f"accept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{backend}\n"
             f"cert = {cert}\nkey = {key}\n"
         )
-        errors = d / f"stunnel-{attempt}.err"
+        errors = d / f"stunnel-{tries}.err"
         with errors.open("wb") as err_out:  # (stunnel keeps its own copy of the file)
             proc = subprocess.Popen(
                 [stunnel, str(conf)],
@@ -569,9 +565,11 @@ def _start_stunnel(
             proc.wait(10)
             pytest.fail(f"stunnel did not start within 15 s:\n{_read(log)}")
         err = _read(errors)
-        if "Address already in use" not in err:
-            pytest.fail(f"stunnel did not start (exit {proc.returncode}):\n{err}{_read(log)}")
-    pytest.fail("stunnel found its port taken three times")
+        if "Address already in use" in err:
+            raise PortTaken(port)
+        pytest.fail(f"stunnel did not start (exit {proc.returncode}):\n{err}{_read(log)}")
+
+    return on_a_free_port(start)
 
 
 def _read(path: Path) -> str:

@@ -27,8 +27,9 @@ from aioqueue._store.embedded import EmbeddedServer
 from aioqueue._store.sentinel import parse
 
 from .support.apps import unique_prefix
+from .support.ports import free_port
 from .support.processes import WorkerProcesses
-from .support.sentinel import SERVICE, SentinelGroup, free_port
+from .support.sentinel import SERVICE, SentinelGroup
 from .support.waiting import wait_until
 
 # ------------------------------------------------------------------ the URL

@@ -29,7 +29,7 @@ from aioqueue.dashboard._security import local_hosts
 from aioqueue.metrics import EVENTS, QueueCollector
 
 from .support.apps import drop_keys
-from .support.browser import free_port
+from .support.ports import free_port
 from .support.prewarmed import run_aioqueue
 from .support.server import text
 from .support.waiting import wait_until

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,12 +35,6 @@ def chromium_path() -> str:
             pytest.fail(f"chromium not found at {path}: .ci/install-browser.sh installs it")
         pytest.skip("chromium is not installed (apt-get install chromium)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -8,7 +8,6 @@ the replica. Every process is killed at ``close()``.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+
+from .ports import PortTaken, on_a_free_port
+from .ports import free_port as free_port  # (each pick looks it up here: tests patch it)
 
 SERVICE = "aqsvc"
 DOWN_AFTER_MS = 2000  # how long the primary must be silent before a sentinel calls it down
@@ -28,19 +30,8 @@ def valkey_binary() -> Path:
     return Path(get_binary_path())
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 #: starts of one server tried, each on a new port, when it finds its port taken
 BIND_ATTEMPTS = 5
-
-
-class _PortTaken(Exception):
-    """The server could not bind its port: another process took it after it was picked."""
 
 
 @dataclass
@@ -96,7 +87,7 @@ class SentinelGroup:
             # (its log first: a ping to a port that another process holds waits for a reply)
             text = log.read_text(errors="replace")
             if popen.poll() is not None and "in use" in text:
-                raise _PortTaken(port)
+                raise PortTaken(port)
             listening = "Ready to accept connections" in text or "Sentinel ID is" in text
             return listening and node.ping()
 
@@ -106,15 +97,8 @@ class SentinelGroup:
 
     def _on_a_free_port(self, start: Callable[[int], Node]) -> Node:
         """``start(port)`` on a free port; again on another when something took that port
-        between its pick and the server's bind (a client's outgoing connection on a busy
-        machine)."""
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            try:
-                return start(free_port())
-            except _PortTaken:
-                if attempt == BIND_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+        between its pick and the server's bind (``free_port`` looked up at each pick)."""
+        return on_a_free_port(start, BIND_ATTEMPTS, lambda: free_port())
 
     def _start_data(self, name: str, primary: Node | None) -> Node:
         return self._on_a_free_port(lambda port: self._start_data_on(name, primary, port))
