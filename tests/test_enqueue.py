@@ -118,6 +118,10 @@ def _f_kwonly(a: int, *, b: int, c: int = 0) -> None: ...
 def _f_varargs(a: int, *rest: int, b: int = 0) -> None: ...
 def _f_varkw(a: int, **extra: int) -> None: ...
 def _f_posonly(a: int, b: int = 0, /, c: int = 0) -> None: ...
+def _f_none() -> None: ...
+def _f_defaults(a: int = 0, b: int = 0) -> None: ...
+def _f_star(*rest: int) -> None: ...
+def _f_kwonly_default(a: int, *, b: int = 0) -> None: ...
 
 
 _CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
@@ -136,9 +140,23 @@ _CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("fn", [_f_plain, _f_kwonly, _f_varargs, _f_varkw, _f_posonly])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _f_plain,
+        _f_kwonly,
+        _f_varargs,
+        _f_varkw,
+        _f_posonly,
+        _f_none,
+        _f_defaults,
+        _f_star,
+        _f_kwonly_default,
+    ],
+)
 def test_signature_check_agrees_with_python_on_ordinary_calls(fn: Callable[..., None]) -> None:
-    """The fast enqueue-time check accepts exactly the calls Python would accept."""
+    """The fast enqueue-time check accepts exactly the calls Python would accept (calls with
+    positional arguments only take a shortcut: the same answers)."""
     sig = Signature(fn, fn.__name__)
     for args, kwargs in _CALLS:
         try:

@@ -13,6 +13,7 @@ class Signature:
 
     __slots__ = (
         "allowed",
+        "least",
         "name",
         "npos",
         "positional",
@@ -41,8 +42,14 @@ class Signature:
             for p in params
             if p.default is p.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
         ]
+        #: a call with positional arguments only fits when it gives at least this many (the
+        #: required positional parameters come first) and at most npos (any with var_pos);
+        #: -1 when it never fits (a keyword-only parameter is required)
+        self.least = -1 if any(kwonly for _, kwonly in self.required) else len(self.required)
 
     def check(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        if not kwargs and 0 <= self.least <= len(args) and (len(args) <= self.npos or self.var_pos):
+            return  # positional arguments only, as many as fit (the common call)
         if len(args) > self.npos and not self.var_pos:
             raise TypeError(
                 f"{self.name}() takes {self.npos} positional arguments, got {len(args)}"
