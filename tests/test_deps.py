@@ -27,6 +27,7 @@ from aioqueue import (
     Worker,
     current_job,
 )
+from aioqueue._model.exceptions import ServerRefused
 from aioqueue._model.limits import MAX_JOBS_PER_CALL
 from aioqueue._queue.deps import deps_run
 from aioqueue._queue.depsbox import door
@@ -250,6 +251,61 @@ async def test_unknown_dependencies_are_refused_and_nothing_is_stored(
         t.join.options(depends_on=[a], on_dependency_failure="ignore")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         await t.join.options(depends_on=[a], delay=5).enqueue("x")
+
+
+def _adds(d: Any, templates: list[list[Any]], steps: list[list[Any]]) -> list[Any]:
+    """The arguments of one ``adds`` call: policy, retention, the templates, the steps."""
+    out: list[Any] = ["adds", "cancel", 0, len(templates)]
+    for t in templates:
+        out += t
+    for st in steps:
+        out += st
+    return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "negative-k",
+        "fraction-k",
+        "text-k",
+        "no-template",
+        "template-0",
+        "templates-over-cap",
+        "work-over-cap",
+        "count-text",
+    ],
+)
+async def test_a_workflow_store_call_with_garbage_sizes_is_refused_before_any_write(
+    wapp: App, tasks: WfTasks, redis: Redis, case: str
+) -> None:
+    """``deps.lua 'adds'`` (a workflow's steps in one call, sharing templates) refuses
+    arguments that do not add up, before it writes anything: a dependency count that is
+    negative, not whole or not a number (a negative one walked the arguments backwards),
+    a template number it was not given, more templates or more work than one call may
+    take."""
+    d = door(wapp, wapp.default_queue)
+    a = await tasks.step.enqueue(1)
+    dep = d.keys.member(a.id)
+    tpl = ["step", 3, 0, "", ""]
+    good = ["x1", b"[[1],{}]", 1, "", "", 1, dep]
+    args = {
+        "negative-k": _adds(d, [tpl], [["x1", b"p", 1, "", "", -6, dep]]),
+        "fraction-k": _adds(d, [tpl], [["x1", b"p", 1, "", "", 0.5, dep]]),
+        "text-k": _adds(d, [tpl], [["x1", b"p", 1, "", "", "one", dep]]),
+        "no-template": _adds(d, [tpl], [["x1", b"p", 2, "", "", 1, dep]]),
+        "template-0": _adds(d, [tpl], [["x1", b"p", 0, "", "", 1, dep]]),
+        "templates-over-cap": _adds(d, [tpl] * (MAX_JOBS_PER_CALL + 1), [good]),
+        "work-over-cap": _adds(
+            d, [tpl], [[f"x{i}", b"p", 1, "", "", 1, dep] for i in range(MAX_JOBS_PER_CALL)]
+        ),
+        "count-text": ["adds", "cancel", 0, "many", *tpl, *good],
+    }[case]
+    with pytest.raises(ServerRefused, match=r"not a count|no template|jobs a call"):
+        await deps_run(d, *args)
+    assert not await redis.exists(d.keys.job("x1"), d.keys.job("x0"))
+    assert await check_invariants(redis, d.keys) == {a.id: "queued"}
+    assert await deps_run(d, *_adds(d, [tpl], [good])) == 1  # the same call, sane, stores it
 
 
 @pytest.mark.parametrize("where", ["same", "other"])

@@ -1534,8 +1534,9 @@ async def test_garbage_in_a_workflows_record_reads_as_no_workflow_and_its_steps_
 ) -> None:
     """Every reader of a workflow's record (its handle, the tree the CLI and the dashboard
     show) answers garbage there with ``WorkflowError`` (no such workflow), never a crash
-    deeper in; the steps, which do not read the record once it released them, run on."""
-    from aioqueue import WorkflowError
+    deeper in; the steps, which do not read the record once it released them, run on, and
+    the handle that enqueue returned (which knows its sink) gets the sink's result."""
+    from aioqueue import WorkflowError, WorkflowHandle
     from aioqueue._app.workflow import workflow_tree
 
     app = hostile_app(redis_url, lease=2.0)
@@ -1553,12 +1554,15 @@ async def test_garbage_in_a_workflows_record_reads_as_no_workflow_and_its_steps_
             await redis.set(k.job(handle.id), "garbage")
         else:
             await redis.hset(k.job(handle.id), "wg", garbage)
-        for read in (handle.graph, handle.nodes, handle.state, handle.result, handle.cancel):
+        by_id = WorkflowHandle(app, handle.id)  # knows nothing but the record
+        for read in (handle.graph, handle.nodes, handle.state, handle.cancel, by_id.result):
             with pytest.raises(WorkflowError):
                 await read()
         with pytest.raises(WorkflowError):
             await workflow_tree(handle)
         async with Worker(app, concurrency=2, idle_block=0.1, grace=0.5):
+            # the handle enqueue returned knows its sink: it never reads the record
+            assert await handle.result(timeout=30) == 2
             assert await app.queue().job(ids["b"]).result(timeout=30) == 2
             assert await app.queue().job(ids["a"]).result(timeout=5) == 1
             await still_works(app)

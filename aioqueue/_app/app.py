@@ -409,7 +409,7 @@ class App:
 
     def workflow(self, name: str, *, on_failure: DependencyPolicy = "cancel") -> Workflow:
         """A new DAG workflow (docs/workflows.md): ``wf.step(name, task.call(...), after=[...])``
-        then ``await wf.enqueue()``; ``WorkflowHandle(app.queue(q), id)`` reads one back."""
+        then ``await wf.enqueue()``; ``WorkflowHandle(app, id, queue)`` reads one back."""
         return Workflow(self, name, on_failure)
 
     def limiter(

@@ -18,10 +18,13 @@ from .._model.checks import new_job_id
 from .._model.claimcheck import put_blobs
 from .._model.exceptions import WorkflowError
 from .._model.limits import MAX_JOBS_PER_CALL
-from .._model.record import JobOptions
+from .._model.record import JobOptions, Template
 from .._queue.deps import deps_run
 from .._queue.depsbox import Door, deps_call, door
 from .._store.loader import ScriptCall
+
+#: the dependencies of a step that go with it in its ``adds`` call (the rest: ``extend``)
+CUT: Final = MAX_JOBS_PER_CALL - 1
 
 #: script calls sent in one round trip while storing a workflow (about 2,000 steps of a fan-out;
 #: the server stores them while the next are built)
@@ -58,28 +61,30 @@ class GraphStore:
         name: str,
         steps: Steps,
         order: Sequence[str],
+        feeds: Mapping[str, Sequence[str]],
         policy: str,
         queue: str | None,
     ) -> None:
         self.app, self.name, self.steps = app, name, steps
-        #: the steps, each after the steps it waits for (``Workflow.order``)
-        self.order = order
+        #: the steps, each after the steps it waits for, and step -> the steps that wait for
+        #: it (``Workflow._sorted``)
+        self.order, self.feeds = order, feeds
         self.home: str = app.queue(queue).name
         self.wid = f"wf-{uuid.uuid4().hex}"
-        self.queues, self.ids = self._place()
-        #: step -> the steps that wait for it
-        self.feeds: dict[str, list[str]] = {}
-        for step, (_, after) in steps.items():
-            for dep in after:
-                self.feeds.setdefault(dep, []).append(step)
+        self.doors: dict[str, Door] = {self.home: door(app, self.home)}
+        #: each step's queue (as the App names it), job id and member
+        self.queues, self.ids, self.member = self._place()
         self.told = self._told()
-        self.doors = {q: door(app, q) for q in {self.home, *self.queues.values()}}
-        self.member = {n: self.doors[self.queues[n]].keys.base + self.ids[n] for n in order}
         hd = self.doors[self.home]
         self.gate = hd.keys.member(self.wid)
         self.calls: list[ScriptCall] = [deps_call(hd, "gate", self.wid, name, self._graph())]
+        #: per queue, the steps of its next ``adds`` call (their values), how much work they
+        #: are (steps and dependencies: at most MAX_JOBS_PER_CALL), and the templates they
+        #: share (their values; id(template) -> number, the template kept alive meanwhile)
         self.runs: dict[str, list[Any]] = {q: [] for q in self.doors}
         self.work: dict[str, int] = dict.fromkeys(self.doors, 0)
+        self.shared: dict[str, list[Any]] = {q: [] for q in self.doors}
+        self.numbers: dict[str, dict[int, tuple[int, Template]]] = {q: {} for q in self.doors}
         self.policy = (policy, app.dead_ttl_ms)
         self.out = Sender(app, hd, name)
         #: payloads may go to a payload store (claim check): their blobs are put per part
@@ -87,20 +92,31 @@ class GraphStore:
         #: every step on the record's queue: no step has a dependency on another queue
         self.one_queue = all(q == self.home for q in self.queues.values())
 
-    def _place(self) -> tuple[dict[str, str], dict[str, str]]:
-        """Each step's queue (as the App names it) and job id."""
-        names: dict[str | None, str] = {}  # a step's queue as asked -> as the App names it
+    def _place(self) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """Each step's queue (as the App names it), job id and member (a door for each
+        queue met on the way, in ``self.doors``)."""
+        # a step's queue as asked -> as the App names it, and that queue's key base
+        names: dict[str | None, tuple[str, str]] = {}
         queues: dict[str, str] = {}
         ids: dict[str, str] = {}
+        member: dict[str, str] = {}
+        steps, doors = self.steps, self.doors
         for step in self.order:
-            call = self.steps[step][0]
-            asked = call.opts.queue or call.task.queue
-            q = names.get(asked)
-            if q is None:
-                q = names[asked] = self.app.queue(asked).name
+            call = steps[step][0]
+            opts = call.opts
+            asked = opts.queue or call.task.queue
+            placed = names.get(asked)
+            if placed is None:
+                q = self.app.queue(asked).name
+                d = doors.get(q)
+                if d is None:
+                    d = doors[q] = door(self.app, q)
+                placed = names[asked] = (q, d.keys.base)
+            q, base = placed
             queues[step] = q
-            ids[step] = call.opts.job_id or new_job_id()
-        return queues, ids
+            job_id = ids[step] = opts.job_id or new_job_id()
+            member[step] = base + job_id
+        return queues, ids, member
 
     def _told(self) -> dict[str, str]:
         """The steps stored with their lone dependent counted (its record's ``dd``, so that
@@ -108,10 +124,11 @@ class GraphStore:
         step -> that dependent's name. Only for two steps of one queue whose ids the
         workflow made (an id given with ``job_id=`` may name a job stored before)."""
         told: dict[str, str] = {}
+        queues, steps = self.queues, self.steps
         for dep, fed in self.feeds.items():
-            if len(fed) != 1 or self.queues[fed[0]] != self.queues[dep]:
+            if len(fed) != 1 or queues[fed[0]] != queues[dep]:
                 continue
-            if self.steps[dep][0].opts.job_id is None and self.steps[fed[0]][0].opts.job_id is None:
+            if steps[dep][0].opts.job_id is None and steps[fed[0]][0].opts.job_id is None:
                 told[dep] = fed[0]
         return told
 
@@ -144,7 +161,8 @@ class GraphStore:
         try:
             for step in self.order:
                 self._add(step)
-                if len(self.calls) >= PIPELINE:
+                # (the server idle: what is built goes at once, the first call too)
+                if len(self.calls) >= PIPELINE or (self.calls and out.idle()):
                     await out.send(self._take())
             self._flush()
             await out.send(self._take())
@@ -159,39 +177,52 @@ class GraphStore:
     def _flush(self, *only: str) -> None:
         for rq in only or tuple(self.runs):
             if self.runs[rq]:
-                self.calls.append(deps_call(self.doors[rq], "adds", *self.runs[rq]))
+                args = (*self.policy, len(self.numbers[rq]), *self.shared[rq], *self.runs[rq])
+                self.calls.append(deps_call(self.doors[rq], "adds", *args))
                 self.runs[rq], self.work[rq] = [], 0
+                self.shared[rq], self.numbers[rq] = [], {}
 
     def _add(self, step: str) -> None:
         call, after = self.steps[step]
         q = self.queues[step]
-        rec = call.task.record_of(call, q, self.ids[step])
+        job_id = self.ids[step]
+        rec = call.task.record_of(call, q, job_id)
         if self.claims:
-            self.out.stored(q, rec.id)
-        deps = [self.member[d] for d in after] or [self.gate]
-        cut = MAX_JOBS_PER_CALL - 1
-        first = deps[:cut]
-        if self.work[q] + 1 + len(first) > MAX_JOBS_PER_CALL:
+            self.out.stored(q, job_id)
+        member, n = self.member, len(after)
+        # its first dependencies (the record's gate for a first step), in this call
+        first: Sequence[str]
+        if n == 1:  # a chain's or a fan-out's step
+            first = (member[after[0]],)
+            mask = "1" if self.told.get(after[0]) == step else ""
+        elif n == 0:
+            first, mask = (self.gate,), ""
+        else:
+            first = [member[d] for d in after[:CUT]]
+            mask = self._mask(step, after[:CUT])
+        k = len(first)
+        if self.work[q] + 1 + k > MAX_JOBS_PER_CALL:
             self._flush(q)
         t = rec.template
-        values = (t.task, rec.payload, t.max_attempts, t.priority, t.group, t.options)
+        numbers = self.numbers[q]
+        got = numbers.get(id(t))
+        if got is None:  # (a template the run has not met yet: its values go once)
+            got = numbers[id(t)] = (len(numbers) + 1, t)
+            self.shared[q] += (t.task, t.max_attempts, t.priority, t.group, t.options)
         fed = self.told.get(step)
-        dd = self.member[fed] if fed is not None else ""
-        mask = self._mask(step, after[:cut])
-        self.runs[q] += (rec.id, *values, *self.policy, dd, mask, len(first), *first)
-        self.work[q] += 1 + len(first)
+        dd = member[fed] if fed is not None else ""
+        self.runs[q] += (job_id, rec.payload, got[0], dd, mask, k, *first)
+        self.work[q] += 1 + k
         remote = {} if self.one_queue else self._remote(step, q, after)
-        rest = deps[len(first) :]
-        if rest or remote:
+        if n > CUT or remote:
             self._flush()
             d = self.doors[q]
-            for i in range(cut, len(deps), MAX_JOBS_PER_CALL):
-                part = slice(i, i + MAX_JOBS_PER_CALL)
-                self.calls.append(
-                    deps_call(d, "extend", rec.id, self._mask(step, after[part]), *deps[part])
-                )
+            for i in range(CUT, n, MAX_JOBS_PER_CALL):
+                part = after[i : i + MAX_JOBS_PER_CALL]
+                deps = [member[a] for a in part]
+                self.calls.append(deps_call(d, "extend", job_id, self._mask(step, part), *deps))
             for rq, rids in remote.items():
-                self._chunked(self.doors[rq], "watch", self.member[step], rids)
+                self._chunked(self.doors[rq], "watch", member[step], rids)
 
     def _remote(self, step: str, q: str, after: Sequence[str]) -> dict[str, list[str]]:
         """The step's dependencies on other queues, by queue (the record's, for a first step
@@ -254,6 +285,10 @@ class Sender:
         for res in await self.door.scripts.run_many(calls):
             if isinstance(res, list) and res and res[0] == -3:
                 raise WorkflowError(f"workflow {self.name!r}: a step's dependency vanished")
+
+    def idle(self) -> bool:
+        """Whether the part sent last is stored (or none was sent)."""
+        return self.flying is None or self.flying.done()
 
     async def wait(self) -> None:
         """Until the part sent last is stored."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final
+
+import orjson
 
 from .._model.checks import check_name
 from .._model.exceptions import ConfigurationError, WorkflowError
@@ -74,7 +75,10 @@ class Workflow:
         o = call.opts
         if o.unique is not None or o.delay is not None or o.at is not None:
             raise ConfigurationError("a workflow's steps cannot be unique or delayed")
-        self._steps[name] = (call, tuple(dict.fromkeys(after)))
+        waits = tuple(after)
+        if len(waits) > 1:
+            waits = tuple(dict.fromkeys(waits))  # each once, in the order given
+        self._steps[name] = (call, waits)
         return name
 
     def order(self) -> list[str]:
@@ -83,30 +87,38 @@ class Workflow:
         Raises:
             WorkflowError: no steps, too many, an edge to a missing step, or a cycle.
         """
+        return self._sorted()[0]
+
+    def _sorted(self) -> tuple[list[str], dict[str, list[str]]]:
+        """``order()``, and each step's dependents (the steps that wait for it, in the
+        order they were added)."""
         steps = self._steps
         if not steps or len(steps) > MAX_STEPS:
             raise WorkflowError(f"workflow {self.name!r} has 1 to {MAX_STEPS} steps")
         waits: dict[str, int] = {}
-        feeds: dict[str, list[str]] = {name: [] for name in steps}
+        feeds: dict[str, list[str]] = {}
         for name, (_, after) in steps.items():
             for dep in after:
-                if dep not in steps:
-                    raise WorkflowError(f"step {name!r} waits for {dep!r}, which is no step")
-                feeds[dep].append(name)
+                fed = feeds.get(dep)
+                if fed is None:
+                    if dep not in steps:
+                        raise WorkflowError(f"step {name!r} waits for {dep!r}, which is no step")
+                    fed = feeds[dep] = []
+                fed.append(name)
             waits[name] = len(after)
         ready = [name for name, n in waits.items() if n == 0]
         out: list[str] = []
         while ready:
             name = ready.pop()
             out.append(name)
-            for nxt in feeds[name]:
+            for nxt in feeds.get(name, ()):
                 waits[nxt] -= 1
                 if waits[nxt] == 0:
                     ready.append(nxt)
         if len(out) < len(steps):
             stuck = sorted(n for n, w in waits.items() if w > 0)[:5]
             raise WorkflowError(f"workflow {self.name!r} has a cycle through {stuck}")
-        return out
+        return out, feeds
 
     async def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
         """Store the workflow (its record on ``queue``, default the App's) and release it.
@@ -114,22 +126,35 @@ class Workflow:
         Raises:
             WorkflowError: the graph cannot run (nothing was stored).
         """
-        store = GraphStore(self.app, self.name, self._steps, self.order(), self.on_failure, queue)
+        order, feeds = self._sorted()
+        store = GraphStore(self.app, self.name, self._steps, order, feeds, self.on_failure, queue)
         await store.store()
         await store.open()
-        return WorkflowHandle(self.app, store.wid, store.home)
+        # its sinks are known here: result() waits for them without reading the graph back
+        sinks = {n: (store.queues[n], store.ids[n]) for n in order if n not in feeds}
+        return WorkflowHandle(self.app, store.wid, store.home, sinks=sinks)
 
 
 class WorkflowHandle:
     """A stored workflow (from ``Workflow.enqueue``, or ``WorkflowHandle(app, id)`` for one
     whose record is on ``queue``, default the App's)."""
 
-    __slots__ = ("app", "id", "queue")
+    __slots__ = ("_sinks", "app", "id", "queue")
 
-    def __init__(self, app: Any, workflow_id: str, queue: str | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        workflow_id: str,
+        queue: str | None = None,
+        *,
+        sinks: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
+        """``sinks``: its sinks (step name -> (queue, job id)) when they are known, as
+        ``Workflow.enqueue`` knows them; None: ``result`` reads them from the record."""
         self.app = app
         self.id = workflow_id
         self.queue: str = app.queue(queue).name
+        self._sinks = None if sinks is None else dict(sinks)
 
     def __repr__(self) -> str:
         return f"WorkflowHandle(id={self.id!r}, queue={self.queue!r})"
@@ -146,7 +171,7 @@ class WorkflowHandle:
         s, wg = rows[0]
         graph: dict[str, Any] = {}
         with contextlib.suppress(ValueError):
-            graph = json.loads(wg or b"")
+            graph = orjson.loads(wg or b"")
         if not _well_formed(graph):
             raise WorkflowError(f"no workflow {self.id!r} on queue {self.queue!r}")
         graph["released"] = s != b"waiting"
@@ -188,12 +213,15 @@ class WorkflowHandle:
 
     async def result(self, timeout: float | timedelta | None = None) -> Any:
         """The result of its sink (the step no other waits for); with several sinks, their
-        results by step name. Raises as ``Job.result`` does for the sink."""
-        graph = await self.graph()
-        steps = graph["steps"]
-        jobs: dict[str, Job[Any]] = {
-            n: Job(self.app.queue(steps[n]["q"]), steps[n]["id"]) for n in graph["sinks"]
-        }
+        results by step name. Raises as ``Job.result`` does for the sink (a handle from
+        ``Workflow.enqueue`` knows its sinks; one made from an id reads them from the
+        workflow's record: ``WorkflowError`` when there is none)."""
+        sinks = self._sinks
+        if sinks is None:
+            graph = await self.graph()
+            steps = graph["steps"]
+            sinks = {n: (steps[n]["q"], steps[n]["id"]) for n in graph["sinks"]}
+        jobs: dict[str, Job[Any]] = {n: Job(self.app.queue(q), i) for n, (q, i) in sinks.items()}
         if len(jobs) == 1:
             return await next(iter(jobs.values())).result(timeout)
         return {n: await job.result(timeout) for n, job in jobs.items()}
@@ -216,10 +244,18 @@ def _well_formed(graph: Any) -> bool:
     steps, sinks = graph.get("steps"), graph.get("sinks")
     if not isinstance(steps, dict) or not isinstance(sinks, list):
         return False
+    queues: set[Any] = set()  # each queue name is checked once (a graph may have 100,000 steps)
     for v in steps.values():
         if not isinstance(v, dict) or not isinstance(v.get("after"), list):
             return False
-        if not (_is_queue_name(v.get("q")) and isinstance(v.get("id"), str)):
+        q = v.get("q")
+        if not isinstance(q, str):
+            return False
+        if q not in queues:
+            if not _is_queue_name(q):
+                return False
+            queues.add(q)
+        if not isinstance(v.get("id"), str):
             return False
         if not all(isinstance(a, str) and a in steps for a in v["after"]):
             return False

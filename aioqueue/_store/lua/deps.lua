@@ -8,11 +8,13 @@
            stores the job waiting for them; returns 1 stored, 0 a job with this id exists
            (nothing changed), or {-3, member}: that dependency on this queue is no job
            (nothing stored)
-    adds   ARGV[3..] steps of a workflow, 12 values each then their dependencies: id, task,
-           payload, max attempts, priority, group, options, policy, retention ms, its lone
-           dependent on this queue (a member, counted now: '' none), mask ('1' at the place
-           of each dependency stored with this step as its lone dependent, '' none), k, then
-           k dependencies (members); stores each as add does (a step's dependencies are
+    adds   ARGV[3] policy   ARGV[4] retention ms (as for add: every step of the call has
+           them)   ARGV[5] t, then t templates of 5 values (task, max attempts, priority,
+           group, options), then steps of a workflow, 6 values each then their
+           dependencies: id, payload, its template's number (1..t), its lone dependent on
+           this queue (a member, counted now: '' none), mask ('1' at the place of each
+           dependency stored with this step as its lone dependent, '' none), k, then k
+           dependencies (members); stores each as add does (a step's dependencies are
            stored before it: earlier in this call or before it); at most MAX_JOBS_PER_CALL
            steps and dependencies together; returns the number of steps stored
     park   ARGV[3] id   ARGV[4] lease token   ARGV[5] policy   ARGV[6] retention ms
@@ -48,26 +50,49 @@ local function tail(from)
   return out
 end
 
--- store job id waiting for deps (ARGV[at..at + 8]: id, task, payload, max attempts,
--- priority, group, options, policy, retention ms); dd: its lone dependent, counted now (a
--- member, '' or nil none: lib/deps DQ.dependents_add), and mask which of deps count it
--- already (lib/deps dep_wait)
-local function store(at, deps, dd, mask)
-  local id = ARGV[at]
-  local jk = job_key(id)
-  if call('EXISTS', jk) == 1 then return 0 end
-  local f = REC.new(ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], now)
-  if ARGV[at + 4] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', ARGV[at + 4] end
-  if ARGV[at + 5] ~= '' then f[#f + 1], f[#f + 2] = 'g', ARGV[at + 5] end
-  if ARGV[at + 6] ~= '' then f[#f + 1], f[#f + 2] = 'o', ARGV[at + 6] end
+-- a step's values shared with others (a template: task, max attempts, priority, group,
+-- options, then policy and retention ms: a number, and as written in the record)
+local function shared(task, m, pr, g, o, policy, ttl)
+  local n = tonumber(ttl) or 0
+  return {task, m, pr, g, o, policy, n, string.format('%d', n)}
+end
+
+-- store job id (its payload, and tp: shared's values) waiting for deps; dd: its lone
+-- dependent, counted now (a member, '' or nil none: lib/deps DQ.dependents_add), and mask
+-- which of deps count it already (lib/deps dep_wait). made: when the caller found that none
+-- of its ids named a record, the ids stored since (a record of one of them exists only if it
+-- is one of those; nil: each is looked up); jk: its record's key, when the caller made it;
+-- stamp: the time as written in records (string.format('%d', now): one per call, not a
+-- number written as text once per step)
+local function store(id, payload, tp, deps, dd, mask, made, jk, stamp)
+  jk = jk or job_key(id)
+  if made then
+    if made[id] then return 0 end
+    made[id] = true
+  elseif call('EXISTS', jk) == 1 then
+    return 0
+  end
+  local f = REC.new(tp[1], payload, tp[2], stamp or now)
+  if tp[3] ~= '0' then f[#f + 1], f[#f + 2] = 'pr', tp[3] end
+  if tp[4] ~= '' then f[#f + 1], f[#f + 2] = 'g', tp[4] end
+  if tp[5] ~= '' then f[#f + 1], f[#f + 2] = 'o', tp[5] end
   if dd and dd ~= '' then f[#f + 1], f[#f + 2] = 'dd', dd end
-  emit_add('enqueued', id, ARGV[at + 1], 0, nil, nil)
-  local policy, ttl = ARGV[at + 7], tonumber(ARGV[at + 8]) or 0
-  if #deps == 1 and DQ.wait_lone(id, jk, deps[1], policy, ttl, now, f, mask == '1') then
+  emit_add('enqueued', id, tp[1], 0, nil, nil)
+  local policy, ttl = tp[6], tp[7]
+  if #deps == 1 and DQ.wait_lone(id, jk, deps[1], policy, tp[8], stamp or now, f, mask == '1') then
     return 1
   end
   dep_wait(id, jk, deps, policy, ttl, now, false, f, mask)
   return 1
+end
+
+-- a count from ARGV[i] that sizes the call (a natural number), or an error before any write
+local function size_at(i)
+  local k = tonumber(ARGV[i])
+  if not k or k < 0 or k % 1 ~= 0 then
+    error('aioqueue: deps ' .. op .. ': not a count at argument ' .. i, 0)
+  end
+  return k
 end
 
 if op == 'add' then
@@ -77,28 +102,44 @@ if op == 'add' then
   if call('EXISTS', jk) == 1 then return 0 end
   local missing = dep_missing(deps)
   if missing then return {-3, missing} end
-  store(3, deps)
+  store(id, ARGV[5], shared(ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]),
+    deps, nil, nil, nil, jk)
   call('HINCRBY', K_STATS, 'enqueued', 1)
   emit_flush()
   return 1
 end
 
 if op == 'adds' then
-  -- the steps and their dependencies, counted before any write
-  local steps, at, work = {}, 3, 0
-  while at <= #ARGV do
-    local k = tonumber(ARGV[at + 11]) or 0
-    steps[#steps + 1] = {at, k}
+  -- the templates; the steps and their dependencies, counted before any write; and one look
+  -- for all of their records (a workflow's own ids name none: no look a step)
+  local nt = size_at(5)
+  check_count(nt)
+  local tps, at = {}, 6
+  for i = 1, nt do
+    tps[i] = shared(ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[3],
+      ARGV[4])
+    at = at + 5
+  end
+  -- each step: where its values start, its template, its number of dependencies, its key
+  local steps, tpl, ks, keys, work, last = {}, {}, {}, {}, 0, #ARGV
+  while at <= last do
+    local k, tp = size_at(at + 5), tps[tonumber(ARGV[at + 2])]
+    if not tp then error('aioqueue: deps adds: no template ' .. tostring(ARGV[at + 2]), 0) end
+    local i = #steps + 1
+    steps[i], tpl[i], ks[i], keys[i] = at, tp, k, job_key(ARGV[at])
     work = work + 1 + k
     check_count(work)
-    at = at + 12 + k
+    at = at + 6 + k
   end
-  local n = 0
+  local made = nil
+  if #keys > 0 and call('EXISTS', unpack(keys)) == 0 then made = {} end
+  local n, stamp = 0, string.format('%d', now)
   DQ.begin()
-  for _, st in ipairs(steps) do
+  for s, a in ipairs(steps) do
     local deps = {}
-    for i = st[1] + 12, st[1] + 11 + st[2] do deps[#deps + 1] = ARGV[i] end
-    n = n + store(st[1], deps, ARGV[st[1] + 9], ARGV[st[1] + 10])
+    for i = a + 6, a + 5 + ks[s] do deps[#deps + 1] = ARGV[i] end
+    n = n + store(ARGV[a], ARGV[a + 1], tpl[s], deps, ARGV[a + 3], ARGV[a + 4], made, keys[s],
+      stamp)
   end
   DQ.flush(true)
   if n > 0 then call('HINCRBY', K_STATS, 'enqueued', n) end

@@ -51,7 +51,9 @@ local DQS = {} -- per call
 local function deps_key(id) return BASE .. 'deps:' .. id end
 function DQ.dependents_key(id) return BASE .. 'dependents:' .. id end
 
-function DQ.begin() DQS.pending = {seen = {}, adds = {}, had = {}, order = {}, waiting = {}} end
+function DQ.begin()
+  DQS.pending = {seen = {}, adds = {}, had = {}, order = {}, waiting = {}, members = {}}
+end
 
 -- write what DQ.begin held back (before anything reads it); stop: hold back no more
 function DQ.flush(stop)
@@ -76,6 +78,20 @@ function DQ.dependents_add(id, had, adds)
   call('SADD', DQ.dependents_key(id), unpack(adds))
   if had ~= '1' then call('HSET', job_key(id), 'dd', '1') end
   return '1'
+end
+
+-- up to want members of set key, taken out of it: a scan from its start (SPOP with a count
+-- picks each member at random: in a fan-out's release that was its dearest part), and SPOP for
+-- what the scan did not reach (it reads at most about want slots of the set's table)
+function DQ.take(key, want)
+  local scan = call('SSCAN', key, 0, 'COUNT', want)
+  local got = scan[2]
+  for i = #got, want + 1, -1 do got[i] = nil end
+  if #got > 0 then call('SREM', key, unpack(got)) end
+  if #got < want and scan[1] ~= '0' then
+    for _, m in ipairs(call('SPOP', key, want - #got)) do got[#got + 1] = m end
+  end
+  return got
 end
 
 -- an outbox entry of length-prefixed fields (binary-safe, as batch outcomes go)
@@ -246,13 +262,18 @@ deps_outcome = function(id, ok, now, res, dd)
   local lone = dd and dd ~= '1' and dd ~= ''
   local tells = ok and lone and DQS.tells
   if tells then
-    -- completions told together (DQ.told): a fan-in's dependent counts them at once
-    local own = own_id(dd)
+    -- completions told together (DQ.told): a fan-in's dependent counts them at once (its id
+    -- cut out of its member once a call: own, member -> id or false)
+    if tells == true then
+      tells = {order = {}, by = {}, own = {}}
+      DQS.tells = tells
+    end
+    local own = tells.own[dd]
+    if own == nil then
+      own = own_id(dd) or false
+      tells.own[dd] = own
+    end
     if own then
-      if tells == true then
-        tells = {order = {}, by = {}}
-        DQS.tells = tells
-      end
       local l = tells.by[own]
       if not l then
         l = {}
@@ -268,7 +289,7 @@ deps_outcome = function(id, ok, now, res, dd)
   if lone then members = {dd}
   elseif deps_budget > 0 then
     local want = deps_budget
-    members = call('SPOP', dk, want)
+    members = DQ.take(dk, want)
     deps_budget = deps_budget - #members
     more = #members == want
   end
@@ -303,7 +324,9 @@ function DQ.telling() DQS.tells = true end
 
 -- job id, waiting on this queue, is told that the dependencies in pairs (member, result as
 -- kept: dep_kept, '' none) completed: as dep_met for each, with one read of its record, one
--- SMISMEMBER, one SREM, one HSET of the results and one SCARD for all of them
+-- SREM, one HSET of the results and one SCARD for all of them. (The results of all of them
+-- are kept when any was still in its set: one told twice keeps the same result again, and
+-- one that is none of its dependencies is never read, dependency_jobs reads its list)
 local function dep_met_many(id, pairs_, now)
   if #pairs_ == 2 then return dep_met(id, pairs_[1], true, now, pairs_[2]) end
   local jk, wk = job_key(id), deps_key(id)
@@ -313,24 +336,18 @@ local function dep_met_many(id, pairs_, now)
     for i = 1, #pairs_, 2 do dep_met(id, pairs_[i], true, now, pairs_[i + 1]) end
     return
   end
-  local members = {}
-  for i = 1, #pairs_, 2 do members[#members + 1] = pairs_[i] end
-  local is = redis.pcall('SMISMEMBER', wk, unpack(members))
-  if type(is) ~= 'table' or is.err then return DQ.garbled(id, jk, wk, now) end
-  local keep, gone = {}, 0
-  for i, m in ipairs(members) do
-    if is[i] == 1 then
-      gone = gone + 1
-      local res = pairs_[2 * i]
-      if res ~= '' then keep[#keep + 1], keep[#keep + 2] = m, res end
-    end
+  local members, keep = {}, {}
+  for i = 1, #pairs_, 2 do
+    members[#members + 1] = pairs_[i]
+    if pairs_[i + 1] ~= '' then keep[#keep + 1], keep[#keep + 2] = pairs_[i], pairs_[i + 1] end
   end
+  local gone = redis.pcall('SREM', wk, unpack(members))
+  if type(gone) ~= 'number' then return DQ.garbled(id, jk, wk, now) end
   if gone == 0 then
     -- counted before; or its set is gone while the job still waits
     if call('EXISTS', wk) == 0 then DQ.garbled(id, jk, wk, now) end
     return
   end
-  call('SREM', wk, unpack(members))
   if #keep > 0 then DQ.keep_many(id, keep) end
   if call('SCARD', wk) > 0 or r[1] ~= 'waiting' then return end
   dep_release(id, jk, r, nil)
@@ -405,6 +422,7 @@ local function dep_register(id, member)
   if s == 'failed' or s == 'cancelled' then return 'f' end
   if p then
     p.seen[id] = true
+    p.members[BASE .. id] = id
     p.adds[id] = {member}
     p.had[id] = r[2]
     p.order[#p.order + 1] = id
@@ -462,9 +480,15 @@ end
 -- done) when the case does not hold
 function DQ.wait_lone(id, jk, dep, policy, ttl, now, f, masked)
   local p = DQS.pending
-  local own = own_id(dep)
-  if not (p and own and (masked or p.seen[own])) then return false end
-  if not masked then dep_register(own, BASE .. id) end  -- (seen: no read)
+  if not p then return false end
+  if masked then
+    if string.find(dep, BASE, 1, true) ~= 1 then return false end  -- (own_id's test)
+  else
+    -- (registered with earlier in this call, by its member: no id to cut out of it)
+    local own = p.members[dep]
+    if not own then return false end
+    dep_register(own, BASE .. id)  -- (seen: no read)
+  end
   local n = DQ.waits(f, policy, ttl)
   f[n + 1], f[n + 2] = 'd1', dep
   call('HSET', jk, unpack(f))
