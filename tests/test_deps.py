@@ -344,6 +344,35 @@ async def test_policy_run_runs_anyway_and_fail_dead_letters(
     assert e.value.error_type == "DependencyFailed"
 
 
+@pytest.mark.parametrize("dead_ttl", ["default", "forever"])
+async def test_a_dependents_policy_and_retention_are_stored_only_when_not_the_default(
+    redis_url: str, redis: Redis, dead_ttl: str
+) -> None:
+    """A waiting dependent's record holds its policy (dp) and the retention of its end (dt)
+    only when they differ from what a reader takes for them absent (cancel; the App's
+    default dead_ttl, 7 days): its cancelled end is kept as long either way."""
+    options: dict[str, Any] = {} if dead_ttl == "default" else {"dead_ttl": None}
+    async with open_app(redis_url, lease=2.0, **options) as app:
+        t = register(app)
+        keys = app.queue()._keys
+        bad = await t.boom.enqueue(1)
+        c = await t.join.options(depends_on=[bad]).enqueue("c")
+        fields = {text(f) for f in await redis.hkeys(keys.job(c.id))}
+        assert "dp" not in fields
+        assert ("dt" in fields) is (dead_ttl == "forever")
+        async with Worker(app, concurrency=2):
+            await wait_until(lambda: _cancelled(c), timeout=30, what="the dependent cancelled")
+        ttl = await redis.pttl(keys.job(c.id))
+        if dead_ttl == "default":
+            assert 7 * 86_400_000 - 60_000 < ttl <= 7 * 86_400_000
+        else:
+            assert ttl == -1
+
+
+async def _cancelled(job: Any) -> bool:
+    return (await job.info()).state is JobState.CANCELLED
+
+
 async def test_cancelling_a_dependency_cancels_its_dependents(wapp: App, tasks: WfTasks) -> None:
     t = tasks
     a = await t.step.enqueue(1)

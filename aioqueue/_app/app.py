@@ -16,7 +16,7 @@ from .._model.compress import Compression
 from .._model.cron import MissedPolicy
 from .._model.exceptions import ConfigurationError
 from .._model.isolation import Isolation
-from .._model.limits import DEFAULT_MAX_ATTEMPTS
+from .._model.limits import DEFAULT_DEAD_TTL_MS, DEFAULT_MAX_ATTEMPTS
 from .._model.retrypolicy import ExcTypes, TaskPolicy
 from .._model.serialize import Serializer, get_serializer
 from .._queue.deps import DependencyPolicy
@@ -113,7 +113,7 @@ class App:
         lease: float | timedelta = 30.0,
         heartbeat: float | timedelta | None = None,
         result_ttl: float | timedelta | None = 86_400.0,
-        dead_ttl: float | timedelta | None = 7 * 86_400.0,
+        dead_ttl: float | timedelta | None = DEFAULT_DEAD_TTL_MS / 1000,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,

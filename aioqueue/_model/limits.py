@@ -29,5 +29,9 @@ JOB_LOG_BYTES: Final = 65536
 #: the maximum attempts of a record without field ``m`` (the App's default ``max_attempts``:
 #: a new record stores ``m`` only when it differs, and never its attempts ``a`` while 0)
 DEFAULT_MAX_ATTEMPTS: Final = 3
+#: the retention (ms) of a dependent's end when a dependency failed, for a record without
+#: field ``dt`` (the App's default ``dead_ttl``, 7 days: a waiting record stores ``dt`` only
+#: when it differs)
+DEFAULT_DEAD_TTL_MS: Final = 604_800_000
 #: the tasks the backlog (``<base>backlog``) counts one by one; the rest together, as ``*``
 BACKLOG_TASKS: Final = 100

@@ -182,7 +182,7 @@ if op == 'extend' then
   local jk = job_key(id)
   local deps = tail(5)
   local r = call('HMGET', jk, 's', 'dp', 'dt', 'd1')
-  if r[1] ~= 'waiting' or not r[2] then return 0 end
+  if r[1] ~= 'waiting' or not DQ.depends(jk, r[2], r[4]) then return 0 end
   local missing = dep_missing(deps, ARGV[4])
   if missing then return {-3, missing} end
   if r[4] then
@@ -193,7 +193,7 @@ if op == 'extend' then
     call('HDEL', jk, 'd1')
     call('HSET', jk, 'dl', cjson.encode({r[4]}))
   end
-  dep_wait(id, jk, deps, r[2], count_of(r[3]) or 0, now, true, nil, ARGV[4])
+  dep_wait(id, jk, deps, r[2] or 'cancel', DQ.retention(r[3]), now, true, nil, ARGV[4])
   return 1
 end
 

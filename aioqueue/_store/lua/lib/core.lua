@@ -62,6 +62,9 @@ local JOB_LOG_LINES = 500
 local JOB_LOG_BYTES = 65536
 -- the maximum attempts a record without field m has (the App's default max_attempts)
 local DEFAULT_MAX_ATTEMPTS = 3
+-- the retention (ms) of a dependent's end when a dependency failed, for a record without dt
+-- (the App's default dead_ttl, 7 days)
+local DEFAULT_DEAD_TTL_MS = 604800000
 -- the tasks the backlog counts one by one (base.."backlog"; the rest together, field '*')
 local BACKLOG_TASKS = 100
 

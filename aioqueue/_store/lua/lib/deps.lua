@@ -13,8 +13,9 @@
   A workflow (a DAG, _app/workflow.py) is gated: its record, job:<workflow id> (t '', wn its
   name, wg its graph as JSON), waits until every node is stored; the nodes without
   dependencies depend on it, and deps.lua 'open' completes it, which releases them.
-  The dependent's record: dp policy (cancel|run|fail), dl its dependencies (JSON array of
-  members), dt retention ms of a cancelled or dead end (0 for good), xk 'r' (its depres
+  The dependent's record: dp policy (cancel|run|fail; absent: cancel), dl its dependencies
+  (JSON array of members), dt retention ms of a cancelled or dead end (0 for good; absent:
+  DEFAULT_DEAD_TTL_MS, DQ.retention), xk 'r' (its depres
   follows the record, lib/core); a new job with one dependency: d1 that member instead of
   the set deps:<id> (counted once by leaving the state 'waiting'), and dr its result once
   met, instead of depres (a fan-out's steps and a chain's: no set, no depres). The
@@ -102,7 +103,7 @@ function DQ.to_outbox(fields)
 end
 
 -- a member names a job of this queue: its id, else nil
-local function own_id(member)
+function DQ.own_id(member)
   -- (find, not a substring to compare: no string made for a member of another queue's)
   if string.find(member, BASE, 1, true) == 1 then return string.sub(member, #BASE + 1) end
   return nil
@@ -174,11 +175,11 @@ end
 function DQ.garbled(id, jk, wk, now, what)
   local kind = call('TYPE', wk).ok
   if kind ~= 'none' then set_aside(wk, 'wrong type: ' .. kind) end
-  local r = call('HMGET', jk, 's', 'dp', 'dt')
-  if r[1] == 'waiting' and r[2] then
+  local r = call('HMGET', jk, 's', 'dp', 'dt', 'd1')
+  if r[1] == 'waiting' and DQ.depends(jk, r[2], r[4]) then
     call('ZREM', K_WAITING, id)
     to_dead(id, jk, now, cjson.encode({type = 'Garbled', message = (what
-      or 'the set of dependencies') .. ' it waited for was garbled'}), count_of(r[3]) or 0)
+      or 'the set of dependencies') .. ' it waited for was garbled'}), DQ.retention(r[3]))
     call('HINCRBY', K_STATS, 'failed', 1)
   end
 end
@@ -237,7 +238,7 @@ local function dep_met(id, dep, ok, now, res)
     call('ZREM', K_WAITING, id)
     local err = cjson.encode({type = 'DependencyFailed', message = 'its dependency '
       .. dep .. ' failed or was cancelled'})
-    local ttl = count_of(r[5]) or 0
+    local ttl = DQ.retention(r[5])
     if r[2] == 'fail' then
       to_dead(id, jk, now, err, ttl)
       call('HINCRBY', K_STATS, 'failed', 1)
@@ -270,7 +271,7 @@ deps_outcome = function(id, ok, now, res, dd)
     end
     local own = tells.own[dd]
     if own == nil then
-      own = own_id(dd) or false
+      own = DQ.own_id(dd) or false
       tells.own[dd] = own
     end
     if own then
@@ -299,7 +300,7 @@ deps_outcome = function(id, ok, now, res, dd)
     DQS.released = DQ.releasing()
     local me = BASE .. id
     for _, m in ipairs(members) do
-      local own = own_id(m)
+      local own = DQ.own_id(m)
       if own then dep_met(own, me, ok, now, res)
       else
         DQ.to_outbox({'\0d', m, me, flag, res or ''})
@@ -387,7 +388,7 @@ function DQ.sweep(now, n, k)
     end
     if type(members) == 'table' and not members.err then
       for _, m in ipairs(members) do
-        local own = own_id(m)
+        local own = DQ.own_id(m)
         local r = own and call('HMGET', job_key(own), 's', 't', 'r')
         local s = r and r[1]
         if s == 'completed' then
@@ -440,7 +441,7 @@ local function dep_missing(deps, mask)
   local known = {}
   DQS.known = nil
   for i, dep in ipairs(deps) do
-    local own = own_id(dep)
+    local own = DQ.own_id(dep)
     -- (one stored by this workflow's enqueue with the job as its lone dependent, a mask's
     -- '1': lib/deps dep_wait, is not looked up)
     if own and not (mask and string.byte(mask, i) == 49) then
@@ -465,12 +466,35 @@ function DQ.dl_more(old, deps)
 end
 
 -- f, a waiting job's record fields to write, gains its state and its policy on a failed
--- dependency (dp, dt: retention ms of a cancelled or dead end); returns f's length then
+-- dependency (dp, dt: retention ms of a cancelled or dead end), each only when it is not
+-- the default a reader takes for it absent (cancel; DEFAULT_DEAD_TTL_MS): two fields fewer
+-- in the record of a workflow's step, whose every later read scans its fields. ttl: a
+-- number, or as written (text). Returns f's length
+DQ.DEAD_TTL_TEXT = DEFAULT_DEAD_TTL_MS .. ''  -- (no string library while a function library loads)
 function DQ.waits(f, policy, ttl)
   local n = #f
-  f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 's', 'waiting', 'dp', policy
-  f[n + 5], f[n + 6] = 'dt', ttl
-  return n + 6
+  f[n + 1], f[n + 2] = 's', 'waiting'
+  n = n + 2
+  if policy ~= 'cancel' then f[n + 1], f[n + 2] = 'dp', policy; n = n + 2 end
+  if ttl ~= DEFAULT_DEAD_TTL_MS and ttl ~= DQ.DEAD_TTL_TEXT then
+    f[n + 1], f[n + 2] = 'dt', ttl
+    n = n + 2
+  end
+  return n
+end
+
+-- a dependent's retention of its end as its record's dt says (v as read: false when absent,
+-- the default; garbage: 0, kept for good)
+function DQ.retention(v)
+  if not v then return DEFAULT_DEAD_TTL_MS end
+  return count_of(v) or 0
+end
+
+-- whether a waiting record (jk; its dp and d1 as read) is a job that waits for dependencies
+-- (not a batch's callback nor a workflow's record, which wait too): it has a policy, a lone
+-- dependency or a list of them
+function DQ.depends(jk, dp, d1)
+  return (dp or d1 or call('HEXISTS', jk, 'dl') == 1) and true or false
 end
 
 -- dep_wait's common case while a call holds its writes back (DQ.begin: a workflow's steps):
@@ -520,7 +544,7 @@ local function dep_wait(id, jk, deps, policy, ttl, now, more, fields, mask)
   end
   local keep, failed, kept = {}, nil, nil
   for i, dep in ipairs(deps) do
-    local own = own_id(dep)
+    local own = DQ.own_id(dep)
     local st = 'w'
     if own and not (mask and string.byte(mask, i) == 49) then
       st = dep_register(own, me)
