@@ -51,6 +51,32 @@ class StepCall(Protocol):
 Steps = Mapping[str, tuple[StepCall, tuple[str, ...]]]
 
 
+class Run:
+    """One queue's next ``adds`` call while it is built: its steps' values, how much work they
+    are (steps and dependencies: at most MAX_JOBS_PER_CALL), and the templates they share
+    (their values, sent once; id(template) -> (number, the template, kept alive meanwhile))."""
+
+    __slots__ = ("numbers", "shared", "steps", "work")
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+        self.work = 0
+        self.shared: list[Any] = []
+        self.numbers: dict[int, tuple[int, Template]] = {}
+
+    def number(self, t: Template) -> int:
+        """The number of template ``t`` in this call (its values go once)."""
+        got = self.numbers.get(id(t))
+        if got is None:
+            got = self.numbers[id(t)] = (len(self.numbers) + 1, t)
+            self.shared += (t.task, t.max_attempts, t.priority, t.group, t.options)
+        return got[0]
+
+    def args(self, policy: tuple[str, int]) -> tuple[Any, ...]:
+        """The call's values after ``adds`` (deps.lua)."""
+        return (*policy, len(self.numbers), *self.shared, *self.steps)
+
+
 class GraphStore:
     """One enqueue of a workflow: where each step goes (queue, job id), the calls that store
     them, and the opening."""
@@ -75,16 +101,13 @@ class GraphStore:
         #: each step's queue (as the App names it), job id and member
         self.queues, self.ids, self.member = self._place()
         self.told = self._told()
+        #: the steps no other waits for
+        self.sinks = [n for n in order if n not in feeds]
         hd = self.doors[self.home]
         self.gate = hd.keys.member(self.wid)
         self.calls: list[ScriptCall] = [deps_call(hd, "gate", self.wid, name, self._graph())]
-        #: per queue, the steps of its next ``adds`` call (their values), how much work they
-        #: are (steps and dependencies: at most MAX_JOBS_PER_CALL), and the templates they
-        #: share (their values; id(template) -> number, the template kept alive meanwhile)
-        self.runs: dict[str, list[Any]] = {q: [] for q in self.doors}
-        self.work: dict[str, int] = dict.fromkeys(self.doors, 0)
-        self.shared: dict[str, list[Any]] = {q: [] for q in self.doors}
-        self.numbers: dict[str, dict[int, tuple[int, Template]]] = {q: {} for q in self.doors}
+        #: per queue, its next ``adds`` call
+        self.runs: dict[str, Run] = {q: Run() for q in self.doors}
         self.policy = (policy, app.dead_ttl_ms)
         self.out = Sender(app, hd, name)
         #: payloads may go to a payload store (claim check): their blobs are put per part
@@ -147,8 +170,7 @@ class GraphStore:
             name: {"q": q[name], "id": ids[name], "after": after}
             for name, (_, after) in self.steps.items()
         }
-        sinks = [name for name in self.order if name not in self.feeds]
-        graph: bytes = orjson.dumps({"name": self.name, "steps": steps, "sinks": sinks})
+        graph: bytes = orjson.dumps({"name": self.name, "steps": steps, "sinks": self.sinks})
         return graph
 
     async def store(self) -> None:
@@ -176,11 +198,10 @@ class GraphStore:
 
     def _flush(self, *only: str) -> None:
         for rq in only or tuple(self.runs):
-            if self.runs[rq]:
-                args = (*self.policy, len(self.numbers[rq]), *self.shared[rq], *self.runs[rq])
-                self.calls.append(deps_call(self.doors[rq], "adds", *args))
-                self.runs[rq], self.work[rq] = [], 0
-                self.shared[rq], self.numbers[rq] = [], {}
+            run = self.runs[rq]
+            if run.steps:
+                self.calls.append(deps_call(self.doors[rq], "adds", *run.args(self.policy)))
+                self.runs[rq] = Run()
 
     def _add(self, step: str) -> None:
         call, after = self.steps[step]
@@ -194,25 +215,19 @@ class GraphStore:
         first: Sequence[str]
         if n == 1:  # a chain's or a fan-out's step
             first = (member[after[0]],)
-            mask = "1" if self.told.get(after[0]) == step else ""
         elif n == 0:
-            first, mask = (self.gate,), ""
+            first = (self.gate,)
         else:
             first = [member[d] for d in after[:CUT]]
-            mask = self._mask(step, after[:CUT])
+        mask = self._mask(step, after[:CUT])
         k = len(first)
-        if self.work[q] + 1 + k > MAX_JOBS_PER_CALL:
+        if self.runs[q].work + 1 + k > MAX_JOBS_PER_CALL:
             self._flush(q)
-        t = rec.template
-        numbers = self.numbers[q]
-        got = numbers.get(id(t))
-        if got is None:  # (a template the run has not met yet: its values go once)
-            got = numbers[id(t)] = (len(numbers) + 1, t)
-            self.shared[q] += (t.task, t.max_attempts, t.priority, t.group, t.options)
+        run = self.runs[q]
         fed = self.told.get(step)
         dd = member[fed] if fed is not None else ""
-        self.runs[q] += (job_id, rec.payload, got[0], dd, mask, k, *first)
-        self.work[q] += 1 + k
+        run.steps += (job_id, rec.payload, run.number(rec.template), dd, mask, k, *first)
+        run.work += 1 + k
         remote = {} if self.one_queue else self._remote(step, q, after)
         if n > CUT or remote:
             self._flush()

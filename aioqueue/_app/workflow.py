@@ -131,7 +131,7 @@ class Workflow:
         await store.store()
         await store.open()
         # its sinks are known here: result() waits for them without reading the graph back
-        sinks = {n: (store.queues[n], store.ids[n]) for n in order if n not in feeds}
+        sinks = {n: (store.queues[n], store.ids[n]) for n in store.sinks}
         return WorkflowHandle(self.app, store.wid, store.home, sinks=sinks)
 
 

@@ -51,10 +51,9 @@ local function tail(from)
 end
 
 -- a step's values shared with others (a template: task, max attempts, priority, group,
--- options, then policy and retention ms: a number, and as written in the record)
+-- options, then policy and retention ms, as written in the record)
 local function shared(task, m, pr, g, o, policy, ttl)
-  local n = tonumber(ttl) or 0
-  return {task, m, pr, g, o, policy, n, string.format('%d', n)}
+  return {task, m, pr, g, o, policy, string.format('%d', tonumber(ttl) or 0)}
 end
 
 -- store job id (its payload, and tp: shared's values) waiting for deps; dd: its lone
@@ -79,7 +78,7 @@ local function store(id, payload, tp, deps, dd, mask, made, jk, stamp)
   if dd and dd ~= '' then f[#f + 1], f[#f + 2] = 'dd', dd end
   emit_add('enqueued', id, tp[1], 0, nil, nil)
   local policy, ttl = tp[6], tp[7]
-  if #deps == 1 and DQ.wait_lone(id, jk, deps[1], policy, tp[8], stamp or now, f, mask == '1') then
+  if #deps == 1 and DQ.wait_lone(id, jk, deps[1], policy, ttl, stamp or now, f, mask == '1') then
     return 1
   end
   dep_wait(id, jk, deps, policy, ttl, now, false, f, mask)

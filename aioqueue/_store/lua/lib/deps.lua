@@ -492,9 +492,9 @@ end
 
 -- whether a waiting record (jk; its dp and d1 as read) is a job that waits for dependencies
 -- (not a batch's callback nor a workflow's record, which wait too): it has a policy, a lone
--- dependency or a list of them
+-- dependency or a list of them (a truthy value then)
 function DQ.depends(jk, dp, d1)
-  return (dp or d1 or call('HEXISTS', jk, 'dl') == 1) and true or false
+  return dp or d1 or call('HEXISTS', jk, 'dl') == 1
 end
 
 -- dep_wait's common case while a call holds its writes back (DQ.begin: a workflow's steps):
