@@ -299,3 +299,37 @@ async def test_a_workers_paths_keep_the_count_exact(app: App, redis: Redis) -> N
         assert await parked.result(timeout=30) == "now"
         await exact(redis, q, "woken")
     assert await q.backlog() == {"work": 1}  # the debounced job, still delayed
+
+
+async def test_a_claim_records_its_tasks_longest_wait_from_the_earliest_creation(
+    app: App, redis: Redis
+) -> None:
+    """The claim writes each task's longest wait (ms from creation, or from due for a delayed
+    job) to ``<base>twait`` for the trends. It reads the creation times as text and converts
+    only a new earliest, so: an older time of fewer digits still counts as the earliest, a
+    garbage time counts as no wait (as a conversion of each would), a delayed job counts
+    from when it was due."""
+    from .support.server import server_ms
+
+    q = app.queue()
+    k = q._keys
+    await q.pause()
+    fresh, garbage, oldest, older = [await q.enqueue("w") for _ in range(4)]
+    now = await server_ms(redis)
+    await redis.hset(k.job(fresh.id), "ct", str(now - 5_000))
+    await redis.hset(k.job(garbage.id), "ct", "not a time")
+    await redis.hset(k.job(oldest.id), "ct", "999")  # fewer digits: older than any other
+    await redis.hset(k.job(older.id), "ct", str(now - 60_000))
+    await q.resume()
+    got = await q.reserve(4)
+    assert sorted(r.id for r in got) == sorted(j.id for j in (fresh, garbage, oldest, older))
+    wait = await redis.zscore(k.base + "twait", "w")
+    assert wait is not None
+    assert now - 999 <= wait <= now - 999 + 60_000  # from 999, within a minute of the read
+    # only garbage: no wait (0), recorded for the task all the same
+    await redis.delete(k.base + "twait")
+    alone = await q.enqueue("g")
+    await redis.hset(k.job(alone.id), "ct", "x")
+    [r] = await q.reserve(1)
+    assert r.id == alone.id
+    assert await redis.zscore(k.base + "twait", "g") == 0

@@ -45,6 +45,7 @@ from aioqueue import (
     current_job,
 )
 from aioqueue._model.keys import QueueKeys
+from aioqueue._model.record import Claimed, parse_claim
 from aioqueue.testing import VirtualClock
 
 from .support.apps import unique_prefix
@@ -723,17 +724,19 @@ async def test_a_garbage_group_count_neither_strands_claimed_jobs_nor_recovered_
 
 async def test_a_garbage_sequence_counter_loses_no_claim(redis_url: str, redis: Redis) -> None:
     """SET seq x: the claim failed after popping 3 jobs. Now seq is set aside and restarted
-    above every token handed out (tokens keep growing)."""
+    above every token handed out (tokens keep growing). The counter numbers the tokens of a
+    claim whose random material is short (an older client's nonce); a claim with its own
+    material for every token does not read it."""
     app = hostile_app(redis_url)
     async with app:
         q = app.queue()
         k = q._keys
         first = await paused_jobs(app, 1)
-        (before,) = await q.reserve(1)
+        (before,) = await _derived_claim(app, 1)
         assert before.id == first[0]
         ids = await paused_jobs(app, 3, priority=5)
         await redis.set(k.seq, "x")
-        got = await q.reserve(3)
+        got = await _derived_claim(app, 3)
         assert sorted(r.id for r in got) == sorted(ids)
         # tokens are <seq>-<nonce>: the sequence restarts above every token handed out before,
         # written out in full (a Lua number that large would otherwise print as 1.79e+15)
@@ -742,7 +745,19 @@ async def test_a_garbage_sequence_counter_loses_no_claim(redis_url: str, redis: 
         assert len({r.token for r in got}) == 3
         assert min(int(s) for s in seqs) > int(before.token.split("-")[0])
         assert k.seq in await garbled_keys(redis, k)
+        # the counter garbage again: a claim with material of its own goes on all the same
+        more = await paused_jobs(app, 2)
+        await redis.set(k.seq, "x")
+        assert sorted(r.id for r in await q.reserve(2)) == sorted(more)
         await check_invariants(redis, k)
+
+
+async def _derived_claim(app: App, n: int) -> list[Claimed]:
+    """Lease the n jobs queued as an older client does: a 32-digit nonce, short of a claim of
+    more than 2, so the tokens are numbered by the queue's counter and derived from it."""
+    scripts = app.queue()._scripts
+    args = (scripts.base, n + 2, 30_000, 60_000, "", 0, "5eed" * 8, "", "")
+    return parse_claim(await scripts.run("claim", args)).jobs
 
 
 async def test_a_garbage_group_rate_window_counter_loses_no_claim(

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from aioqueue import App, JobState, QueueFull, Reservation
 from aioqueue._model.keys import QueueKeys
 from aioqueue._model.limits import JOB_LOG_BYTES
+from aioqueue._model.record import parse_claim
 
 from .support.invariants import check_invariants
 from .support.server import server_ms
@@ -93,8 +94,21 @@ async def test_seq_at_the_limit_claims_and_reserve_go_on(redis_url: str, redis: 
         await redis.set(k.seq, 2**63 - 1)
         async with Worker(app, concurrency=2, idle_block=0.1, grace=0.5):
             assert [await j.result(timeout=10) for j in jobs] == [0, 1, 2, 3]
-        tokens = [int(r.token.split("-")[0]) for r in got]
-        assert all(0 < t < 2**53 for t in tokens)
+        # tokens are the worker's random material, whatever the counter holds
+        assert len({r.token for r in got}) == 2
+        assert all(len(r.token) == 16 and int(r.token, 16) >= 0 for r in got)
+        # a claim short of material (an older client's 32-digit nonce for 4 jobs) numbers its
+        # tokens with the counter: at the limit, it goes on too
+        await q.pause()
+        more = [await q.enqueue("echo", kwargs={"x": i}) for i in range(2)]
+        await q.resume()
+        await redis.set(k.seq, 2**63 - 1)
+        scripts = q._scripts
+        args = (scripts.base, 4, 30_000, 60_000, "", 0, "ab" * 16, "", "")
+        derived = parse_claim(await scripts.run("claim", args)).jobs
+        assert [r.id for r in derived] == [j.id for j in more]
+        seqs = [int(r.token.split("-")[0]) for r in derived]
+        assert all(0 < t < 2**53 for t in seqs)
         await check_invariants(redis, k)
 
 

@@ -213,7 +213,7 @@ class Model:
         self.ready: deque[str] = deque()
         self.prio: dict[str, tuple[int, int, str | int]] = {}
         self._seq = 0
-        self.tokens: set[int] = set()
+        self.tokens: set[str] = set()
         self.events: dict[str, set[str]] = {}  # evt:<key> -> the jobs in it
 
     def push(self, job: MJob, *, front: bool) -> None:
@@ -437,9 +437,8 @@ class StoreMachine(RuleBasedStateMachine):
             self.model.take(r.id)
             job.a += 1
             assert (r.attempt, r.max_attempts) == (job.a, job.m)
-            tok = int(r.token.split("-")[0])  # <seq>-<nonce>
-            assert all(tok > t for t in self.model.tokens), "a lease token was reused"
-            self.model.tokens.add(tok)
+            assert r.token not in self.model.tokens, "a lease token was reused"
+            self.model.tokens.add(r.token)
             job.state, job.token, job.expired = "active", r.token, False
             job.released = False
             self.current[r.id] = r

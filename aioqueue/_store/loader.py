@@ -24,6 +24,7 @@ import redis.exceptions as rexc
 
 from .._model.exceptions import QueueFull, ServerRefused, ServerUnavailable
 from .._model.keys import QueueKeys, counters_pattern, queue_head, schedule_defs_pattern
+from .._model.limits import MAX_JOBS_PER_CALL
 from .._model.record import (
     JobRecord,
     Template,
@@ -39,10 +40,11 @@ from .wire import build_of, call_timeout, evalsha_command, functions_on, use_fun
 T = TypeVar("T")
 
 
-def _nonce() -> str:
-    """The secret of one claim, from which each of its lease tokens derives its own random
-    part (see lease_jobs in lib/leasing.lua): 128 bits, never handed out."""
-    return secrets.token_hex(16)
+def _nonce(n: int) -> str:
+    """The random material of a claim of up to ``n`` jobs: 16 hex digits (64 bits) for each
+    lease token it may make, each used once (REC.token in lib/leasing.lua); a parked worker's
+    registration keeps what its claim left for the hand-off. At least 128 bits."""
+    return secrets.token_hex(8 * max(min(n, MAX_JOBS_PER_CALL), 2))
 
 
 def text_of(value: bytes | str) -> str:

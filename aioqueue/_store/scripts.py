@@ -219,7 +219,7 @@ class QueueScripts:
         it while parked, and parks for ``park_ms`` when it got fewer than ``n``. ``started``:
         a registered worker's report (leases started or given up, free slots; see beat)."""
         s, free = started or ("", "")
-        args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(), s, free)
+        args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(n), s, free)
         return parse_claim(await self.run("claim", args))
 
     async def complete_claim(
@@ -234,7 +234,7 @@ class QueueScripts:
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Complete ``items`` and lease up to ``n`` jobs in one round trip (see ``claim``)."""
         s, free = started or ("", "")
-        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce()]
+        args: list[Any] = [self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(n)]
         args += (s, free, len(items))
         for item in items:
             args.extend(item)

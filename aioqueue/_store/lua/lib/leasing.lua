@@ -147,16 +147,21 @@ function LIM.limits_admit(id, jk, o, now, dead_ttl, h)
 end
 
 -- the lease token of sequence number seq for holder h: the number, '-', then 64 bits of the
--- SHA-1 of the claim's secret random nonce with seq's pair number (seq // 2): each half of
--- that digest is one token's random part, so no token, nor any number of them, tells another
--- (the nonce itself is never handed out), at one SHA-1 for two tokens (h.pair, h.digest: the
--- last one made)
+-- the next lease token of holder h (see holder): the next 16 hex digits of the claim's random
+-- material (h.nonce, the worker's: 64 random bits a token, each used once, so no token, nor
+-- any number of them, tells another) when it holds a token's worth for every lease the holder
+-- may make (h.direct, set by do_claim); else (an older client's 32-digit nonce, or garbage)
+-- '<seq>-' and half the SHA-1 of the nonce with seq's pair number (seq // 2), the nonce itself
+-- never handed out (h.pair, h.digest: the last one made). h.k counts the tokens made
 function REC.token(h, seq)
+  local at = h.k * 16
+  h.k = h.k + 1
+  if h.direct then return string.sub(h.nonce, at + 1, at + 16) end
   local pair = math.floor(seq / 2)
   if h.pair ~= pair then
     h.pair, h.digest = pair, redis.sha1hex(h.nonce .. ':' .. pair)
   end
-  local at = (seq % 2) * 16
+  at = (seq % 2) * 16
   return string.format('%d', seq) .. '-' .. string.sub(h.digest, at + 1, at + 16)
 end
 
@@ -194,13 +199,15 @@ end
 local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   if #got == 0 then return 0 end
   local taken = 0
-  -- the tokens' sequence numbers: from the block serve_ring reserved, or drawn here
-  local seq = h.seq or call('INCRBY', K_SEQ, #got) - #got
+  -- the tokens' sequence numbers (none for tokens of the worker's material): from the block
+  -- serve_ring reserved, or drawn here
+  local seq = h.seq or (h.direct and 0) or call('INCRBY', K_SEQ, #got) - #got
   -- the queued jobs that leave the backlog here (leased, expired, dead-lettered), per task;
   -- into the caller's counts when it has them (h.tally: it writes them, see HO.direct)
   local gone_tasks, gone = {}, {}
   if h.tally then gone_tasks, gone = h.tally[1], h.tally[2] end
   local waits = {}  -- task -> the longest wait of its jobs started here (ms since due)
+  local earliest = {}  -- task -> the earliest creation time of its jobs started here (text)
   local jp, wid, deadline, at = BASE .. 'job:', h.wid, now + lease, string.format('%d', now)
   local nz = #zargs
   for i, id in ipairs(got) do
@@ -238,8 +245,21 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
       end
       if events_cap ~= 0 then emit_add('started', id, r[3], a, wid) end
       local t = r[3] or ''
-      local since = now - math.max(num(r[8], now), num(r[9], 0))
-      if since > (waits[t] or -1) then waits[t] = since end
+      -- its wait counts from its creation (ct) or, delayed, from when it was due
+      local c = r[8]
+      if c and not r[9] then
+        -- the earliest creation per task: a time as the scripts write it (an integer's
+        -- digits) compares as text, by length then digits, so num() reads only a new
+        -- earliest (not each job's)
+        local e = earliest[t]
+        if not e or #c < #e or (#c == #e and c < e) then
+          if num(c, nil) then earliest[t] = c
+          elseif (waits[t] or -1) < 0 then waits[t] = 0 end
+        end
+      else
+        local since = now - math.max(num(c, now), num(r[9], 0))
+        if since > (waits[t] or -1) then waits[t] = since end
+      end
       zargs[nz + 1], zargs[nz + 2] = deadline, id
       nz = nz + 2
       local n = #out
@@ -249,6 +269,10 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   end
   emit_flush()
   if not h.tally then BL.many(gone_tasks, gone) end
+  for t, c in pairs(earliest) do
+    local since = now - tonumber(c)
+    if since > (waits[t] or -1) then waits[t] = since end
+  end
   BL.waited(gone_tasks, waits)
   if h.seq then h.seq = seq end
   return taken
@@ -326,7 +350,7 @@ local function serve_ring(want, now, lease, dead_ttl, qt, out, zargs, h)
     if #heads == 0 then break end
     -- as many lanes as jobs wanted: the ring may hold more (see end_turn)
     local busy = #heads > 1 and #heads == want - taken_total
-    if not h.seq then h.seq = call('INCRBY', K_SEQ, want) - want end
+    if not h.seq and not h.direct then h.seq = call('INCRBY', K_SEQ, want) - want end
     -- the running counts of the groups due, in one read (and once: whether groups' own
     -- settings exist, else no group's are read); nothing of it while only the default lane
     -- is served
@@ -390,7 +414,7 @@ end
 -- its set of held jobs (ids); save_holder writes those back. alone: a hand-off to the only
 -- parked worker (see do_claim's wake token)
 local function holder(wid, nonce, alone)
-  local h = {wid = wid, nonce = nonce, ids = {}, alone = alone}
+  local h = {wid = wid, nonce = nonce, ids = {}, alone = alone, k = 0}
   if wid ~= '' then
     local wk = worker_key(wid)
     local ln = call('HGET', wk, 'ln')
@@ -427,6 +451,8 @@ local function do_claim(want, lease, dead_ttl, now, handing, h, given)
     recover(now, 100, dead_ttl)
     promote(now, math.max(want, 100), false)
   end
+  -- tokens from the worker's material when it has enough for every lease this may make
+  h.direct = #h.nonce >= 16 * want
   local qt
   want, qt = queue_terms(want, now)
   local out = {now, -1}
@@ -473,7 +499,8 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, starte
   local handed = {}
   local n = 0
   if wid ~= '' then n = unpark(wid, handed) end
-  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now, false, holder(wid, nonce))
+  local h = holder(wid, nonce)
+  local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now, false, h)
   local taken = (#out - 2) / CLAIMED_JOB_VALUES  -- after now and the next wake-up
   if n > 0 then
     -- what was handed over was leased first: it comes first, so the worker starts its jobs
@@ -493,6 +520,8 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, starte
     end
   end
   if wid ~= '' and park_ms > 0 and n + taken < want then
+    -- with the material its claim left unused: a hand-off's tokens are new ones
+    if h.direct then nonce = string.sub(nonce, 16 * h.k + 1) end
     park(wid, now + park_ms, want - n - taken, lease, dead_ttl, nonce)
   end
   return out
