@@ -82,7 +82,9 @@ def _log_level(text: str) -> str:
     return level
 
 
-def _parser() -> Parser:
+def _parser(worker_only: bool = False) -> Parser:
+    """The command line's parser; ``worker_only``: with the worker command alone (a worker
+    starting needs no other: building them all costs its start about 10 ms)."""
     version = f"aioqueue {__version__}"
     p = Parser(
         prog="python -m aioqueue", description="aioqueue: an asyncio job queue on Redis/Valkey."
@@ -180,6 +182,8 @@ def _parser() -> Parser:
         "(development; needs aioqueue[reload])",
     )
     add_isolation(w)
+    if worker_only:
+        return p
     s = sub.add_parser(
         "schedules",
         help="list periodic schedules and their next runs",
@@ -225,8 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(worker_only=given[:1] == ["worker"])
+    args = parser.parse_args(given)
     if args.command == "worker":
         return _worker_command(parser, args)
     try:

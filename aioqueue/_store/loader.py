@@ -84,9 +84,11 @@ _TEST_LIB: Final = {**_LIB, "core": virtual_build(_LIB["core"])}
 
 class Script:
     """One Lua script: its source (the library parts it needs, in ``LIB`` order, then its own
-    file), its SHA1, its function's name in ``LIBRARY``, its ``test`` build (see clock.py)."""
+    file), its SHA1, its function's name in ``LIBRARY``, its ``test`` build (see clock.py).
+    The source, its SHA1 and the test build are made when first asked for: a worker on a
+    server with functions never needs them (they cost its start about 10 ms)."""
 
-    __slots__ = ("function", "name", "parts", "sha", "source", "test")
+    __slots__ = ("_sha", "_source", "_test", "function", "lib", "name", "own", "parts")
 
     def __init__(self, name: str, parts: str, lib: dict[str, str] = _LIB) -> None:
         needs = parts.split()
@@ -94,10 +96,35 @@ class Script:
             raise ValueError(f"{name}: no library parts {sorted(unknown)}")
         self.name = name
         self.parts = tuple(part for part in LIB if part in needs)
-        self.source = "\n".join([*(lib[part] for part in self.parts), _lua(name)])
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.lib = lib
+        self.own = _lua(name)
         self.function = ""  # set below, once LIBRARY is made
-        self.test = self if lib is _TEST_LIB else Script(name, parts, _TEST_LIB)
+        self._source: str | None = None
+        self._sha: str | None = None
+        self._test: Script | None = None
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._source = "\n".join([*(self.lib[part] for part in self.parts), self.own])
+        return self._source
+
+    @property
+    def sha(self) -> str:
+        if self._sha is None:
+            self._sha = hashlib.sha1(self.source.encode()).hexdigest()
+        return self._sha
+
+    @property
+    def test(self) -> Script:
+        """The test build (now_ms() on the virtual clock), its function in the test library."""
+        if self._test is None:
+            if self.lib is _TEST_LIB:
+                self._test = self
+            else:
+                self._test = Script(self.name, " ".join(self.parts), _TEST_LIB)
+                self._test.function = testing_library().functions[self.name]
+        return self._test
 
 
 #: every script, with the library parts it needs: only those, as each part prepended costs
@@ -169,15 +196,23 @@ SCRIPTS: Final = {
 
 
 #: every script in one function library, loaded once (``load_scripts``)
-LIBRARY: Final = FunctionLibrary([_LIB[p] for p in LIB], [(n, _lua(n)) for n in SCRIPTS])
-TEST_LIBRARY: Final = FunctionLibrary([_TEST_LIB[p] for p in LIB], [(n, _lua(n)) for n in SCRIPTS])
+LIBRARY: Final = FunctionLibrary([_LIB[p] for p in LIB], [(n, s.own) for n, s in SCRIPTS.items()])
 for _script in SCRIPTS.values():
     _script.function = LIBRARY.functions[_script.name]
-    _script.test.function = TEST_LIBRARY.functions[_script.name]
+
+_testing_library: list[FunctionLibrary] = []
+
+
+def testing_library() -> FunctionLibrary:
+    """The library's test build (see clock.py), made when first asked for."""
+    if not _testing_library:
+        own = [(n, s.own) for n, s in SCRIPTS.items()]
+        _testing_library.append(FunctionLibrary([_TEST_LIB[p] for p in LIB], own))
+    return _testing_library[0]
 
 
 def library_of(client: Any) -> FunctionLibrary:
-    return TEST_LIBRARY if virtual_clock_on(client) else LIBRARY  # test mode: see clock.py
+    return testing_library() if virtual_clock_on(client) else LIBRARY  # test mode: see clock.py
 
 
 #: one script call of a pipeline: the script, its KEYS, its ARGV (ARGV[1]: the key base)
