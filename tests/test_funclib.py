@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from typing import Any, cast
 from uuid import uuid4
 
 import pytest
@@ -123,6 +124,25 @@ async def test_each_call_gets_its_own_keys(app: App, redis: Redis) -> None:
     assert await redis.llen(b._keys.ready) == 0
     assert (await b.counts())["queued"] == 3
     assert (await a.stats())["enqueued"] == 3
+    # keys made from the key base are made again only for a new one (per base): each call
+    # on the other queue still writes its own (the events stream, the completed index)
+    await a.set_events(100)
+    await b.set_events(100)
+    for i in range(3):
+        await a.enqueue("t", job_id=f"ea{i}")
+        await b.enqueue("t", job_id=f"eb{i}")
+        await a.enqueue("t", job_id=f"ea{i}x")
+    for q, mine in ((a, "ea"), (b, "eb")):
+        entries = cast(list[Any], await redis.xrange(q._keys.base + "events"))
+        jobs = {text(e[b"j"]) for _, e in entries}
+        assert jobs
+        assert all(j.startswith(mine) for j in jobs), (q.name, jobs)
+    for q, mine in ((b, "b"), (a, "a")):
+        [r] = await q.reserve(1)
+        await q.complete(r, 1)
+        done = [text(x) for x in await redis.zrange(q._keys.base + "completed", 0, -1)]
+        assert done == [r.id]
+        assert r.id.startswith(mine)
 
 
 async def test_without_function_load_the_scripts_run_with_evalsha(
@@ -168,3 +188,33 @@ def test_every_top_level_local_a_function_assigns_is_reset_per_call() -> None:
                 if re.search(target, source, re.M):
                     unmarked.append(f"{part}: {name}")
     assert not unmarked, unmarked
+
+
+def test_no_function_assigns_a_local_made_once_per_key_base() -> None:
+    """A part's top-level local made from the key base alone is assigned again only when a
+    call's key base differs from the last call's: a function that assigned to it would carry
+    its value into the next call on the same queue."""
+    from aioqueue._store.funclib import _LOCAL, _NOT_PER_BASE, _PER_CALL, PER_CALL_MARK
+
+    per_base, assigned = [], []
+    # every part and every script's own file (a script's body runs in its function)
+    everything = "\n".join([*_LIB.values(), *(s.own for s in SCRIPTS.values())])
+    for part in LIB:
+        source = _LIB[part]
+        for line in source.splitlines():
+            m = _LOCAL.match(line)
+            if not m or line.endswith(PER_CALL_MARK) or not _PER_CALL.search(m.group(2)):
+                continue
+            if m.group(1) == "BASE" or _NOT_PER_BASE.search(m.group(2)):
+                continue
+            for name in (n.strip() for n in m.group(1).split(",")):
+                per_base.append(name)
+                target = rf"^\s*(?:[\w.]+\s*,\s*)*{name}\s*(?:,\s*[\w.]+\s*)*=(?!=)"
+                if re.search(target, everything, re.M):
+                    assigned.append(f"{part}: {name}")
+    assert "K_EVENTS" in per_base  # (the check sees them)
+    assert not assigned, assigned
+    source = LIBRARY.source
+    bind = source[source.index("local function bind__") : source.index("local function main__")]
+    assert "  if BASE ~= base__ then" in bind
+    assert bind.index("K_EVENTS = BASE") > bind.index("if BASE ~= base__ then")
