@@ -305,6 +305,23 @@ async def test_enqueue_many_unique_and_batches_put_their_blobs(redis_url: str) -
         await wait_until(lambda: not store.blobs, what="every blob deleted on completion")
 
 
+def test_every_payload_marker_starts_with_a_zero_byte() -> None:
+    """A worker without signing and encryption reads a payload that does not start with a
+    zero byte as it is (Codec.load_job's shortcut): so every layer's marker must."""
+    from aioqueue._model import claimcheck, compress, encryption, signing
+
+    markers = (claimcheck.MARKER, compress.MARKER, encryption.FAMILY, signing.FAMILY)
+    assert all(m[:1] == b"\x00" for m in markers)
+    # a JSON payload never does; a compressed one without the codec's layer is still read
+    app = App("redis://127.0.0.1:1/0", compression=Compression(above=10))
+    small = app.codec.dump_args("q", "j", "t", (1,), {})
+    assert app.codec.load_job("q", "j", "t", small, b"")[:2] == ((1,), {})
+    big = app.codec.dump_args("q", "j", "t", ("x" * 100,), {})
+    assert big[:1] == b"\x00"
+    plain = App("redis://127.0.0.1:1/0").codec  # its reader still inflates it
+    assert plain.load_job("q", "j", "t", big, b"")[0] == ("x" * 100,)
+
+
 def test_configuration_errors() -> None:
     with pytest.raises(ConfigurationError, match="'zstd' or 'lz4'"):
         App(compression="gzip")

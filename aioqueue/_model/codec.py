@@ -263,7 +263,12 @@ class Codec:
                 ``CompressionUnavailable``, ``DecompressionBomb``, ``MissingPayload``,
                 ``TamperedPayload``: see ``decompress`` and ``_open_payload``.
         """
-        payload = self.decompress(self._open_payload(queue, job_id, task, options, payload, blob))
+        # every marker (signed, claim-checked, encrypted, compressed) starts with a zero byte:
+        # without signing and encryption, a payload that does not is its serialised value
+        if self.signer is not None or self.encrypter is not None or payload[:1] == b"\x00":
+            payload = self.decompress(
+                self._open_payload(queue, job_id, task, options, payload, blob)
+            )
         try:
             value = self.serializer.loads(payload)
             if (

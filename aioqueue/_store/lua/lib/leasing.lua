@@ -210,6 +210,9 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
   local earliest = {}  -- task -> the earliest creation time of its jobs started here (text)
   local jp, wid, deadline, at = BASE .. 'job:', h.wid, now + lease, string.format('%d', now)
   local nz = #zargs
+  -- whether any id has a byte past ASCII (then each is looked at: REC.admit checks it is
+  -- UTF-8); one pattern search for all of them costs less than one for each
+  local exotic = string.find(table.concat(got), '[\128-\255]') ~= nil
   for i, id in ipairs(got) do
     local jk = jp .. id
     local r = call('HMGET', jk, 's', 'a', 't', 'p', 'o', 'm', 'uk', 'ct', 'due')
@@ -217,7 +220,7 @@ local function lease_jobs(got, now, lease, dead_ttl, out, zargs, h, leased)
     if s == 'queued' then BL.note(gone_tasks, gone, r[3], -1) end
     if s ~= 'queued' then
       if dead_if_corrupt(id, jk, s, now, dead_ttl) then call('HINCRBY', K_STATS, 'failed', 1) end
-    elseif (r[5] or string.find(id, '[\128-\255]'))
+    elseif (r[5] or (exotic and string.find(id, '[\128-\255]')))
       and not REC.admit(id, jk, r, now, dead_ttl, h, gone_tasks, gone) then
       -- dealt with by REC.admit: not leased
     else
