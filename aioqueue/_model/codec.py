@@ -227,8 +227,7 @@ class Codec:
 
     @staticmethod
     def is_encrypted(data: bytes, result: bool = False) -> bool:
-        """Whether a stored payload (or ``result``) is encrypted, signed or not (for showing
-        it as such; nothing is verified)."""
+        """Whether a stored payload (or ``result``) is encrypted, signed or not (unverified)."""
         return carried(data, result).startswith(ENCRYPTED)
 
     def load_args(
@@ -263,12 +262,10 @@ class Codec:
                 ``CompressionUnavailable``, ``DecompressionBomb``, ``MissingPayload``,
                 ``TamperedPayload``: see ``decompress`` and ``_open_payload``.
         """
-        # every marker (signed, claim-checked, encrypted, compressed) starts with a zero byte:
-        # without signing and encryption, a payload that does not is its serialised value
+        # each layer's marker starts with a zero byte: without one, it is the serialised value
         if self.signer is not None or self.encrypter is not None or payload[:1] == b"\x00":
-            payload = self.decompress(
-                self._open_payload(queue, job_id, task, options, payload, blob)
-            )
+            opened = self._open_payload(queue, job_id, task, options, payload, blob)
+            payload = self.decompress(opened)
         try:
             value = self.serializer.loads(payload)
             if (
