@@ -194,18 +194,15 @@ def test_no_function_assigns_a_local_made_once_per_key_base() -> None:
     """A part's top-level local made from the key base alone is assigned again only when a
     call's key base differs from the last call's: a function that assigned to it would carry
     its value into the next call on the same queue."""
-    from aioqueue._store.funclib import _LOCAL, _NOT_PER_BASE, _PER_CALL, PER_CALL_MARK
+    from aioqueue._store.funclib import _LOCAL, binding
 
     per_base, assigned = [], []
     # every part and every script's own file (a script's body runs in its function)
     everything = "\n".join([*_LIB.values(), *(s.own for s in SCRIPTS.values())])
     for part in LIB:
-        source = _LIB[part]
-        for line in source.splitlines():
+        for line in _LIB[part].splitlines():
             m = _LOCAL.match(line)
-            if not m or line.endswith(PER_CALL_MARK) or not _PER_CALL.search(m.group(2)):
-                continue
-            if m.group(1) == "BASE" or _NOT_PER_BASE.search(m.group(2)):
+            if m is None or binding(line) != "base":
                 continue
             for name in (n.strip() for n in m.group(1).split(",")):
                 per_base.append(name)

@@ -45,6 +45,17 @@ _PER_CALL = re.compile(r"\b(KEYS|ARGV|BASE|K_\w+|cjson|redis)\b")
 _NOT_PER_BASE = re.compile(r"\b(KEYS|ARGV|K_\w+|redis)\b")
 
 
+def binding(line: str) -> str | None:
+    """How the library binds a part's top-level line (see above): ``"call"``, assigned at the
+    start of every call; ``"base"``, only when a call's key base is new; None, at load."""
+    m = _LOCAL.match(line)
+    if not m or not (_PER_CALL.search(m.group(2)) or line.endswith(PER_CALL_MARK)):
+        return None
+    if line.endswith(PER_CALL_MARK) or m.group(1) == "BASE" or _NOT_PER_BASE.search(m.group(2)):
+        return "call"
+    return "base"
+
+
 class FunctionLibrary:
     """One function library holding every script: its name, its source and the name of
     each script's function."""
@@ -53,27 +64,28 @@ class FunctionLibrary:
 
     def __init__(self, parts: Sequence[str], scripts: Sequence[tuple[str, str]]) -> None:
         """``parts``: the library parts' sources in order; ``scripts``: (name, source)."""
-        bind: list[str] = []
+        # the assignments made at the start of a call, in the parts' order: every call's, and
+        # those made only for a new key base
+        per_call: list[str] = []
+        per_base: list[str] = []
         body = ["local KEYS, ARGV = {}, {''}", "local base__"]
         for part in parts:
             lines = []
             for line in part.splitlines():
+                kind = binding(line)
                 m = _LOCAL.match(line)
-                if m and (_PER_CALL.search(m.group(2)) or line.endswith(PER_CALL_MARK)):
-                    lines.append(f"local {m.group(1)}")
-                    per_base = not line.endswith(PER_CALL_MARK) and m.group(1) != "BASE"
-                    per_base = per_base and not _NOT_PER_BASE.search(m.group(2))
-                    indent = "    " if per_base else "  "
-                    bind.append(f"{indent}{m.group(1)} = {m.group(2)}")
-                else:
+                if kind is None or m is None:
                     lines.append(line)
+                    continue
+                lines.append(f"local {m.group(1)}")
+                own = per_call if kind == "call" else per_base
+                own.append(f"{m.group(1)} = {m.group(2)}")
             body.append("\n".join(lines))
         body.append("local function bind__(keys, args)\n  KEYS, ARGV = keys, args")
-        # in the parts' order; those of the key base alone once for each new one
-        body += [line for line in bind if not line.startswith("    ")]
+        body += [f"  {line}" for line in per_call]
         body.append("  if BASE ~= base__ then")
-        body += [line for line in bind if line.startswith("    ")]
-        body += ["    base__ = BASE", "  end", "end"]
+        body += [f"    {line}" for line in [*per_base, "base__ = BASE"]]
+        body += ["  end", "end"]
         for name, source in scripts:
             body.append(f"local function main__{name}()\n{source}\nend")
         code = "\n".join(body)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import secrets
 from collections.abc import Awaitable, Sequence
@@ -200,15 +201,12 @@ LIBRARY: Final = FunctionLibrary([_LIB[p] for p in LIB], [(n, s.own) for n, s in
 for _script in SCRIPTS.values():
     _script.function = LIBRARY.functions[_script.name]
 
-_testing_library: list[FunctionLibrary] = []
 
-
+@functools.cache
 def testing_library() -> FunctionLibrary:
     """The library's test build (see clock.py), made when first asked for."""
-    if not _testing_library:
-        own = [(n, s.own) for n, s in SCRIPTS.items()]
-        _testing_library.append(FunctionLibrary([_TEST_LIB[p] for p in LIB], own))
-    return _testing_library[0]
+    own = [(n, s.own) for n, s in SCRIPTS.items()]
+    return FunctionLibrary([_TEST_LIB[p] for p in LIB], own)
 
 
 def library_of(client: Any) -> FunctionLibrary:

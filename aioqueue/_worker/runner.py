@@ -184,8 +184,9 @@ class Runner:
         except Exception as exc:
             if not task.policy.retries(exc):  # NonRetryable, dont_retry_on, not in retry_on
                 return Failure(exc)
-            timed_out = isinstance(scope, asyncio.Timeout) and scope.expired()
-            if isinstance(exc, TimeoutError) and timed_out:
+            # (a run without a timeout has no scope to expire)
+            expired = isinstance(scope, asyncio.Timeout) and scope.expired()
+            if isinstance(exc, TimeoutError) and expired:
                 exc = Unrunnable("JobTimeout", f"job exceeded its timeout of {timeout} s")
             return Failure(exc, int(task.backoff.delay(c.attempt) * 1000))
 

@@ -146,7 +146,6 @@ function LIM.limits_admit(id, jk, o, now, dead_ttl, h)
   return lims ~= false
 end
 
--- the lease token of sequence number seq for holder h: the number, '-', then 64 bits of the
 -- the next lease token of holder h (see holder): the next 16 hex digits of the claim's random
 -- material (h.nonce, the worker's: 64 random bits a token, each used once, so no token, nor
 -- any number of them, tells another) when it holds a token's worth for every lease the holder
