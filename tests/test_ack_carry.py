@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from aioqueue import App, Worker
 
-from .support.instrumented import Gate, InstrumentedScripts, instrument
+from .support.instrumented import Gate, InstrumentedScripts, instrument, stopping
 from .support.waiting import wait_until
 
 
@@ -121,3 +121,66 @@ async def test_acks_held_for_a_claim_go_with_the_acker_when_no_claim_follows(app
         gate.open()
         worker.stop()
         await run
+
+
+async def test_a_busy_worker_keeps_two_claims_in_flight_and_loses_nothing(app: App) -> None:
+    """While the queue has more than a claim asks for, the fetch loop sends the next claim
+    before the reply to the one in flight is in (so the server works on one while the worker
+    reads the other): two claims in flight, never more, each job run and acknowledged once."""
+    runs: list[int] = []
+
+    @app.task(name="work")
+    async def work(i: int) -> None:
+        runs.append(i)
+
+    n = 600
+    jobs = await work.enqueue_many([{"i": i} for i in range(n)])
+    scripts = instrument(app)
+    worker = Worker(app, concurrency=30, prefetch=0, max_batch=10, burst=True)
+    await asyncio.wait_for(worker.run(), 120)
+    assert sorted(runs) == list(range(n))
+    assert scripts.most_claims_in_flight == 2
+    assert sorted(acked(scripts)) == sorted(j.id for j in jobs), "each acknowledged once"
+    assert (await app.queue().stats())["completed"] == n
+    counts = await app.queue().counts()
+    assert (counts["active"], counts["queued"]) == (0, 0)
+
+
+async def test_a_stop_with_two_claims_in_flight_gives_back_what_they_leased(app: App) -> None:
+    """A forced stop while two claims are in flight, one of them held after the server ran it:
+    the jobs that claim leased go back to the queue as soon as its reply is in (none waits for
+    its lease to run out), and the worker stops."""
+    hold = asyncio.Event()
+    started: list[int] = []
+
+    @app.task(name="work")
+    async def work(i: int) -> None:
+        started.append(i)
+        if i >= 10:
+            await hold.wait()
+
+    n = 200
+    await work.enqueue_many([{"i": i} for i in range(n)])
+    scripts = instrument(app)
+    # the third claim (the busy loop's first two are in flight by then) is held after it ran
+    gate = scripts.gates["claim"] = scripts.gates["complete_claim"] = Gate(after=True, skip=2)
+    worker = Worker(app, concurrency=30, prefetch=0, max_batch=10)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(gate.entered.wait(), 30)
+        assert gate.used
+        assert scripts.most_claims_in_flight == 2
+        worker.stop(force=True)
+        await until(lambda: stopping(worker), "the stop to begin")
+        gate.open()
+        await asyncio.wait_for(run, 60)
+    finally:
+        hold.set()
+        gate.open()
+        if not run.done():
+            worker.stop(force=True)
+            await run
+    counts = await app.queue().counts()
+    stats = await app.queue().stats()
+    assert counts["active"] == 0, "a lease left behind by a claim nobody took"
+    assert counts["queued"] + stats["completed"] == n

@@ -760,7 +760,8 @@ async def test_cancel_while_acks_are_pending(
         # the first ack sent, by the acker or along with a claim, is held in flight
         gate = scripts.gates["complete"] = scripts.gates["complete_claim"] = Gate(after=after)
         jobs = await quick.enqueue_many([{"i": i} for i in range(20)])
-        worker = Worker(app, concurrency=20, grace=5)
+        # one claim leases all 20 (a claim held at the gate would hold back any it had left)
+        worker = Worker(app, concurrency=20, grace=5, max_batch=20)
         runner = start(worker)
         await asyncio.wait_for(gate.entered.wait(), 5)
         # the other 19 jobs finish; their acks queue up behind it

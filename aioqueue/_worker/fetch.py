@@ -11,8 +11,10 @@ import asyncio
 import inspect
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rexc
@@ -78,9 +80,9 @@ class Fetcher:
         self.leases = Leases(queue)
         self.acks: list[tuple[str, str, bytes, int]] = []
         self.idle = False  # blocked waiting for work: safe to cancel
-        #: a claim is in flight: the acker leaves this queue's acks to the next claim, which
-        #: the loop sends as soon as this one returns if it has free slots (see ``_claim``)
-        self.claiming = False
+        #: claims in flight: while there are any the acker leaves this queue's acks to the
+        #: next claim, which the loop sends as soon as one returns if it has free slots
+        self.claiming = 0
         #: leases of this queue the pool has started or given up, in the order it got them
         #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
         self.started = 0
@@ -106,24 +108,10 @@ class Fetcher:
                 if (turn := await self._next_claim(want)) is None:
                     continue  # weighted queues: the slots were taken meanwhile
                 res, want = turn
-                crew.take(self, res.jobs)
-                if crew.metrics is not None:
-                    crew.metrics.claimed(self.queue.name, len(res.jobs))
+                self._took(res.jobs)
                 backoff = 0.05
-                if len(res.jobs) >= want:
-                    continue
-                if crew.burst:
-                    if await self._burst_done(res):
-                        return
-                    continue
-                # parked by that claim: new jobs may be handed over in the wait
-                handed = await self._wait_for_work(res)
-                if handed:
-                    crew.take(self, handed)
-                    if crew.metrics is not None:
-                        crew.metrics.handed(self.queue.name, len(handed))
-                    # let the handed jobs start before the next claim is prepared and sent
-                    await asyncio.sleep(0)
+                if await self._after_claim(res, want):
+                    return
             except TRANSIENT as exc:  # includes a blocking wait that overran its timeout
                 logger.warning("queue %s: %r; retrying in %.2f s", self.queue.name, exc, backoff)
                 await asyncio.sleep(backoff)
@@ -133,6 +121,32 @@ class Fetcher:
                     "queue %s: unexpected error; retrying in %.2f s", self.queue.name, 1.0
                 )
                 await asyncio.sleep(1.0)
+
+    def _took(self, jobs: list[Claimed]) -> None:
+        crew = self.crew
+        crew.take(self, jobs)
+        if crew.metrics is not None:
+            crew.metrics.claimed(self.queue.name, len(jobs))
+
+    async def _after_claim(self, res: ClaimResult, want: int) -> bool:
+        """After a claim's jobs went to the pool: claim on while the queue has more, or wait
+        for work (parked); True when a burst is done."""
+        crew = self.crew
+        if len(res.jobs) >= want:
+            if crew.turns is None:
+                await self._busy()
+            return False
+        if crew.burst:
+            return await self._burst_done(res)
+        # parked by that claim: new jobs may be handed over in the wait
+        handed = await self._wait_for_work(res)
+        if handed:
+            crew.take(self, handed)
+            if crew.metrics is not None:
+                crew.metrics.handed(self.queue.name, len(handed))
+            # let the handed jobs start before the next claim is prepared and sent
+            await asyncio.sleep(0)
+        return False
 
     async def _burst_done(self, res: ClaimResult) -> bool:
         """Burst mode found the queue drained for now: True once nothing more can come from
@@ -195,39 +209,102 @@ class Fetcher:
         finally:
             turns.done()
 
+    async def _busy(self) -> None:
+        """The queue had at least what we asked for: keep two claims in flight (without
+        parking), so that the server works on one while the reply to the other is read and
+        its jobs run, until one comes back short (the loop's next claim then parks, or ends a
+        burst) or no slot is left to promise. A claim asks for a third of the slots at most:
+        when a reply comes, the jobs of the one before have mostly finished, and their slots
+        go to the next claim."""
+        crew = self.crew
+        slots = crew.slots
+        share = max(1, min(crew.max_batch, (slots.concurrency + slots.prefetch) // 3))
+        flight: deque[tuple[asyncio.Future[Any], list[tuple[str, str, bytes, int]], int]]
+        flight = deque()
+        promised = 0  # slots the claims in flight may fill
+        short = False
+        try:
+            while True:
+                while not short and len(flight) < 2 and not crew.stop.is_set():
+                    free = slots.room() - promised
+                    if free < (share if flight else 1):
+                        break
+                    want = min(free, share)
+                    flight.append((*self._send(want, 0), want))
+                    promised += want
+                if not flight:
+                    return
+                fut, acks, want = flight.popleft()
+                promised -= want
+                res = await self._receive(fut, acks)
+                self._took(res.jobs)
+                if len(res.jobs) < want:
+                    short = True
+        except BaseException:
+            # the reply being awaited is seen to by _receive; the others' leases go back, and
+            # their acks wait for the next call, once their replies are in
+            for fut, acks, _ in flight:
+                fut.add_done_callback(partial(self._abandon, acks))
+            raise
+
     async def _claim(self, want: int) -> ClaimResult:
-        """Lease up to ``want`` jobs; a busy worker sends its pending acks along."""
+        """Lease up to ``want`` jobs; a busy worker sends its pending acks along. A worker
+        that gets fewer jobs than it asked for parks (burst mode never waits)."""
+        crew = self.crew
+        return await self._receive(*self._send(want, 0 if crew.burst else crew.park_ms))
+
+    def _send(
+        self, want: int, park: int
+    ) -> tuple[asyncio.Future[Any], list[tuple[str, str, bytes, int]]]:
+        """Send a claim for up to ``want`` jobs with the pending acks (at most a chunk) along:
+        its future, and the acks it carries."""
         crew = self.crew
         lease = crew.lease_ms
         acks, self.acks = self.acks[:ACK_CHUNK], self.acks[ACK_CHUNK:]
         coro: Any
-        # a worker that gets fewer jobs than it asked for parks (burst mode never waits)
-        park = 0 if crew.burst else crew.park_ms
         report = self.report()
         if acks:
             coro = self.leases.complete_claim(acks, want, lease, crew.id, park, report)
         else:
             coro = _with_no_outcomes(self.leases.claim(want, lease, crew.id, park, report))
-        # shielded: a claim the server ran must reach us, even if we are cancelled meanwhile
+        # tracked: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = crew.shield.track(coro)
-        self.claiming = True
+        self.claiming += 1
+        fut.add_done_callback(self._claimed)
+        return fut, acks
+
+    def _claimed(self, fut: asyncio.Future[Any]) -> None:
+        self.claiming -= 1
+        if self.acks and not self.claiming:
+            # the acker skipped these while we claimed: if this loop claims again at once it
+            # takes them along (before the acker runs); if it waits, the acker sends them
+            self.crew.wake_acker()
+
+    async def _receive(
+        self, fut: asyncio.Future[Any], acks: list[tuple[str, str, bytes, int]]
+    ) -> ClaimResult:
+        """The reply of a claim ``_send`` sent: its jobs leased; its acks' outcomes checked."""
         try:
             res, outcomes = await asyncio.shield(fut)
         except asyncio.CancelledError:
             # stopping: hand back what this claim leased as soon as its reply is in
-            fut.add_done_callback(self._release_claimed)
+            fut.add_done_callback(partial(self._abandon, acks))
             raise
         except TRANSIENT:
             self.acks[:0] = acks
             raise
-        finally:
-            self.claiming = False
-            if self.acks:
-                # the acker skipped these while we claimed: if this loop claims again at once
-                # it takes them along (before the acker runs); if it waits, the acker sends them
-                crew.wake_acker()
-        crew.check_acks(outcomes)
+        self.crew.check_acks(outcomes)
         return res  # type: ignore[no-any-return]
+
+    def _abandon(self, acks: list[tuple[str, str, bytes, int]], fut: asyncio.Future[Any]) -> None:
+        """A claim whose reply nobody takes: its leases go back at once, and if it failed its
+        acks wait for the next call."""
+        if fut.cancelled():
+            return  # nothing reached us: any lease it took runs out and the job comes back
+        if fut.exception() is not None:
+            self.acks[:0] = acks
+            return
+        self._release_claimed(fut)
 
     async def leave_parking(self) -> None:
         """Leave the queue's parking, and hand back what was handed over but never reached

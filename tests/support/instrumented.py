@@ -55,11 +55,24 @@ class InstrumentedScripts(QueueScripts):
         self.claimed: list[int] = []  # jobs leased per claim (or complete_claim) call
         #: the job ids of the acks each complete_claim or complete call carried, in call order
         self.acks: list[tuple[str, list[str]]] = []
+        #: claims (of either kind) sent and not answered yet, and the most there ever were
+        self.claims_in_flight = 0
+        self.most_claims_in_flight = 0
 
     async def _through(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
         self.calls[name] += 1
         if name == "claim":
             self.acks.append((name, []))
+        if name not in ("claim", "complete_claim"):
+            return await self._gated(name, call)
+        self.claims_in_flight += 1
+        self.most_claims_in_flight = max(self.most_claims_in_flight, self.claims_in_flight)
+        try:
+            return await self._gated(name, call)
+        finally:
+            self.claims_in_flight -= 1
+
+    async def _gated(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
         gate = self.gates.get(name)
         if gate is None or gate.used:
             return await call()
