@@ -184,3 +184,44 @@ async def test_a_stop_with_two_claims_in_flight_gives_back_what_they_leased(app:
     stats = await app.queue().stats()
     assert counts["active"] == 0, "a lease left behind by a claim nobody took"
     assert counts["queued"] + stats["completed"] == n
+
+
+async def test_a_busy_worker_starts_its_jobs_in_the_order_the_server_leased_them(
+    app: App,
+) -> None:
+    """Two claims in flight go over one connection of their own (``OrderedLine``): the server
+    runs them in the order the worker takes their replies, so jobs start in the queue's order
+    (over two pooled connections, a claim that had to connect first could be overtaken by the
+    one behind it: the jobs would start out of order, and the registry's count of the leases
+    started would name the wrong ones)."""
+    ran: list[int] = []
+
+    @app.task(name="work")
+    async def work(i: int) -> None:
+        ran.append(i)
+
+    n = 300
+    await work.enqueue_many([{"i": i} for i in range(n)])
+    scripts = instrument(app)
+    worker = Worker(app, concurrency=4, prefetch=0, max_batch=2, burst=True)
+    await asyncio.wait_for(worker.run(), 120)
+    assert scripts.most_claims_in_flight == 2
+    assert ran == list(range(n))
+
+
+async def test_an_ordered_line_writes_and_reads_in_the_order_of_its_calls(app: App) -> None:
+    """The second call waits behind the first even when the first has to connect: a blocking
+    pop sent first is answered (empty, at its timeout) before the push sent after it runs."""
+    from aioqueue._store.hot import ordered_line
+
+    line = ordered_line(app.redis)
+    assert line is not None
+    key = f"{app.prefix}:line-test"
+    try:
+        first = asyncio.ensure_future(line.call(("BLPOP", key, "0.2"), 10.0))
+        second = asyncio.ensure_future(line.call(("RPUSH", key, "v"), 10.0))
+        assert await first is None  # the push was not run before it: nothing to pop
+        assert await second == 1
+        assert await app.redis.lpop(key) == b"v"
+    finally:
+        await line.close()

@@ -75,6 +75,36 @@ async def test_reap_buries_a_dead_worker_and_refunds_what_it_never_started(
     assert (await q.stats())["buried"] == 1
 
 
+@pytest.mark.parametrize(
+    ("first_free", "charged"),
+    [(4, 6), (2, 2)],
+    ids=["the first claims jobs all start", "some of the first claims jobs wait"],
+)
+async def test_a_claim_sent_behind_another_counts_its_own_jobs_started(
+    app: App, redis: Redis, first_free: int, charged: int
+) -> None:
+    """A busy worker sends a claim before the reply to the one in flight is in (fetch.py):
+    its report still says 0 started, and its free slots are what the first claim's jobs leave.
+    When the first claim's jobs all start at once, the server counts the second's right after
+    them, so a death charges the attempts of every job that ran; when some of the first's
+    wait in the buffer, the second's count for nothing, and nothing that never ran is
+    charged."""
+    q = app.queue()
+    scripts = q._scripts
+    await beat(app, "dead", period_ms=200)
+    jobs = [await q.enqueue("t", max_attempts=1) for _ in range(8)]
+    first = await scripts.claim(4, LEASE_MS, DEAD_TTL_MS, "dead", 0, started=(0, first_free))
+    # sent before that reply came: 6 free slots, 4 of them promised to the first claim's jobs
+    second = await scripts.claim(4, LEASE_MS, DEAD_TTL_MS, "dead", 0, started=(0, 2))
+    assert [c.id for c in [*first.jobs, *second.jobs]] == [j.id for j in jobs]
+    assert text(await redis.hget(q._keys.worker("dead"), "sn")) == str(charged)
+    await past(redis, await server_ms(redis) + 200)
+    assert (await q.reap())["recovered"] == 8
+    states = await check_invariants(redis, q._keys)
+    assert [states[j.id] for j in jobs[:charged]] == ["failed"] * charged
+    assert all(states[j.id] in ("queued", "scheduled") for j in jobs[charged:])
+
+
 async def test_a_live_workers_claim_buries_a_dead_one(app: App, redis: Redis) -> None:
     q = app.queue()
     scripts = q._scripts

@@ -21,6 +21,7 @@ from .._store.outcomes import FailMode, Outcome, Started
 from .depsbox import forward_call, forward_entry
 
 if TYPE_CHECKING:
+    from .._store.hot import OrderedLine
     from .owner import QueueParts
 
 logger = logging.getLogger(__name__)
@@ -56,9 +57,12 @@ class Leases:
         worker_id: str = "",
         park_ms: int = 0,
         started: Started = None,
+        line: OrderedLine | None = None,
     ) -> ClaimResult:
         """Lease up to ``n`` jobs (see ``QueueScripts.claim``)."""
-        return await self.scripts.claim(n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started)
+        return await self.scripts.claim(
+            n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started, line=line
+        )
 
     async def complete_claim(
         self,
@@ -68,10 +72,11 @@ class Leases:
         worker_id: str = "",
         park_ms: int = 0,
         started: Started = None,
+        line: OrderedLine | None = None,
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Finish ``acks`` and lease up to ``n`` jobs in one round trip."""
         res = await self.scripts.complete_claim(
-            acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started
+            acks, n, lease_ms, self.dead_ttl_ms, worker_id, park_ms, started, line=line
         )
         self._completed(acks, res[1])
         return res

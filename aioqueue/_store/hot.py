@@ -12,6 +12,9 @@ failed is simply sent again by the pool's path (with its retries and its reloadi
 scripts). A connection that failed, timed out or was cancelled mid-call is disconnected
 (its reply could still arrive) and connects again on its next use, with ``connect()``, as the
 pool connects its own (I11: to the App's endpoint, see ``_sentinel.PrimaryConnection``).
+
+``OrderedLine``: a busy worker's two claims in flight go over one connection of their own, so
+that the server runs them in the order the worker takes their replies.
 """
 
 from __future__ import annotations
@@ -74,3 +77,55 @@ async def close_hot_connection(client: Any) -> None:
     if hot is not None:
         pool.aioqueue_hot = None  # type: ignore[union-attr]
         await hot.conn.disconnect()
+
+
+class OrderedLine:
+    """A connection of the App's pool class held by one worker's fetch loop, for claims it
+    keeps two of in flight: they are written in the order they are made and their replies
+    read in that order, so the server runs them in the order the worker takes their jobs
+    (the worker registry numbers a worker's leases in the order the server gives them)."""
+
+    __slots__ = ("conn", "reading", "sending")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sending = asyncio.Lock()  # FIFO: writes in the order the calls were made
+        self.reading: asyncio.Future[None] | None = None  # the reply read before ours
+
+    async def call(self, command: Sequence[Any], timeout: float | None) -> Any:
+        """Send one command behind those sent before it, and read its reply after theirs
+        (an error reply is raised as redis-py's ``ResponseError``; any other failure
+        disconnects, and the calls behind it fail as well)."""
+        conn = self.conn
+        turn = asyncio.get_running_loop().create_future()
+        try:
+            async with self.sending:
+                async with asyncio.timeout(timeout):
+                    if not conn.is_connected:
+                        await conn.connect()
+                    await conn.send_command(*command)
+                before, self.reading = self.reading, turn
+            if before is not None:
+                await asyncio.shield(before)
+            async with asyncio.timeout(timeout):
+                return await conn.read_response()
+        except rexc.ResponseError:
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            if not turn.done():
+                turn.set_result(None)
+
+    async def close(self) -> None:
+        await self.conn.disconnect()
+
+
+def ordered_line(client: Any) -> OrderedLine | None:
+    """A new ordered line on the App's pool class, or None for a client that is not an
+    App's (a cluster client: no pool of aioqueue's)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not hasattr(pool, "aioqueue_timeout"):
+        return None
+    return OrderedLine(pool.make_connection())

@@ -30,7 +30,7 @@ from .._model.record import (
 )
 from .backpressure import with_room
 from .durable import durability_of, durable_calls
-from .hot import hot_connection
+from .hot import OrderedLine, hot_connection
 from .loader import (
     SCRIPTS,
     ScriptCall,
@@ -214,13 +214,15 @@ class QueueScripts:
         worker_id: str = "",
         park_ms: int = 0,
         started: Started = None,
+        line: OrderedLine | None = None,
     ) -> ClaimResult:
         """Lease up to ``n`` jobs; a worker (``worker_id``) also takes back what was handed to
         it while parked, and parks for ``park_ms`` when it got fewer than ``n``. ``started``:
-        a registered worker's report (leases started or given up, free slots; see beat)."""
+        a registered worker's report (leases started or given up, free slots; see beat).
+        ``line``: sent over it, in order with the other claims sent there."""
         s, free = started or ("", "")
         args = (self.base, n, lease_ms, dead_ttl_ms, worker_id, park_ms, _nonce(n), s, free)
-        return parse_claim(await self.run("claim", args))
+        return parse_claim(await self._run_on(line, "claim", args))
 
     async def complete_claim(
         self,
@@ -231,6 +233,7 @@ class QueueScripts:
         worker_id: str = "",
         park_ms: int = 0,
         started: Started = None,
+        line: OrderedLine | None = None,
     ) -> tuple[ClaimResult, list[Outcome]]:
         """Complete ``items`` and lease up to ``n`` jobs in one round trip (see ``claim``)."""
         s, free = started or ("", "")
@@ -240,14 +243,29 @@ class QueueScripts:
             args.extend(item)
         # a worker's completions: a missing acknowledgement is logged, not raised (raising
         # would lose the jobs this claim leased until their leases ran out)
-        if items:
+        if items and durability_of(self.client) is not None:
             res = await self._run_durable("complete_claim", args, strict=False)
         else:
-            res = await self.run("complete_claim", args)
+            res = await self._run_on(line, "complete_claim", args)
         m = len(items)
         if not m:
             return parse_claim(res), []
         return parse_claim(res[:-m]), [_COMPLETE[c] for c in res[-m:]]
+
+    async def _run_on(self, line: OrderedLine | None, name: str, args: Sequence[Any]) -> Any:
+        """``run`` over ``line`` when given: in order with the calls sent there before it. A
+        call the server refused (a library or script missing: it did not run) goes again
+        through the pool, with its reloading; a call lost on the way is not sent again (a
+        claim's leases come back when they run out)."""
+        if line is None:
+            return await self.run(name, args)
+        command = evalsha_command(self.client, SCRIPTS[name], self.lanes, args)
+        try:
+            return await line.call(command, call_timeout(self.client))
+        except rexc.ResponseError:
+            return await self.run(name, args)
+        except (TimeoutError, rexc.RedisError, OSError) as exc:
+            raise ServerUnavailable(f"Redis connection failed: {exc!r}") from exc
 
     async def complete(self, items: Sequence[tuple[str, str, bytes, int]]) -> list[Outcome]:
         """Finish jobs (id, token, result, result_ttl_ms each): OK, FORWARD, NO_JOB, STALE."""

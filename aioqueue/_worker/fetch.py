@@ -23,6 +23,8 @@ from .._model.exceptions import AioQueueError
 from .._model.limits import MAX_ACKS_PER_CALL
 from .._model.record import Claimed, ClaimResult
 from .._queue.leases import Leases
+from .._store.durable import durability_of
+from .._store.hot import OrderedLine, ordered_line
 from .._store.outcomes import Outcome
 from .shield import Shield
 from .slots import Slots
@@ -72,7 +74,17 @@ class Crew:
 class Fetcher:
     """One queue of a worker: its leases, its acks not sent yet, and its fetch loop."""
 
-    __slots__ = ("acks", "claiming", "crew", "idle", "leases", "queue", "sampled", "started")
+    __slots__ = (
+        "acks",
+        "claiming",
+        "crew",
+        "idle",
+        "leases",
+        "line",
+        "queue",
+        "sampled",
+        "started",
+    )
 
     def __init__(self, crew: Crew, queue: Queue) -> None:
         self.crew = crew
@@ -87,12 +99,16 @@ class Fetcher:
         #: (the server numbers a worker's leases the same way: see lua/lib/workers.lua)
         self.started = 0
         self.sampled = 0.0  # when its last beat carried a trend sample (monotonic)
+        #: the connection its claims in flight two at a time go over, in order (made when the
+        #: queue is first busy); None where there is none (a cluster client, durability mode)
+        self.line: OrderedLine | None = None
 
-    def report(self) -> tuple[int, int]:
+    def report(self, ahead: int = 0) -> tuple[int, int]:
         """What a claim tells the server: the leases started (or given up) so far, and how
         many of the jobs it gets start at once (free slots, none while jobs wait in the
-        buffer)."""
-        return self.started, self.crew.slots.free()
+        buffer), after the jobs of the claims in flight ahead of it (``ahead``: as many as
+        they asked for) have taken theirs."""
+        return self.started, max(self.crew.slots.free() - ahead, 0)
 
     async def run(self) -> None:
         """The fetch loop: until the pool stops (or, in burst mode, the queue is drained)."""
@@ -133,7 +149,7 @@ class Fetcher:
         for work (parked); True when a burst is done."""
         crew = self.crew
         if len(res.jobs) >= want:
-            if crew.turns is None:
+            if crew.turns is None and self._line() is not None:
                 await self._busy()
             return False
         if crew.burst:
@@ -209,6 +225,19 @@ class Fetcher:
         finally:
             turns.done()
 
+    def _line(self) -> OrderedLine | None:
+        if self.line is None:
+            client = self.leases.scripts.client
+            if durability_of(client) is None:
+                self.line = ordered_line(client)
+        return self.line
+
+    async def close(self) -> None:
+        """Close the connection its claims in flight went over, if any."""
+        line, self.line = self.line, None
+        if line is not None:
+            await line.close()
+
     async def _busy(self) -> None:
         """The queue had at least what we asked for: keep two claims in flight (without
         parking), so that the server works on one while the reply to the other is read and
@@ -230,7 +259,7 @@ class Fetcher:
                     if free < (share if flight else 1):
                         break
                     want = min(free, share)
-                    flight.append((*self._send(want, 0), want))
+                    flight.append((*self._send(want, 0, promised, self.line), want))
                     promised += want
                 if not flight:
                     return
@@ -254,19 +283,20 @@ class Fetcher:
         return await self._receive(*self._send(want, 0 if crew.burst else crew.park_ms))
 
     def _send(
-        self, want: int, park: int
+        self, want: int, park: int, ahead: int = 0, line: OrderedLine | None = None
     ) -> tuple[asyncio.Future[Any], list[tuple[str, str, bytes, int]]]:
-        """Send a claim for up to ``want`` jobs with the pending acks (at most a chunk) along:
-        its future, and the acks it carries."""
+        """Send a claim for up to ``want`` jobs with the pending acks (at most a chunk) along,
+        behind claims in flight that asked for ``ahead`` jobs (over ``line`` when given): its
+        future, and the acks it carries."""
         crew = self.crew
         lease = crew.lease_ms
         acks, self.acks = self.acks[:ACK_CHUNK], self.acks[ACK_CHUNK:]
         coro: Any
-        report = self.report()
+        report = self.report(ahead)
         if acks:
-            coro = self.leases.complete_claim(acks, want, lease, crew.id, park, report)
+            coro = self.leases.complete_claim(acks, want, lease, crew.id, park, report, line)
         else:
-            coro = _with_no_outcomes(self.leases.claim(want, lease, crew.id, park, report))
+            coro = _with_no_outcomes(self.leases.claim(want, lease, crew.id, park, report, line))
         # tracked: a claim the server ran must reach us, even if we are cancelled meanwhile
         fut = crew.shield.track(coro)
         self.claiming += 1

@@ -292,6 +292,8 @@ class Loops:
             t.cancel()
         if pending:
             logger.debug("%d background loops did not stop in time; leaving them", len(pending))
+        for qs in self.fetchers:  # the claims in flight have finished (the shield's wait)
+            await qs.close()
 
     async def reap_loop(self) -> None:
         interval = max(self.app.lease / 2, 0.05)

@@ -12,7 +12,8 @@
   ARGV[7] nonce: random (hex), part of every lease token this claim makes
   ARGV[8] started, ARGV[9] free: a registered worker's report ('' none, see lib/workers): it
   has started (or given up) its first `started` leases, and starts the next `free` jobs it gets
-  at once
+  at once, after the jobs of the claims it sent before this one and has no reply to yet (when
+  the server has counted all of those started: see claim_for in lib/leasing)
   Returns {now_ms, next_wake_ms, id_1, token_1, attempt_1, task_1, payload_1, options_1,
   max_attempts_1, ...}: 7 values per leased job (jobs handed over while parked first);
   next_wake_ms (-1: nothing pending) is set only when fewer than n jobs were leased. ]]

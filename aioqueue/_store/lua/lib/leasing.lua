@@ -496,12 +496,15 @@ end
 
 -- claim for a worker (wid '' = a pull-API consumer, which never parks). nonce: random, for
 -- the tokens. started, free: a registered worker's report ('' none): it has started (or given
--- up) its first `started` leases, and starts the next `free` jobs it gets at once
+-- up) its first `started` leases, and starts the next `free` jobs it gets at once (after those
+-- of the claims it sent before this one and has no reply to yet: a busy worker keeps two in
+-- flight, see fetch.py)
 local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, started, free)
   local handed = {}
   local n = 0
   if wid ~= '' then n = unpark(wid, handed) end
   local h = holder(wid, nonce)
+  local before = h.ln  -- the leases it was given before this claim's
   local out = do_claim(math.max(want - n, 0), lease, dead_ttl, now, false, h)
   local taken = (#out - 2) / CLAIMED_JOB_VALUES  -- after now and the next wake-up
   if n > 0 then
@@ -517,7 +520,12 @@ local function claim_for(wid, want, lease, dead_ttl, park_ms, now, nonce, starte
     local wk = worker_key(wid)
     local sn = count_of(call('HGET', wk, 'sn') or '')
     if sn then
-      local upto = started + math.min(num(free, 0), n + taken)
+      -- a claim sent while another was in flight: the worker has not seen that one's leases
+      -- yet, but when they all start at once (sn, the server's count, covers them) this
+      -- claim's come right after them
+      local base = started
+      if before and before > started and sn >= before then base = before end
+      local upto = base + math.min(num(free, 0), n + taken)
       if upto > sn then call('HSET', wk, 'sn', upto) end
     end
   end
