@@ -20,7 +20,8 @@ that the server runs them in the order the worker takes their replies.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis.exceptions as rexc
@@ -42,20 +43,32 @@ class HotConnection:
         self.busy = True
         conn = self.conn
         try:
-            async with asyncio.timeout(timeout):
-                if not conn.is_connected:
-                    # the pool's own way to connect (a Sentinel connection asks for the
-                    # primary there), never the bare socket a send would open
-                    await conn.connect()
-                await conn.send_command(*command)
+            async with _kept_in_step(conn), asyncio.timeout(timeout):
+                await _send(conn, command)
                 return await conn.read_response()
-        except rexc.ResponseError:
-            raise
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
         finally:
             self.busy = False
+
+
+async def _send(conn: Any, command: Sequence[Any]) -> None:
+    if not conn.is_connected:
+        # the pool's own way to connect (a Sentinel connection asks for the primary there),
+        # never the bare socket a send would open
+        await conn.connect()
+    await conn.send_command(*command)
+
+
+@contextlib.asynccontextmanager
+async def _kept_in_step(conn: Any) -> AsyncIterator[None]:
+    """An error reply leaves the connection usable; any other failure (lost, timed out,
+    cancelled mid-call) disconnects it, since its reply could still arrive."""
+    try:
+        yield
+    except rexc.ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
 
 
 def hot_connection(client: Any) -> HotConnection | None:
@@ -99,21 +112,15 @@ class OrderedLine:
         conn = self.conn
         turn = asyncio.get_running_loop().create_future()
         try:
-            async with self.sending:
+            async with _kept_in_step(conn):
+                async with self.sending:
+                    async with asyncio.timeout(timeout):
+                        await _send(conn, command)
+                    before, self.reading = self.reading, turn
+                if before is not None:
+                    await asyncio.shield(before)
                 async with asyncio.timeout(timeout):
-                    if not conn.is_connected:
-                        await conn.connect()
-                    await conn.send_command(*command)
-                before, self.reading = self.reading, turn
-            if before is not None:
-                await asyncio.shield(before)
-            async with asyncio.timeout(timeout):
-                return await conn.read_response()
-        except rexc.ResponseError:
-            raise
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
+                    return await conn.read_response()
         finally:
             if not turn.done():
                 turn.set_result(None)
