@@ -71,11 +71,20 @@ async def _kept_in_step(conn: Any) -> AsyncIterator[None]:
         raise
 
 
-def hot_connection(client: Any) -> HotConnection | None:
-    """The App's held connection (made on first use), or None for a client that is not an
-    App's (no pool of aioqueue's, see ``_wire.use_fast_packing``)."""
+def _app_pool(client: Any) -> Any:
+    """The client's pool if it is an App's (aioqueue's pool class), else None (a cluster
+    client, or a client of the user's own: see ``_wire.use_fast_packing``)."""
     pool = getattr(client, "connection_pool", None)
     if pool is None or not hasattr(pool, "aioqueue_timeout"):
+        return None
+    return pool
+
+
+def hot_connection(client: Any) -> HotConnection | None:
+    """The App's held connection (made on first use), or None for a client that is not an
+    App's."""
+    pool = _app_pool(client)
+    if pool is None:
         return None
     hot: HotConnection | None = getattr(pool, "aioqueue_hot", None)
     if hot is None:
@@ -131,8 +140,6 @@ class OrderedLine:
 
 def ordered_line(client: Any) -> OrderedLine | None:
     """A new ordered line on the App's pool class, or None for a client that is not an
-    App's (a cluster client: no pool of aioqueue's)."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or not hasattr(pool, "aioqueue_timeout"):
-        return None
-    return OrderedLine(pool.make_connection())
+    App's."""
+    pool = _app_pool(client)
+    return None if pool is None else OrderedLine(pool.make_connection())

@@ -334,7 +334,11 @@ class Fetcher:
         if fut.exception() is not None:
             self.acks[:0] = acks
             return
-        self._release_claimed(fut)
+        res: ClaimResult = fut.result()[0]
+        pairs = [(c.id, c.token) for c in res.jobs]
+        self.started += len(pairs)
+        if pairs:
+            self.crew.shield(self.leases.release(pairs), log=True)
 
     async def leave_parking(self) -> None:
         """Leave the queue's parking, and hand back what was handed over but never reached
@@ -346,16 +350,6 @@ class Fetcher:
         except (TimeoutError, *TRANSIENT) as exc:
             logger.warning("queue %s: could not leave the parking: %r", self.queue.name, exc)
             return
-        pairs = [(c.id, c.token) for c in res.jobs]
-        self.started += len(pairs)
-        if pairs:
-            crew.shield(self.leases.release(pairs), log=True)
-
-    def _release_claimed(self, fut: asyncio.Future[Any]) -> None:
-        crew = self.crew
-        if fut.cancelled() or fut.exception() is not None:
-            return  # nothing reached us: any lease it took runs out and the job comes back
-        res: ClaimResult = fut.result()[0]
         pairs = [(c.id, c.token) for c in res.jobs]
         self.started += len(pairs)
         if pairs:
