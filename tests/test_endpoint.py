@@ -241,6 +241,15 @@ async def op_enqueue_and_worker(env: Env) -> None:
     assert await job.result(timeout=20) == 42
 
 
+async def op_busy_worker(env: Env) -> None:
+    # more jobs than a claim asks for: the worker keeps two claims in flight, over the
+    # connection its fetch loop holds for them (OrderedLine; not on a cluster client)
+    task = env.app.tasks["double"]
+    jobs = await task.enqueue_many([{"x": i} for i in range(20)])
+    await Worker(env.app, concurrency=4, prefetch=0, max_batch=2, burst=True).run()
+    assert [await j.result(timeout=20) for j in jobs] == [2 * i for i in range(20)]
+
+
 async def op_enqueue_many(env: Env) -> None:
     task = env.app.tasks["double"]
     jobs = await task.enqueue_many([{"x": 1}, ((2,), {})])
@@ -334,6 +343,7 @@ async def op_cli(env: Env) -> None:
 
 OPERATIONS: dict[str, Callable[[Env], Awaitable[None]]] = {
     "enqueue, a worker, result()": op_enqueue_and_worker,
+    "a busy worker (two claims in flight)": op_busy_worker,
     "enqueue_many": op_enqueue_many,
     "options(delay), cancel": op_options_delay_cancel,
     "reserve/complete (pull API)": op_pull_api,
