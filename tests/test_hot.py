@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
 
 from aioqueue import App
@@ -77,3 +78,65 @@ async def test_while_it_is_busy_other_queues_use_the_pool(app: App, redis: Redis
     hot = hot_connection(app.redis)
     assert hot is not None
     assert not hot.busy
+
+
+async def test_the_held_connection_reads_its_replies_off_the_wire(app: App, redis: Redis) -> None:
+    """Its transport is taken over from redis-py's stream (``_Wire``): replies are parsed as
+    they arrive and handed over in the order of the calls; an error reply is raised and
+    keeps the connection; a call that times out disconnects it, and the next connects again
+    (the redis-py internals this relies on are checked here: a redis-py upgrade that moves
+    them fails this test, not a user's enqueue)."""
+    import redis.exceptions as rexc
+
+    q = app.queue()
+    await q.enqueue("t", job_id="a")
+    hot = hot_connection(app.redis)
+    assert hot is not None
+    wire = hot.wire
+    assert wire is not None
+    assert not wire.lost
+    assert wire.transport.get_protocol() is wire
+    key = f"{app.prefix}:wire-test"
+    await redis.set(key, "not a number")
+    with pytest.raises(rexc.ResponseError, match="not an integer"):
+        await hot.call(("INCR", key), 10.0)
+    assert hot.wire is wire  # the connection is kept
+    assert await hot.call(("GET", key), 10.0) == b"not a number"
+    big = b"x" * 300_000  # a reply read in many pieces
+    await redis.set(key, big)
+    assert await hot.call(("GET", key), 10.0) == big
+    port = local_port(hot.conn)
+    blocked = f"{app.prefix}:wire-empty"
+    with pytest.raises(TimeoutError):
+        await hot.call(("BLPOP", blocked, "5"), 0.1)
+    assert hot.wire is None  # its reply could still come: disconnected
+    assert not hot.conn.is_connected
+    await q.enqueue("t", job_id="b")
+    assert hot.wire is not None
+    assert hot.wire is not wire
+    assert local_port(hot.conn) != port
+    assert await redis.llen(q._keys.ready) == 2
+
+
+async def test_connections_whose_replies_cannot_be_read_off_the_wire_are_not_held(
+    fresh_server: EmbeddedServer,
+) -> None:
+    """A pool whose connections parse with redis-py's pure-Python parser (not hiredis's): no
+    held connection and no ordered line; enqueues go through the pool."""
+    from redis._parsers import _AsyncRESP2Parser
+
+    from aioqueue._store.hot import ordered_line
+
+    admin = Redis.from_url(fresh_server.url)
+    try:
+        async with open_app(fresh_server.url) as app:
+            app.redis.connection_pool.connection_kwargs["parser_class"] = _AsyncRESP2Parser
+            assert hot_connection(app.redis) is None
+            assert ordered_line(app.redis) is None
+            q = app.queue()
+            await q.enqueue("t", job_id="a")
+            await q.enqueue("t", job_id="b")
+            ids = [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
+            assert ids == ["a", "b"]
+    finally:
+        await admin.aclose()

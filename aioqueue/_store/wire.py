@@ -7,7 +7,10 @@ queue. ``Head`` carries it packed once; connections of the class that
 
 It relies on two redis-py internals, checked by tests/test_wire.py: a pool's
 ``connection_class`` attribute (the class its new connections are made of) and the connections'
-``pack_command(*args) -> list[bytes]`` method.
+``pack_command(*args) -> list[bytes]`` method. The held connections' wire (``_hot._Wire``)
+relies on two more, checked by tests/test_hot.py: a connected connection's stream writer
+(``_writer``, whose transport is taken over) and its parser (``_parser``, whose hiredis
+settings the wire's reader copies); ``FastPack`` reads them for it.
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import InvalidResponse
 
 from .clock import virtual_clock_on
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # redis[hiredis], a core dependency; without it, the arguments are packed here
     from hiredis import pack_command as _hiredis_pack
+    from redis._parsers import _AsyncHiredisParser
 except ImportError:  # pragma: no cover
     _hiredis_pack = None
+    _AsyncHiredisParser = None  # type: ignore[assignment,misc]
 
 
 def _bulk(arg: bytes) -> bytes:
@@ -64,9 +70,32 @@ def head_for(command: str, target: str, keys: Sequence[str], base: str) -> Head:
 
 class FastPack:
     """Mixin for redis-py connections: packs a script call that starts with a Head by
-    splicing in its pre-packed bytes; every other command is packed by redis-py."""
+    splicing in its pre-packed bytes; every other command is packed by redis-py. It also
+    hands a held connection's wire (``_hot._Wire``) what it needs of redis-py's internals."""
 
     encoder: Any
+    _parser: Any
+    _writer: Any
+
+    def reads_with_hiredis(self) -> bool:
+        """Its replies are parsed by hiredis (redis-py's parser for it): a wire can read them."""
+        return _AsyncHiredisParser is not None and isinstance(self._parser, _AsyncHiredisParser)
+
+    def wire_transport(self) -> Any:
+        """The transport of its stream (connected)."""
+        return self._writer.transport
+
+    def reader_options(self) -> dict[str, Any]:
+        """The options of a hiredis ``Reader`` that parses its replies as its parser does
+        (error replies as redis-py's exceptions, decoded as it decodes)."""
+        options: dict[str, Any] = {
+            "protocolError": InvalidResponse,
+            "replyError": self._parser.parse_error,
+        }
+        if self.encoder.decode_responses:
+            options["encoding"] = self.encoder.encoding
+            options["errors"] = self.encoder.encoding_errors
+        return options
 
     def pack_command(self, *args: Any) -> list[bytes]:
         head = args[0]
