@@ -278,9 +278,12 @@ class Fetcher:
 
     async def _claim(self, want: int) -> ClaimResult:
         """Lease up to ``want`` jobs; a busy worker sends its pending acks along. A worker
-        that gets fewer jobs than it asked for parks (burst mode never waits)."""
+        that gets fewer jobs than it asked for parks (burst mode never waits). Over the
+        ordered line once the queue has been busy (its reply read off the wire; nothing is
+        in flight there now), else through the pool."""
         crew = self.crew
-        return await self._receive(*self._send(want, 0 if crew.burst else crew.park_ms))
+        park = 0 if crew.burst else crew.park_ms
+        return await self._receive(*self._send(want, park, 0, self.line))
 
     def _send(
         self, want: int, park: int, ahead: int = 0, line: OrderedLine | None = None
