@@ -140,3 +140,38 @@ async def test_connections_whose_replies_cannot_be_read_off_the_wire_are_not_hel
             assert ids == ["a", "b"]
     finally:
         await admin.aclose()
+
+
+async def test_a_call_in_flight_fails_when_the_server_closes_the_connection(
+    fresh_server: EmbeddedServer,
+) -> None:
+    """The server closing the held connection fails the call waiting on it at once (a
+    ``ConnectionError``, not its timeout), and the next call connects again."""
+    import redis.exceptions as rexc
+
+    admin = Redis.from_url(fresh_server.url)
+    try:
+        async with open_app(fresh_server.url) as app:
+            q = app.queue()
+            await q.enqueue("t", job_id="a")
+            hot = hot_connection(app.redis)
+            assert hot is not None
+            port = local_port(hot.conn)
+            key = f"{app.prefix}:wire-blocked"
+            waiting = asyncio.ensure_future(hot.call(("BLPOP", key, "0"), None))
+
+            async def blocked() -> bool:
+                clients = {int(c["addr"].rsplit(":", 1)[1]): c for c in await admin.client_list()}
+                return port in clients and clients[port]["cmd"] == "blpop"
+
+            await wait_until(blocked, timeout=10, what="the held connection to block")
+            await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")  # type: ignore[no-untyped-call]
+            with pytest.raises(rexc.ConnectionError):
+                await asyncio.wait_for(waiting, 30)
+            assert hot.wire is None  # dropped: the next call connects again
+            await q.enqueue("t", job_id="b")
+            assert local_port(hot.conn) != port
+            ids = [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
+            assert ids == ["a", "b"]
+    finally:
+        await admin.aclose()

@@ -60,7 +60,7 @@ class _Wire(asyncio.Protocol):
         self.transport.set_protocol(self)
 
     def send(self, chunks: Sequence[bytes]) -> asyncio.Future[Any]:
-        if self.lost:
+        if self.lost or self.transport.is_closing():  # (a closing transport drops writes)
             raise rexc.ConnectionError("Connection closed by server.")
         reply = asyncio.get_running_loop().create_future()
         self.waiting.append(reply)
@@ -80,6 +80,7 @@ class _Wire(asyncio.Protocol):
             self.transport.abort()
 
     def eof_received(self) -> bool:
+        self._fail(rexc.ConnectionError("Connection closed by server."))
         self.inner.eof_received()  # type: ignore[attr-defined]
         return False  # close the transport: connection_lost follows
 
