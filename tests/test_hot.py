@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import App
+from aioqueue import App, Queue
 from aioqueue._store.embedded import EmbeddedServer
-from aioqueue._store.hot import hot_connection
+from aioqueue._store.hot import HotConnection, hot_connection
 
 from .support.apps import open_app
 from .support.server import text
@@ -21,6 +21,24 @@ def local_port(conn: object) -> int:
     writer = getattr(conn, "_writer", None)
     assert writer is not None, "not connected"
     return int(writer.get_extra_info("sockname")[1])
+
+
+async def held_after_an_enqueue(app: App) -> tuple[Queue, HotConnection, int]:
+    """The App's default queue after an enqueue of job "a", its held connection, and that
+    connection's local port."""
+    q = app.queue()
+    await q.enqueue("t", job_id="a")
+    hot = hot_connection(app.redis)
+    assert hot is not None
+    return q, hot, local_port(hot.conn)
+
+
+async def kill(admin: Redis, port: int) -> None:
+    await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")  # type: ignore[no-untyped-call]
+
+
+async def ready_ids(admin: Redis, q: Queue) -> list[str]:
+    return [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
 
 
 async def test_enqueues_use_the_held_connection_and_the_app_closes_it(
@@ -51,18 +69,13 @@ async def test_a_killed_held_connection_loses_no_enqueue(fresh_server: EmbeddedS
     admin = Redis.from_url(fresh_server.url)
     try:
         async with open_app(fresh_server.url) as app:
-            q = app.queue()
-            await q.enqueue("t", job_id="a")
-            hot = hot_connection(app.redis)
-            assert hot is not None
-            port = local_port(hot.conn)
-            await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")  # type: ignore[no-untyped-call]
+            q, hot, port = await held_after_an_enqueue(app)
+            await kill(admin, port)
             await q.enqueue("t", job_id="b")  # its connection is dead: sent again by the pool
             await q.enqueue("t", job_id="c")  # and the held one connects again
             assert hot.conn.is_connected
             assert local_port(hot.conn) != port
-            ids = [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
-            assert ids == ["a", "b", "c"]
+            assert await ready_ids(admin, q) == ["a", "b", "c"]
     finally:
         await admin.aclose()
 
@@ -152,11 +165,7 @@ async def test_a_call_in_flight_fails_when_the_server_closes_the_connection(
     admin = Redis.from_url(fresh_server.url)
     try:
         async with open_app(fresh_server.url) as app:
-            q = app.queue()
-            await q.enqueue("t", job_id="a")
-            hot = hot_connection(app.redis)
-            assert hot is not None
-            port = local_port(hot.conn)
+            q, hot, port = await held_after_an_enqueue(app)
             key = f"{app.prefix}:wire-blocked"
             waiting = asyncio.ensure_future(hot.call(("BLPOP", key, "0"), None))
 
@@ -165,13 +174,12 @@ async def test_a_call_in_flight_fails_when_the_server_closes_the_connection(
                 return port in clients and clients[port]["cmd"] == "blpop"
 
             await wait_until(blocked, timeout=10, what="the held connection to block")
-            await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")  # type: ignore[no-untyped-call]
+            await kill(admin, port)
             with pytest.raises(rexc.ConnectionError):
                 await asyncio.wait_for(waiting, 30)
             assert hot.wire is None  # dropped: the next call connects again
             await q.enqueue("t", job_id="b")
             assert local_port(hot.conn) != port
-            ids = [text(x) for x in await admin.lrange(q._keys.ready, 0, -1)]
-            assert ids == ["a", "b"]
+            assert await ready_ids(admin, q) == ["a", "b"]
     finally:
         await admin.aclose()
