@@ -111,19 +111,20 @@ class _Held:
         self.conn = conn
         self.wire: _Wire | None = None
 
-    async def _connected(self) -> _Wire:
-        """The wire, connected first if it is not (the pool's own way to connect: a
-        Sentinel connection asks for the primary there, never the bare socket a send
-        would open)."""
+    async def _send(self, command: Sequence[Any], timeout: float | None) -> asyncio.Future[Any]:
+        """Write one command on the wire (connected first if it is not, within ``timeout``:
+        the pool's own way to connect, so a Sentinel connection asks for the primary there,
+        never the bare socket a send would open); the future its reply is set on."""
         wire, conn = self.wire, self.conn
         if wire is None or wire.lost or not conn.is_connected:
             self.wire = None
-            if wire is not None or conn.is_connected:
-                # the server closed it, or it was never ours: redis-py has not heard
-                await conn.disconnect(nowait=True)
-            await conn.connect()
+            async with asyncio.timeout(timeout):
+                if wire is not None or conn.is_connected:
+                    # the server closed it, or it was never ours: redis-py has not heard
+                    await conn.disconnect(nowait=True)
+                await conn.connect()
             wire = self.wire = _Wire(conn)
-        return wire
+        return wire.send(conn.pack_command(*command))
 
     async def _reply(self, reply: asyncio.Future[Any], timeout: float | None) -> Any:
         """Wait for a reply: an error reply is raised as redis-py's ``ResponseError`` and
@@ -170,7 +171,7 @@ class HotConnection(_Held):
         self.busy = True
         try:
             try:
-                reply = (await self._connected()).send(self.conn.pack_command(*command))
+                reply = await self._send(command, timeout)
             except BaseException:
                 await self._drop()
                 raise
@@ -188,11 +189,8 @@ def _app_pool(client: Any) -> Any:
     return pool
 
 
-def _held_conn(client: Any) -> Any:
+def _held_conn(pool: Any) -> Any:
     """A new connection of the App's pool class whose wire can be taken over, or None."""
-    pool = _app_pool(client)
-    if pool is None:
-        return None
     conn = pool.make_connection()
     return conn if isinstance(conn, FastPack) and conn.reads_with_hiredis() else None
 
@@ -205,7 +203,7 @@ def hot_connection(client: Any) -> HotConnection | None:
         return None
     hot: HotConnection | Literal[False] | None = getattr(pool, "aioqueue_hot", None)
     if hot is None:
-        conn = _held_conn(client)
+        conn = _held_conn(pool)
         hot = pool.aioqueue_hot = HotConnection(conn) if conn is not None else False
     return hot or None
 
@@ -238,12 +236,7 @@ class OrderedLine(_Held):
         disconnects, and the calls behind it fail as well)."""
         try:
             async with self.connecting:
-                if timeout is None:
-                    wire = await self._connected()
-                else:
-                    async with asyncio.timeout(timeout):
-                        wire = await self._connected()
-                reply = wire.send(self.conn.pack_command(*command))
+                reply = await self._send(command, timeout)
         except BaseException:
             await self._drop()
             raise
@@ -253,5 +246,6 @@ class OrderedLine(_Held):
 def ordered_line(client: Any) -> OrderedLine | None:
     """A new ordered line on the App's pool class, or None for a client that is not an
     App's (or whose connections' replies cannot be read off their wire)."""
-    conn = _held_conn(client)
+    pool = _app_pool(client)
+    conn = None if pool is None else _held_conn(pool)
     return None if conn is None else OrderedLine(conn)

@@ -337,11 +337,7 @@ class Fetcher:
         if fut.exception() is not None:
             self.acks[:0] = acks
             return
-        res: ClaimResult = fut.result()[0]
-        pairs = [(c.id, c.token) for c in res.jobs]
-        self.started += len(pairs)
-        if pairs:
-            self.crew.shield(self.leases.release(pairs), log=True)
+        self._give_back(fut.result()[0])
 
     async def leave_parking(self) -> None:
         """Leave the queue's parking, and hand back what was handed over but never reached
@@ -353,10 +349,15 @@ class Fetcher:
         except (TimeoutError, *TRANSIENT) as exc:
             logger.warning("queue %s: could not leave the parking: %r", self.queue.name, exc)
             return
+        self._give_back(res)
+
+    def _give_back(self, res: ClaimResult) -> None:
+        """Release the leases of a claim's jobs that will not run here (counted as given up
+        in the worker's report)."""
         pairs = [(c.id, c.token) for c in res.jobs]
         self.started += len(pairs)
         if pairs:
-            crew.shield(self.leases.release(pairs), log=True)
+            self.crew.shield(self.leases.release(pairs), log=True)
 
     async def wait_slot(self) -> None:
         crew = self.crew
