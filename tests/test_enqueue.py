@@ -408,6 +408,43 @@ async def test_a_plain_record_stores_neither_its_attempts_nor_the_default_maximu
     assert (info.state.value, info.attempts, info.max_attempts) == ("failed", 3, 3)
 
 
+async def test_a_lone_plain_job_is_stored_as_the_general_way_stores_it(
+    app: App, redis: Redis
+) -> None:
+    """enqueue.lua writes one plain job (one run of one job, runnable now, of no group,
+    batch, priority, options or lock, into a queue without events or a backlog limit) on a
+    short way of its own; the same job sent with another (the general way) gets the same
+    record, the same place in the ready list, the same counts and the same answer, and so
+    does a retry of either (an id that exists takes the general way)."""
+
+    @app.task(name="lone")
+    async def lone(x: int) -> None:
+        return None
+
+    q = app.queue()
+    keys = q._keys
+    fields: dict[str, set[Any]] = {}
+    for label, most in (("default maximum", None), ("its own maximum", 5)):
+        short = await lone.options(max_attempts=most).enqueue(x=1)  # one job: the short way
+        pair = await lone.options(max_attempts=most).enqueue_many([{"x": 1}, {"x": 1}])
+        records = [await redis.hgetall(keys.job(j.id)) for j in (short, *pair)]
+        for record in records:
+            record.pop(b"ct")
+        assert records[0] == records[1] == records[2], label
+        fields[label] = set(records[0])
+        # a retry of a stored id is answered "exists" and stores nothing more, either way
+        for job in (short, pair[0]):
+            again = await q.enqueue("lone", kwargs={"x": 1}, job_id=job.id, max_attempts=most)
+            assert again.id == job.id
+    assert fields["default maximum"] == {b"t", b"p", b"s"}
+    assert fields["its own maximum"] == {b"t", b"p", b"s", b"m"}
+    ready = [text(i) for i in await redis.lrange(keys.ready, 0, -1)]
+    assert len(set(ready)) == len(ready) == 6
+    assert (await q.counts())["queued"] == 6
+    assert (await q.stats())["enqueued"] == 6
+    assert await check_invariants(redis, keys) == dict.fromkeys(ready, "queued")
+
+
 async def test_max_attempts_timeout_and_result_ttl_are_stored(app: App, redis: Redis) -> None:
     @app.task
     async def ping() -> None:
