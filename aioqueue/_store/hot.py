@@ -114,17 +114,22 @@ class _Held:
     async def _send(self, command: Sequence[Any], timeout: float | None) -> asyncio.Future[Any]:
         """Write one command on the wire (connected first if it is not, within ``timeout``:
         the pool's own way to connect, so a Sentinel connection asks for the primary there,
-        never the bare socket a send would open); the future its reply is set on."""
+        never the bare socket a send would open); the future its reply is set on. Any
+        failure (or a cancellation) on the way disconnects it."""
         wire, conn = self.wire, self.conn
-        if wire is None or wire.lost or not conn.is_connected:
-            self.wire = None
-            async with asyncio.timeout(timeout):
-                if wire is not None or conn.is_connected:
-                    # the server closed it, or it was never ours: redis-py has not heard
-                    await conn.disconnect(nowait=True)
-                await conn.connect()
-            wire = self.wire = _Wire(conn)
-        return wire.send(conn.pack_command(*command))
+        try:
+            if wire is None or wire.lost or not conn.is_connected:
+                self.wire = None
+                async with asyncio.timeout(timeout):
+                    if wire is not None or conn.is_connected:
+                        # the server closed it, or it was never ours: redis-py has not heard
+                        await conn.disconnect(nowait=True)
+                    await conn.connect()
+                wire = self.wire = _Wire(conn)
+            return wire.send(conn.pack_command(*command))
+        except BaseException:
+            await self._drop()
+            raise
 
     async def _reply(self, reply: asyncio.Future[Any], timeout: float | None) -> Any:
         """Wait for a reply: an error reply is raised as redis-py's ``ResponseError`` and
@@ -170,12 +175,7 @@ class HotConnection(_Held):
         ``ResponseError``, and leaves the connection usable)."""
         self.busy = True
         try:
-            try:
-                reply = await self._send(command, timeout)
-            except BaseException:
-                await self._drop()
-                raise
-            return await self._reply(reply, timeout)
+            return await self._reply(await self._send(command, timeout), timeout)
         finally:
             self.busy = False
 
@@ -234,12 +234,8 @@ class OrderedLine(_Held):
         """Send one command behind those sent before it, and read its reply after theirs
         (an error reply is raised as redis-py's ``ResponseError``; any other failure
         disconnects, and the calls behind it fail as well)."""
-        try:
-            async with self.connecting:
-                reply = await self._send(command, timeout)
-        except BaseException:
-            await self._drop()
-            raise
+        async with self.connecting:
+            reply = await self._send(command, timeout)
         return await self._reply(reply, timeout)
 
 
