@@ -10,19 +10,21 @@ carrying the previous batch's acks, as a worker does (``drain``), then enqueues 
 jobs one by one, each awaited (``enqueue``: W1's shape, one script call a job); or, with
 ``--workflow``, stores a fan-out/fan-in of ``--jobs`` steps (``wf-store``) and runs it the
 same way, the outbox forwarded when a completion says so (``wf-run``: releases, claims,
-completions and the sink's tells; issue 27). Each phase runs between ``callgrind_control -z``
-and ``-d``: the server's instructions per job, and its commands per
-job from ``INFO commandstats``. Each source loads its own function library (``FUNCTION
-FLUSH`` first). ``--floor`` first prints what one call costs with nothing of aioqueue in it:
-``PING``, an ``RPUSH``, and an ``FCALL`` of a function that does nothing, bare and then with
-a lone enqueue's 13 keys and 15 arguments.
+completions and the sink's tells; issue 27). With ``--handoff K``, then, an idle worker
+parked: K lone enqueues, each handed over to it by the enqueue (``handoff``: W3's shape), and
+the worker's claim after each that takes the job and parks again (``repark``), each call
+measured alone. Each phase runs between ``callgrind_control -z`` and ``-d``: the server's
+instructions per job, and its commands per job from ``INFO commandstats``. Each source loads
+its own function library (``FUNCTION FLUSH`` first). ``--floor`` first prints what one call
+costs with nothing of aioqueue in it: ``PING``, an ``RPUSH``, and an ``FCALL`` of a function
+that does nothing, bare and then with a lone enqueue's 13 keys and 15 arguments.
 
     .venv/bin/python -m benchmarks.script_cost [--jobs 2000] [--n 100] [--floor]
-        [--groups G | --workflow] SRC [SRC ...]
+        [--groups G | --workflow] [--handoff K] SRC [SRC ...]
 
 ``SRC`` is a directory holding an ``aioqueue`` package (``.``; or ``git worktree add /tmp/b
 main`` for a base), ``NAME=SRC`` names it. Needs valgrind; about 10 s per source and 2,000
-jobs.
+jobs (``--handoff``: about 0.3 s per call measured alone).
 """
 
 from __future__ import annotations
@@ -49,10 +51,14 @@ from aioqueue._store.scripts import QueueScripts
 URL, PID, OUT = os.environ["SC_URL"], os.environ["SC_PID"], os.environ["SC_OUT"]
 N, B, G = (int(os.environ[k]) for k in ("SC_JOBS", "SC_N", "SC_GROUPS"))
 WF = os.environ.get("SC_WORKFLOW") == "1"
+HANDOFF = int(os.environ.get("SC_HANDOFF", "0"))
 
 
 def instructions():
-    before = set(glob.glob(OUT + "/cg.*"))
+    return instructions_since(set(glob.glob(OUT + "/cg.*")))
+
+
+def instructions_since(before):
     subprocess.run(["callgrind_control", "-d", PID], capture_output=True, check=True)
     total = 0
     for f in set(glob.glob(OUT + "/cg.*")) - before:
@@ -158,6 +164,33 @@ async def main():
                     await noop.enqueue(i)
 
             await phase("enqueue", lone)
+        if HANDOFF:  # an idle worker parked: each lone enqueue hands its job over (W3's shape)
+            got.clear()
+            await claims()  # what the enqueue phase left queued
+            await completes()
+            def parking_claim():  # the worker's claim: takes what it was handed, parks again
+                return sc.claim(B, 600000, 86400000, "w1", 3600000, ("0", str(B)))
+
+            assert not (await parking_claim()).jobs
+            spent = {"handoff": 0, "repark": 0}
+            calls = {"handoff": 0, "repark": 0}
+
+            async def timed(name, coro):
+                before = set(glob.glob(OUT + "/cg.*"))
+                c0 = await commands(r)
+                subprocess.run(["callgrind_control", "-z", PID], capture_output=True, check=True)
+                res = await coro
+                spent[name] += instructions_since(before)
+                calls[name] += await commands(r) - c0
+                return res
+
+            for i in range(HANDOFF):
+                await timed("handoff", noop.enqueue(i))
+                res = await timed("repark", parking_claim())
+                assert len(res.jobs) == 1, res
+            for name in spent:
+                out[name] = {"kinstr_per_job": spent[name] / HANDOFF / 1000,
+                             "commands_per_job": calls[name] / HANDOFF}
     print(json.dumps(out))
 
 
@@ -231,7 +264,7 @@ def floor(r: Any, pid: int, out: str, n: int) -> list[tuple[str, float]]:
 def run_source(src: Path, url: str, pid: int, out: str, a: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, SC_URL=url, SC_PID=str(pid), SC_OUT=out, PYTHONPATH=str(src))
     env.update(SC_JOBS=str(a.jobs), SC_N=str(a.n), SC_GROUPS=str(a.groups))
-    env.update(SC_WORKFLOW="1" if a.workflow else "0")
+    env.update(SC_WORKFLOW="1" if a.workflow else "0", SC_HANDOFF=str(a.handoff))
     res = subprocess.run(
         [sys.executable, "-c", PHASES], env=env, cwd=out, capture_output=True, text=True
     )
@@ -250,6 +283,14 @@ def main() -> None:
         "--workflow",
         action="store_true",
         help="a fan-out/fan-in of --jobs steps instead: storing it, then running it",
+    )
+    p.add_argument(
+        "--handoff",
+        type=int,
+        default=0,
+        metavar="K",
+        help="then K lone enqueues, each handed to a parked worker (handoff), and that worker's "
+        "claim that takes the job and parks again (repark): per call",
     )
     p.add_argument(
         "--floor",

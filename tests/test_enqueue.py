@@ -445,6 +445,43 @@ async def test_a_lone_plain_job_is_stored_as_the_general_way_stores_it(
     assert await check_invariants(redis, keys) == dict.fromkeys(ready, "queued")
 
 
+async def test_a_lone_plain_job_leaves_the_queue_as_the_general_way_leaves_it(
+    app: App, redis: Redis
+) -> None:
+    """With no worker parked, the short way also pushes and counts the job itself; what it
+    leaves (the ready list, the ring, the wake token, the stats and the backlog per task)
+    is what the general way leaves for the same job: here, a queue with a backlog limit,
+    which the short way never takes."""
+
+    @app.task(name="lone")
+    async def lone(x: int) -> None:
+        return None
+
+    async def state(queue: str) -> dict[str, Any]:
+        keys = app.queue(queue)._keys
+        return {
+            "ready": len(await redis.lrange(keys.ready, 0, -1)),
+            "ring": await redis.zrange(keys.ring, 0, -1),
+            "wake": await redis.lrange(keys.wake, 0, -1),
+            "stats": await redis.hgetall(keys.stats),
+            "backlog": await redis.hgetall(keys.base + "backlog"),
+        }
+
+    await app.queue("general").set_max_queued(1_000_000)
+    seen = []
+    for queue in ("short", "general"):
+        for i in range(3):
+            await lone.options(queue=queue).enqueue(x=i)
+        seen.append(await state(queue))
+        ids = [text(i) for i in await redis.lrange(app.queue(queue)._keys.ready, 0, -1)]
+        assert await check_invariants(redis, app.queue(queue)._keys) == dict.fromkeys(ids, "queued")
+    assert seen[0] == seen[1]
+    assert seen[0]["ready"] == 3
+    assert seen[0]["ring"] == [b""]
+    assert seen[0]["wake"] == [b"1"]
+    assert seen[0]["backlog"] == {b"t:lone": b"3"}
+
+
 async def test_max_attempts_timeout_and_result_ttl_are_stored(app: App, redis: Redis) -> None:
     @app.task
     async def ping() -> None:

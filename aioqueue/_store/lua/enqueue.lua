@@ -21,22 +21,25 @@
   stats (refused). The lock, base.."unique:"..key, is a STRING naming its job, set with SET NX and the
   TTL; a lock of the wrong type is set aside and taken, one without a TTL is taken ]]
 local now = now_ms()
-local out = {now}
+-- out: the reply; plain: the new plain jobs, pushed together; new_tasks, new_counts: the
+-- backlog counts to add (BL.note)
+local out, plain, new_tasks, new_counts
 local added = 0
 local runnable = 0
-local plain = {}
 local scheduled = false
-
-local new_tasks, new_counts = {}, {}
 
 -- one plain job (one run of one job, runnable now, of no group, batch, priority, options or
 -- lock) into a queue without events or a backlog limit, whose id is new: the most common
 -- call. Its record is written here, without the tables and functions the general way below
 -- makes (each table or string a script makes costs the server about 1,400-2,400
--- instructions: docs/benchmarks.md); the rest, from the push on, is shared. Anything else,
--- or an id that exists (a retry: see in_place), takes the general way. (Nothing is written
--- before the record, as below: a refused record stores nothing)
-local qc  -- qconf's events and maxq, when read here
+-- instructions: docs/benchmarks.md). With no worker parked (a busy queue, or none
+-- running) it is pushed and counted here too, by the same commands the shared end below
+-- runs for it (the push, the ring, the counts, the wake token); with one parked, that end
+-- hands it over. Anything else, or an id that exists (a retry: see in_place), takes the
+-- general way. (Nothing is written before the record, as below: a refused record stores
+-- nothing)
+-- qconf's events and maxq, when read here; and (heads) the parked workers (HO.direct)
+local qc
 if #ARGV == 15 and ARGV[2] == '1' and ARGV[13] == '1' and ARGV[5] == '-1' and ARGV[6] == '-1'
   and ARGV[7] == '0' and ARGV[8] == '' and ARGV[9] == '' and ARGV[11] == '' and ARGV[12] == '' then
   qc = call('HMGET', K_QCONF, 'events', 'maxq')
@@ -47,13 +50,23 @@ if #ARGV == 15 and ARGV[2] == '1' and ARGV[13] == '1' and ARGV[5] == '-1' and AR
     local fields = REC.new(ARGV[3], ARGV[15], ARGV[4], now)
     fields[#fields + 1] = 's'; fields[#fields + 1] = 'queued'
     call('HSET', jk, unpack(fields))
-    plain[1] = id
-    added, runnable, out[2] = 1, 1, 1
+    qc.heads = HO.heads()
+    if #qc.heads == 0 then
+      call('RPUSH', K_READY, id)
+      join_ring('')
+      call('HINCRBY', K_STATS, 'enqueued', 1)
+      BL.count(ARGV[3], 1)
+      wake()
+      return {now, 1}
+    end
+    out, plain, new_tasks, new_counts = {now, 1}, {id}, {}, {}
+    added, runnable = 1, 1
     BL.note(new_tasks, new_counts, ARGV[3], 1)
   end
 end
 
 if added == 0 then
+  out, plain, new_tasks, new_counts = {now}, {}, {}, {}
   local pos = 3
   -- take the unique lock key for job id, or return the id of the job that holds it. A lock not
   -- written by enqueue is garbage that would hold the key for ever, and is taken: one without a
@@ -257,7 +270,8 @@ end
 local parked, lane_on = true, false
 do
   local took = 0
-  if #plain > 0 then took, parked = HO.direct(plain, now, new_tasks, new_counts) end
+  if #plain > 0 then took, parked = HO.direct(plain, now, new_tasks, new_counts,
+    qc and qc.heads) end
   for i = took + 1, #plain, MAX_JOBS_PER_CALL do
     call('RPUSH', K_READY, unpack(plain, i, math.min(i + MAX_JOBS_PER_CALL - 1, #plain)))
   end

@@ -5,13 +5,20 @@
   Needs: core, lanes (has_ready), parking (unregister, hand_key), workers
   (registration_fresh), leasing (do_claim, holder). ]]
 
+-- the hand-off's helpers (a table: the library's top level is near Lua's 200 locals)
+local HO = {}
+
+-- the parkings that end last (at most 16): worker id, end, ...
+function HO.heads() return call('ZRANGE', K_IDLE, 0, 15, 'REV', 'WITHSCORES') end
+
 -- the parked worker to hand jobs to next: among the (at most 16) whose parking ends last, the
 -- first with a fresh registration (see lib/workers) and nothing waiting in its hand list. A
 -- worker whose registration ran out is dead: its parking is dropped. Parkings that ran out (a
 -- worker that died parked) are dropped once they reach the head, i.e. once every one left has
--- run out; reap drops them all the while. The second value: it is the only parked worker
-local function pick_parked(now)
-  local heads = call('ZRANGE', K_IDLE, 0, 15, 'REV', 'WITHSCORES')
+-- run out; reap drops them all the while. The second value: it is the only parked worker.
+-- heads: HO.heads, when the caller has just read them
+local function pick_parked(now, heads)
+  heads = heads or HO.heads()
   if #heads == 0 then return nil end
   if tonumber(heads[2]) <= now then
     call('DEL', K_IDLE, K_IDLEW)
@@ -28,9 +35,6 @@ local function pick_parked(now)
   end
   return nil
 end
-
--- the hand-off's helpers (a table: the library's top level is near Lua's 200 locals)
-local HO = {}
 
 -- a parked worker's registration (base.."idlew"): want, lease, dead_ttl, nonce; nil when it
 -- does not parse (or holds numbers past MAX_COUNT: garbage)
@@ -93,9 +97,9 @@ end
 -- ({wid, alone}: hand_off's first) when it handed it nothing, true (pick) when it did. The
 -- jobs' backlog counts are added to the caller's (tasks, counts: see BL.note), which it writes
 -- after: a job enqueued and leased at once is never counted. (A registration that does not
--- parse is left to hand_off)
-function HO.direct(ids, now, tasks, counts)
-  local wid, alone = pick_parked(now)
+-- parse is left to hand_off.) heads: the parkings, when the caller has read them (pick_parked)
+function HO.direct(ids, now, tasks, counts, heads)
+  local wid, alone = pick_parked(now, heads)
   if not wid then return 0, false end
   local picked = {wid, alone}
   if has_ready() or call('LLEN', K_READY) > 0 then return 0, picked end
