@@ -47,6 +47,7 @@ import redis.asyncio as aioredis
 from aioqueue import App
 from aioqueue._model.keys import QueueKeys
 from aioqueue._store.scripts import QueueScripts
+from script_cost import _dumped
 
 URL, PID, OUT = os.environ["SC_URL"], os.environ["SC_PID"], os.environ["SC_OUT"]
 N, B, G = (int(os.environ[k]) for k in ("SC_JOBS", "SC_N", "SC_GROUPS"))
@@ -54,24 +55,20 @@ WF = os.environ.get("SC_WORKFLOW") == "1"
 HANDOFF = int(os.environ.get("SC_HANDOFF", "0"))
 
 
-def instructions():
-    return instructions_since(set(glob.glob(OUT + "/cg.*")))
-
-
-def instructions_since(before):
-    subprocess.run(["callgrind_control", "-d", PID], capture_output=True, check=True)
-    total = 0
-    for f in set(glob.glob(OUT + "/cg.*")) - before:
-        for line in open(f):
-            if line.startswith("summary:"):
-                total += int(line.split()[1])
-        os.remove(f)
-    return total
-
-
 async def commands(r):
     info = await r.info("commandstats")
     return sum(int(v["calls"]) for k, v in info.items() if k != "cmdstat_info")
+
+
+# await coro between zeroing and dumping the server's counters: its result, and the
+# instructions and commands it cost the server
+async def measured(r, coro):
+    before = set(glob.glob(OUT + "/cg.*"))
+    c0 = await commands(r)
+    subprocess.run(["callgrind_control", "-z", PID], capture_output=True, check=True)
+    res = await coro
+    ir = _dumped(OUT, int(PID), before)
+    return res, ir, await commands(r) - c0
 
 
 async def main():
@@ -101,12 +98,8 @@ async def main():
         await r.hset(keys.base + "worker:w1", mapping={"ln": 0, "sn": 0})
 
         async def phase(name, body):
-            c0 = await commands(r)
-            subprocess.run(["callgrind_control", "-z", PID], capture_output=True, check=True)
-            await body()
-            ir = instructions()
-            cmds = (await commands(r) - c0) / N
-            out[name] = {"kinstr_per_job": ir / N / 1000, "commands_per_job": cmds}
+            _, ir, cmds = await measured(r, body())
+            out[name] = {"kinstr_per_job": ir / N / 1000, "commands_per_job": cmds / N}
 
         got = []
 
@@ -176,12 +169,9 @@ async def main():
             calls = {"handoff": 0, "repark": 0}
 
             async def timed(name, coro):
-                before = set(glob.glob(OUT + "/cg.*"))
-                c0 = await commands(r)
-                subprocess.run(["callgrind_control", "-z", PID], capture_output=True, check=True)
-                res = await coro
-                spent[name] += instructions_since(before)
-                calls[name] += await commands(r) - c0
+                res, ir, cmds = await measured(r, coro)
+                spent[name] += ir
+                calls[name] += cmds
                 return res
 
             for i in range(HANDOFF):
@@ -262,7 +252,9 @@ def floor(r: Any, pid: int, out: str, n: int) -> list[tuple[str, float]]:
 
 
 def run_source(src: Path, url: str, pid: int, out: str, a: argparse.Namespace) -> dict[str, Any]:
-    env = dict(os.environ, SC_URL=url, SC_PID=str(pid), SC_OUT=out, PYTHONPATH=str(src))
+    # the source's aioqueue first, then this directory (PHASES uses _dumped)
+    path = os.pathsep.join((str(src), str(Path(__file__).resolve().parent)))
+    env = dict(os.environ, SC_URL=url, SC_PID=str(pid), SC_OUT=out, PYTHONPATH=path)
     env.update(SC_JOBS=str(a.jobs), SC_N=str(a.n), SC_GROUPS=str(a.groups))
     env.update(SC_WORKFLOW="1" if a.workflow else "0", SC_HANDOFF=str(a.handoff))
     res = subprocess.run(
